@@ -1,0 +1,255 @@
+// The mx2nv command line: argument parsing, human summaries on stdout, errors
+// on stderr, JSON reports, exit codes. All work happens in the libraries.
+#include "core/error.hpp"
+#include "core/report.hpp"
+#include "fixture/fixture.hpp"
+#include "io/convert.hpp"
+#include "io/inspect.hpp"
+#include "io/verify.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace mx2nv;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRefusedOrMismatch = 1;
+constexpr int kExitUsage = 2;
+
+std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+void write_report(const std::string& path, const Json& report) {
+  if (path.empty()) return;
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << report.dump(2) << "\n";
+    out.close();
+    if (!out) fail(ErrorKind::Io, "{}: cannot write report", path);
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  if (ec) fail(ErrorKind::Io, "{}: cannot write report: {}", path, ec.message());
+}
+
+void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream) {
+  for (const auto& o : over) {
+    fmt::print(stream, "  over span: {}: span {} > {}, {} active groups outside the window\n", o.module, o.span,
+               o.limit, o.groups_outside);
+  }
+}
+
+void print_counts(const Report& r) {
+  fmt::print("  source   {}{}\n", r.provenance.source,
+             r.provenance.revision ? fmt::format(" (revision {})", *r.provenance.revision) : "");
+  if (!r.provenance.target.empty()) fmt::print("  target   {}\n", r.provenance.target);
+  fmt::print("  modules  {} quantized modules, {} global scales (gate/up pairs share one), {} shards\n", r.modules,
+             r.scale_groups, r.shards);
+  fmt::print("  copied   {} pass-through tensors, {} companion files, byte for byte\n", r.passthrough_tensors,
+             r.companion_files);
+  if (r.active_groups + r.zero_groups > 0) {
+    fmt::print("  groups   {} active, {} all-zero ({} zero-group scales canonicalised to 0x00)\n", r.active_groups,
+               r.zero_groups, r.canonicalised_zero_groups);
+  }
+  fmt::print("  size     {} -> {} tensor bytes ({:+.2f}%)\n", human_bytes(r.source_tensor_bytes),
+             human_bytes(r.target_tensor_bytes), r.size_change_percent());
+}
+
+int finish(const Report& r, const std::string& report_path) {
+  write_report(report_path, report_to_json(r));
+  if (r.result == "ok") return kExitOk;
+  return kExitRefusedOrMismatch;
+}
+
+int run_convert(const ConvertOptions& o, const std::string& report_path) {
+  const Report r = convert_checkpoint(o);
+  if (r.result == "refused") {
+    fmt::print("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
+               window_name(o.window), window_limits(o.window).max_span(), o.target.string());
+    print_over_span(r.over_span, stdout);
+    for (const auto& g : r.unrepresentable_globals) {
+      fmt::print("  global scale of {} is not a normal FP32 number\n", g);
+    }
+    if (o.window == Window::Marlin) {
+      fmt::print("  --window e4m3 allows spans up to 17 (exact on disk, but vLLM's Marlin path zeroes block scales "
+                 "below 2^-6); run `mx2nv inspect` for both outcomes.\n");
+    }
+    return finish(r, report_path);
+  }
+  fmt::print("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
+  print_counts(r);
+  if (r.marlin_zeroed_groups > 0) {
+    fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
+               r.marlin_zeroed_groups);
+  }
+  fmt::print("  next     mx2nv verify {} {}\n", o.source.string(), o.target.string());
+  return finish(r, report_path);
+}
+
+int run_verify(const VerifyOptions& o, const std::string& report_path) {
+  const Report r = verify_checkpoint(o);
+  if (r.result == "ok") {
+    fmt::print("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
+               r.values_compared, window_name(o.window), r.seconds);
+    print_counts(r);
+  } else {
+    fmt::print("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
+    for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", d);
+  }
+  return finish(r, report_path);
+}
+
+int run_inspect(const fs::path& src, Window window, bool json, unsigned threads) {
+  const Inspection in = inspect_checkpoint(src, window, threads);
+  if (json) {
+    fmt::print("{}\n", inspection_to_json(in).dump(2));
+  } else {
+    const Report& r = in.report;
+    fmt::print("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", r.provenance.source,
+               in.probes, in.fully_scanned_modules);
+    print_counts(r);
+    fmt::print("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
+    for (const auto& o : in.outcomes) {
+      fmt::print("  window {:<6} {}{}", window_name(o.window), o.refused ? "REFUSED" : "ok",
+                 o.window == window ? "  (selected)" : "");
+      fmt::print(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
+      if (o.marlin_zeroed_groups) fmt::print(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
+      fmt::print("\n");
+      print_over_span(o.over_span, stdout);
+      for (const auto& g : o.unrepresentable_globals) fmt::print("  global scale of {} is not a normal FP32\n", g);
+    }
+  }
+  return in.report.result == "ok" ? kExitOk : kExitRefusedOrMismatch;
+}
+
+int run_demo(const fs::path& dir, unsigned threads) {
+  const fs::path marker = dir / ".mx2nv-demo";
+  std::error_code ec;
+  if (fs::exists(dir) && !fs::is_empty(dir)) {
+    if (!fs::exists(marker)) {
+      fail(ErrorKind::Usage, "{} exists, is not empty and is not an mx2nv demo directory", dir.string());
+    }
+    fs::remove_all(dir / "mxfp4", ec);
+    fs::remove_all(dir / "nvfp4", ec);
+  }
+  fs::create_directories(dir);
+  std::ofstream(marker) << "created by mx2nv demo; safe to delete\n";
+  FixtureSpec spec;
+  spec.layout = FixtureLayout::K3;
+  spec.layers = 2;
+  spec.experts = 8;
+  spec.hidden = 512;
+  spec.intermediate = 256;
+  spec.shards = 4;
+  write_fixture(dir / "mxfp4", spec);
+  fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", (dir / "mxfp4").string());
+
+  const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads};
+  const int rc = run_convert(c, (dir / "convert-report.json").string());
+  if (rc != kExitOk) return rc;
+  fmt::print("\n");
+  const int vrc = run_verify({c.source, c.target, Window::Marlin, threads}, (dir / "verify-report.json").string());
+  if (vrc == kExitOk) {
+    fmt::print("\nmx2nv demo: done. Reports: {}, {}\n", (dir / "convert-report.json").string(),
+               (dir / "verify-report.json").string());
+  }
+  return vrc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mx2nv: lossless MXFP4 -> NVFP4A16 transcoder for compressed-tensors MoE checkpoints"};
+  app.set_version_flag("--version", std::string("mx2nv ") + MX2NV_VERSION);
+  app.require_subcommand(1);
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+
+  std::string src, dst, report_path, window_text = "marlin", demo_dir = "mx2nv-demo";
+  unsigned threads = hw;
+  bool json = false;
+  const auto add_window = [&](CLI::App* sub) {
+    sub->add_option("--window", window_text,
+                    "marlin: block scales in [2^-6, 2^8], exact through vLLM's Marlin path (span <= 14, default); "
+                    "e4m3: [2^-9, 2^8], exact on disk only (span <= 17)")
+        ->check(CLI::IsMember({"marlin", "e4m3"}));
+  };
+  const auto add_threads = [&](CLI::App* sub) {
+    sub->add_option("--threads", threads, "worker threads (default: all cores)")->check(CLI::Range(1u, 1024u));
+  };
+
+  auto* convert = app.add_subcommand("convert", "transcode SRC (MXFP4) into an empty DST (NVFP4A16)");
+  convert->add_option("SRC", src, "source checkpoint directory")->required();
+  convert->add_option("DST", dst, "target directory (created; must be empty)")->required();
+  add_window(convert);
+  add_threads(convert);
+  convert->add_option("--report", report_path, "write a JSON report to this file");
+
+  auto* verify = app.add_subcommand("verify", "prove every value of DST equals the value in SRC");
+  verify->add_option("SRC", src, "source checkpoint directory")->required();
+  verify->add_option("DST", dst, "converted checkpoint directory")->required();
+  add_window(verify);
+  add_threads(verify);
+  verify->add_option("--report", report_path, "write a JSON report to this file");
+
+  auto* inspect = app.add_subcommand("inspect", "dry run: spans, predicted outcome under both windows, sizes");
+  inspect->add_option("SRC", src, "source checkpoint directory")->required();
+  add_window(inspect);
+  add_threads(inspect);
+  inspect->add_flag("--json", json, "print JSON instead of a summary");
+
+  auto* demo = app.add_subcommand("demo", "write a small K3-shaped MXFP4 checkpoint, convert it, verify it");
+  demo->add_option("DIR", demo_dir, "working directory (default: ./mx2nv-demo)");
+  add_threads(demo);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  const Window window = parse_window(window_text).value_or(Window::Marlin);
+  try {
+    if (*convert) return run_convert({src, dst, window, threads}, report_path);
+    if (*verify) return run_verify({src, dst, window, threads}, report_path);
+    if (*inspect) return run_inspect(src, window, json, threads);
+    if (*demo) return run_demo(demo_dir, threads);
+  } catch (const Error& e) {
+    fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), e.what());
+    if (!report_path.empty()) {
+      Report r;
+      r.command = convert->parsed() ? "convert" : "verify";
+      r.window = window;
+      r.result = "error";
+      r.error = e.what();
+      r.provenance.source = src;
+      r.provenance.target = dst;
+      try {
+        write_report(report_path, report_to_json(r));
+      } catch (const Error&) {
+      }
+    }
+    return exit_code(e.kind());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "mx2nv: internal error: {}\n", e.what());
+    return exit_code(ErrorKind::Io);
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,82 @@
+#include "core/plan.hpp"
+
+#include <algorithm>
+
+namespace mx2nv {
+
+SparseHistogram to_sparse(const ByteHistogram& dense) {
+  SparseHistogram sparse;
+  for (std::size_t b = 0; b < dense.size(); ++b) {
+    if (dense[b] != 0) sparse.emplace_back(static_cast<std::uint8_t>(b), dense[b]);
+  }
+  return sparse;
+}
+
+ByteHistogram to_dense(const SparseHistogram& sparse) {
+  ByteHistogram dense{};
+  for (const auto& [b, n] : sparse) dense[b] = n;
+  return dense;
+}
+
+Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
+               const ActiveCounter& count_active) {
+  Plan plan;
+  plan.window = window;
+  plan.modules.resize(set.modules.size());
+  const WindowLimits limits = window_limits(window);
+  constexpr int kLowestK = -kE8M0Bias;
+
+  for (const auto& members : set.scale_groups) {
+    std::optional<int> k_max;
+    for (const std::size_t i : members) {
+      if (facts[i].k_max) k_max = std::max(k_max.value_or(facts[i].k_max.value()), facts[i].k_max.value());
+    }
+    if (!k_max) {
+      // No value anywhere in the group: nothing to preserve but zeros.
+      for (const std::size_t i : members) {
+        ModulePlan& p = plan.modules[i];
+        p.zero_scales = true;
+        p.canonical_zero_groups = set.modules[i].group_count();
+      }
+      continue;
+    }
+    const int m = *k_max - kE4M3MaxPow2;
+    const auto divisor = global_divisor_for(m);
+    if (!divisor) {
+      std::string names;
+      for (const std::size_t i : members) names += (names.empty() ? "" : "+") + set.modules[i].name;
+      plan.bad_globals.push_back(names);
+    }
+    for (const std::size_t i : members) {
+      ModulePlan& p = plan.modules[i];
+      const ModuleFacts& f = facts[i];
+      p.m = m;
+      p.divisor = divisor.value_or(1.0f);
+      // Zero groups whose exponent E4M3 cannot carry are written as 0x00.
+      std::uint64_t unrepresentable = 0;
+      for (const auto& [b, n] : f.histogram) {
+        const int e = e8m0_exponent(b) - m;
+        if (e < kE4M3MinPow2 || e > kE4M3MaxPow2) unrepresentable += n;
+      }
+      if (!f.k_min) {
+        p.canonical_zero_groups = unrepresentable;
+        continue;
+      }
+      p.span = *k_max - *f.k_min;
+      const int lowest = *f.k_min - m;
+      // Counting needs packed bytes, so it is only asked for when a group can be there.
+      const std::uint64_t below_e4m3 = lowest < kE4M3MinPow2 ? count_active(i, kLowestK, m + kE4M3MinPow2 - 1) : 0;
+      p.canonical_zero_groups = unrepresentable - below_e4m3;
+      if (lowest < kE4M3MinNormalPow2) {
+        p.marlin_zeroed_groups = count_active(i, m + kE4M3MinPow2, m + kE4M3MinNormalPow2 - 1);
+      }
+      if (lowest < limits.min_exp) {
+        p.groups_outside = limits.min_exp == kE4M3MinNormalPow2 ? below_e4m3 + p.marlin_zeroed_groups : below_e4m3;
+        plan.over_span.push_back({set.modules[i].name, p.span, limits.max_span(), p.groups_outside});
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace mx2nv

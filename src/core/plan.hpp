@@ -1,0 +1,65 @@
+// The plan: from every module's scale facts, decide each global scale, check
+// the window, and list everything that would be refused, before a single
+// output byte is written. Pure logic; reads happen through ActiveCounter.
+//
+// Rules (README "Transcode rules"): for a scale group (a gate/up pair or a
+// lone module) k_max is over active groups, m = k_max - 8, the stored divisor
+// is 2^-m, and every active group needs k - m >= window.min_exp (k - m <= 8
+// holds by construction).
+#pragma once
+
+#include "core/modules.hpp"
+#include "core/numerics.hpp"
+#include "core/scale_scan.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+// Scale bytes present in a module and how often: sparse, because a model has
+// ~10^5 modules and each uses only a few dozen of the 255 exponents.
+using SparseHistogram = std::vector<std::pair<std::uint8_t, std::uint64_t>>;
+SparseHistogram to_sparse(const ByteHistogram& dense);
+ByteHistogram to_dense(const SparseHistogram& sparse);
+
+struct ModuleFacts {
+  SparseHistogram histogram;
+  std::optional<int> k_max;  // over active groups
+  std::optional<int> k_min;
+};
+
+// Number of active groups of module `module` whose exponent is in [k_lo, k_hi].
+using ActiveCounter = std::function<std::uint64_t(std::size_t module, int k_lo, int k_hi)>;
+
+struct ModulePlan {
+  int m = 0;                 // global exponent: scales become 2^(k - m), divisor 2^-m
+  float divisor = 1.0f;      // weight_global_scale
+  bool zero_scales = false;  // the scale group has no active group: all scales 0x00
+  int span = 0;              // k_max of the scale group - k_min of this module
+  std::uint64_t groups_outside = 0;         // active groups below the window (refusal)
+  std::uint64_t canonical_zero_groups = 0;  // zero groups whose 2^(k-m) E4M3 cannot hold: 0x00
+  std::uint64_t marlin_zeroed_groups = 0;   // active groups with 2^(k-m) < 2^-6: Marlin flushes them
+};
+
+struct OverSpan {
+  std::string module;
+  int span = 0;
+  int limit = 0;
+  std::uint64_t groups_outside = 0;
+};
+
+struct Plan {
+  Window window = Window::Marlin;
+  std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
+  std::vector<OverSpan> over_span;         // every module refused by the window
+  std::vector<std::string> bad_globals;    // scale groups whose divisor is no normal float
+  bool refused() const { return !over_span.empty() || !bad_globals.empty(); }
+};
+
+Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
+               const ActiveCounter& count_active);
+
+}  // namespace mx2nv

@@ -1,0 +1,59 @@
+#include "core/report.hpp"
+
+#include <cmath>
+
+namespace mx2nv {
+
+std::optional<std::string> hf_snapshot_revision(const std::string& path) {
+  const std::string marker = "/snapshots/";
+  const auto at = path.rfind(marker);
+  if (at == std::string::npos) return std::nullopt;
+  const auto start = at + marker.size();
+  const auto end = path.find('/', start);
+  std::string rev = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  if (rev.empty()) return std::nullopt;
+  return rev;
+}
+
+double Report::size_change_percent() const {
+  if (source_tensor_bytes == 0) return 0;
+  return 100.0 * (static_cast<double>(target_tensor_bytes) - static_cast<double>(source_tensor_bytes)) /
+         static_cast<double>(source_tensor_bytes);
+}
+
+Json report_to_json(const Report& r) {
+  Json j;
+  j["command"] = r.command;
+  j["result"] = r.result;
+  j["window"] = window_name(r.window);
+  j["provenance"] = {{"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", r.provenance.source}};
+  j["provenance"]["revision"] = r.provenance.revision ? Json(*r.provenance.revision) : Json(nullptr);
+  if (!r.provenance.target.empty()) j["provenance"]["target"] = r.provenance.target;
+  j["counts"] = {{"shards", r.shards},
+                 {"modules", r.modules},
+                 {"scale_groups", r.scale_groups},
+                 {"active_groups", r.active_groups},
+                 {"zero_groups", r.zero_groups},
+                 {"canonicalised_zero_groups", r.canonicalised_zero_groups},
+                 {"marlin_zeroed_groups", r.marlin_zeroed_groups},
+                 {"passthrough_tensors", r.passthrough_tensors},
+                 {"companion_files", r.companion_files}};
+  j["source_tensor_bytes"] = r.source_tensor_bytes;
+  j["target_tensor_bytes"] = r.target_tensor_bytes;
+  j["size_change_percent"] = std::round(r.size_change_percent() * 1e4) / 1e4;
+  j["values_compared"] = r.values_compared;
+  j["mismatches"] = r.mismatches;
+  j["max_abs_error"] = std::isfinite(r.max_abs_error) ? Json(r.max_abs_error) : Json("inf");
+  j["over_span"] = Json::array();
+  for (const auto& o : r.over_span) {
+    j["over_span"].push_back(
+        {{"module", o.module}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
+  }
+  j["unrepresentable_globals"] = r.unrepresentable_globals;
+  j["differences"] = r.differences;
+  if (!r.error.empty()) j["error"] = r.error;
+  j["seconds"] = std::round(r.seconds * 1000) / 1000;
+  return j;
+}
+
+}  // namespace mx2nv

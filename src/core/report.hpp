@@ -1,0 +1,60 @@
+// The machine-readable account of a run (`--report FILE`, `inspect --json`).
+// Field names are a contract: scripts read them.
+#pragma once
+
+#include "core/numerics.hpp"
+#include "core/plan.hpp"
+#include "core/strict_json.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+struct Provenance {
+  std::string tool_version = MX2NV_VERSION;
+  std::string source;
+  std::optional<std::string> revision;  // HF cache snapshot revision, when SRC is one
+  std::string target;
+};
+
+// "…/snapshots/<rev>/…" -> rev (the Hugging Face cache layout).
+std::optional<std::string> hf_snapshot_revision(const std::string& path);
+
+struct Report {
+  std::string command;
+  std::string result = "ok";  // ok | refused | mismatch | error
+  Window window = Window::Marlin;
+  Provenance provenance;
+
+  std::uint64_t modules = 0;
+  std::uint64_t scale_groups = 0;  // distinct global scales (gate/up pairs count once)
+  std::uint64_t active_groups = 0;
+  std::uint64_t zero_groups = 0;
+  std::uint64_t canonicalised_zero_groups = 0;
+  std::uint64_t marlin_zeroed_groups = 0;
+  std::uint64_t passthrough_tensors = 0;
+  std::uint64_t companion_files = 0;
+  std::uint64_t shards = 0;
+
+  std::uint64_t source_tensor_bytes = 0;
+  std::uint64_t target_tensor_bytes = 0;
+
+  std::uint64_t values_compared = 0;
+  std::uint64_t mismatches = 0;
+  double max_abs_error = 0;
+
+  std::vector<OverSpan> over_span;
+  std::vector<std::string> unrepresentable_globals;
+  std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
+  std::string error;                     // the error message when result == "error"
+  double seconds = 0;
+
+  double size_change_percent() const;
+};
+
+Json report_to_json(const Report& report);
+
+}  // namespace mx2nv

@@ -1,0 +1,149 @@
+#include "core/scale_scan.hpp"
+
+#include "core/error.hpp"
+#include "core/numerics.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace mx2nv {
+namespace {
+
+constexpr std::uint64_t kScaleChunk = 1 << 20;      // scale bytes per read
+constexpr std::uint64_t kClassifyGroups = 1 << 18;  // groups per read when classifying (4 MiB packed)
+constexpr std::uint64_t kMaxScalePasses = 8;        // extra scale passes before classifying instead
+
+}  // namespace
+
+bool group_is_active(const std::byte* group16) {
+  std::uint64_t lo = 0, hi = 0;
+  std::memcpy(&lo, group16, 8);
+  std::memcpy(&hi, group16 + 8, 8);
+  // Each nibble's magnitude is its low three bits; the sign bit (0x8) alone is -0.
+  constexpr std::uint64_t kMagnitudes = 0x7777777777777777ULL;
+  return ((lo | hi) & kMagnitudes) != 0;
+}
+
+ModuleScanner::ModuleScanner(const QuantModule& module, const ModuleLocation& where)
+    : module_(module), where_(where) {}
+
+template <typename Visit>
+void ModuleScanner::for_each_scale(Visit&& visit) {
+  const std::uint64_t total = module_.group_count();
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min(total, kScaleChunk)));
+  for (std::uint64_t start = 0; start < total; start += kScaleChunk) {
+    const std::uint64_t n = std::min(kScaleChunk, total - start);
+    where_.scale->read_at(where_.scale_offset + start, {buffer.data(), static_cast<std::size_t>(n)});
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (!visit(start + i, std::to_integer<std::uint8_t>(buffer[static_cast<std::size_t>(i)]))) return;
+    }
+  }
+}
+
+void ModuleScanner::read_histogram() {
+  histogram_.fill(0);
+  for_each_scale([&](std::uint64_t position, std::uint8_t b) {
+    if (b == kE8M0NaN) {
+      fail_input("{}: tensor \"{}\" row {} group {}: scale byte 0xFF is NaN in E8M0", where_.scale_file,
+                 module_.scale.name, position / module_.groups, position % module_.groups);
+    }
+    ++histogram_[b];
+    return true;
+  });
+}
+
+bool ModuleScanner::probe(std::uint64_t position) {
+  std::byte group[kGroupBytes];
+  where_.packed->read_at(where_.packed_offset + position * kGroupBytes, group);
+  ++probes_;
+  return group_is_active(group);
+}
+
+bool ModuleScanner::over_budget(std::uint64_t more) const {
+  // A probe costs a random read; past 1/256 of the groups (about one probe per
+  // 4 KiB page of packed data) a sequential pass is cheaper.
+  const std::uint64_t budget = std::max<std::uint64_t>(256, module_.group_count() / 256);
+  return probes_ + more > budget || scale_passes_ >= kMaxScalePasses;
+}
+
+void ModuleScanner::classify_all() {
+  ByteHistogram active{};
+  const std::uint64_t total = module_.group_count();
+  const std::uint64_t chunk = std::min(total, kClassifyGroups);
+  std::vector<std::byte> scales(static_cast<std::size_t>(chunk));
+  std::vector<std::byte> packed(static_cast<std::size_t>(chunk * kGroupBytes));
+  for (std::uint64_t start = 0; start < total; start += chunk) {
+    const std::uint64_t n = std::min(chunk, total - start);
+    where_.scale->read_at(where_.scale_offset + start, {scales.data(), static_cast<std::size_t>(n)});
+    where_.packed->read_at(where_.packed_offset + start * kGroupBytes,
+                           {packed.data(), static_cast<std::size_t>(n * kGroupBytes)});
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (group_is_active(packed.data() + i * kGroupBytes)) ++active[std::to_integer<std::uint8_t>(scales[i])];
+    }
+  }
+  full_ = active;
+}
+
+bool ModuleScanner::any_active_with_byte(std::uint8_t b) {
+  if (full_) return (*full_)[b] > 0;
+  if (over_budget(1)) classify_all();
+  if (full_) return (*full_)[b] > 0;
+  ++scale_passes_;
+  bool found = false;
+  std::uint64_t seen = 0;
+  for_each_scale([&](std::uint64_t position, std::uint8_t byte) {
+    if (byte != b) return true;
+    ++seen;
+    if (probe(position)) {
+      found = true;
+      return false;
+    }
+    // Every group with this byte may be zero; stop probing when that gets costly.
+    return !(seen < histogram_[b] && over_budget(1));
+  });
+  if (!found && seen < histogram_[b]) {
+    classify_all();
+    return (*full_)[b] > 0;
+  }
+  return found;
+}
+
+std::optional<int> ModuleScanner::active_k_max() {
+  for (int b = 254; b >= 0; --b) {
+    const auto byte = static_cast<std::uint8_t>(b);
+    if (histogram_[byte] > 0 && any_active_with_byte(byte)) return e8m0_exponent(byte);
+  }
+  return std::nullopt;
+}
+
+std::optional<int> ModuleScanner::active_k_min() {
+  for (int b = 0; b <= 254; ++b) {
+    const auto byte = static_cast<std::uint8_t>(b);
+    if (histogram_[byte] > 0 && any_active_with_byte(byte)) return e8m0_exponent(byte);
+  }
+  return std::nullopt;
+}
+
+std::uint64_t ModuleScanner::count_active(int k_lo, int k_hi) {
+  const int b_lo = std::max(0, k_lo + kE8M0Bias);
+  const int b_hi = std::min(254, k_hi + kE8M0Bias);
+  if (b_lo > b_hi) return 0;
+  std::uint64_t candidates = 0;
+  for (int b = b_lo; b <= b_hi; ++b) candidates += histogram_[static_cast<std::size_t>(b)];
+  if (candidates == 0) return 0;
+  if (!full_ && over_budget(candidates)) classify_all();
+  std::uint64_t active = 0;
+  if (full_) {
+    for (int b = b_lo; b <= b_hi; ++b) active += (*full_)[static_cast<std::size_t>(b)];
+    return active;
+  }
+  ++scale_passes_;
+  for_each_scale([&](std::uint64_t position, std::uint8_t byte) {
+    if (byte >= b_lo && byte <= b_hi && probe(position)) ++active;
+    return true;
+  });
+  return active;
+}
+
+}  // namespace mx2nv

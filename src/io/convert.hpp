@@ -1,0 +1,26 @@
+// mx2nv convert: plan (headers + scales of every shard; decide every global;
+// refuse early) -> execute (per shard, parallel) -> finalize (companions,
+// config, index last). Returns the report; throws Error on failure, after
+// removing everything it wrote to DST.
+#pragma once
+
+#include "core/numerics.hpp"
+#include "core/report.hpp"
+#include "io/file.hpp"
+
+namespace mx2nv {
+
+struct ConvertOptions {
+  fs::path source;
+  fs::path target;
+  Window window = Window::Marlin;
+  unsigned threads = 1;
+};
+
+Report convert_checkpoint(const ConvertOptions& options);
+
+// Copies one file's bytes through a buffer into a pending output file.
+class OutputDir;
+void copy_companion(const fs::path& from, OutputDir& out, const std::string& relative);
+
+}  // namespace mx2nv

@@ -1,0 +1,116 @@
+#include "io/file.hpp"
+
+#include "core/error.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mx2nv {
+
+void fail_io(const fs::path& path, const char* operation, int error_number) {
+  fail(ErrorKind::Io, "{}: {}: {}", path.string(), operation, std::strerror(error_number));
+}
+
+File File::open_read(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_io(path, "open for reading", errno);
+  return File(fd, path);
+}
+
+File File::create_new(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io(path, "create", errno);
+  return File(fd, path);
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::uint64_t File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail_io(path_, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::InvalidInput, "{}: not a regular file", path_.string());
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+void File::read_at(std::uint64_t offset, std::span<std::byte> out) const {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_io(path_, "read", errno);
+    }
+    if (n == 0) {
+      // Sizes were validated against the file when it was opened: it shrank.
+      fail(ErrorKind::Io, "{}: unexpected end of file at byte {} (file changed while reading?)", path_.string(),
+           offset + done);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void File::write_at(std::uint64_t offset, std::span<const std::byte> data) const {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_io(path_, "write", errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void File::sync() const {
+  if (::fsync(fd_) != 0) fail_io(path_, "fsync", errno);
+}
+
+void File::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail_io(path_, "close", errno);
+}
+
+void File::advise_sequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
+
+std::string read_text_file(const fs::path& path, std::uint64_t max_bytes) {
+  File f = File::open_read(path);
+  const std::uint64_t size = f.size();
+  if (size > max_bytes) {
+    fail(ErrorKind::InvalidInput, "{}: {} bytes exceeds the {} byte limit for this file", path.string(), size,
+         max_bytes);
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  f.read_at(0, std::as_writable_bytes(std::span(text)));
+  return text;
+}
+
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_io(dir, "open directory", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail_io(dir, "fsync directory", err);
+}
+
+}  // namespace mx2nv

@@ -1,0 +1,60 @@
+// File descriptors with RAII and positional, retrying reads and writes. Every
+// failure becomes Error(Io) naming the path and the operation.
+#pragma once
+
+#include "core/byte_source.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace mx2nv {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail_io(const fs::path& path, const char* operation, int error_number);
+
+class File {
+ public:
+  File() = default;
+  static File open_read(const fs::path& path);
+  // Creates a new file; refuses to replace one that exists (O_EXCL).
+  static File create_new(const fs::path& path);
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  std::uint64_t size() const;
+  void read_at(std::uint64_t offset, std::span<std::byte> out) const;
+  void write_at(std::uint64_t offset, std::span<const std::byte> data) const;
+  void sync() const;
+  void close();  // reports errors that a destructor would have to swallow
+  const fs::path& path() const { return path_; }
+  bool is_open() const { return fd_ >= 0; }
+  // The sequential-access hint: shards are streamed front to back.
+  void advise_sequential() const;
+
+ private:
+  File(int fd, fs::path path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  fs::path path_;
+};
+
+class FileSource final : public ByteSource {
+ public:
+  explicit FileSource(const File& file) : file_(&file) {}
+  void read_at(std::uint64_t offset, std::span<std::byte> out) const override { file_->read_at(offset, out); }
+
+ private:
+  const File* file_;
+};
+
+// Whole small file (config.json, index) with a size cap before allocation.
+std::string read_text_file(const fs::path& path, std::uint64_t max_bytes);
+void fsync_directory(const fs::path& dir);
+
+}  // namespace mx2nv

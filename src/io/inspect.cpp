@@ -1,0 +1,96 @@
+#include "io/inspect.hpp"
+
+#include "core/target_layout.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/planner.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace mx2nv {
+
+Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned threads) {
+  const auto started = std::chrono::steady_clock::now();
+  Inspection in;
+  Report& r = in.report;
+  r.command = "inspect";
+  r.window = window;
+  r.provenance.source = fs::absolute(path).lexically_normal().string();
+  r.provenance.revision = hf_snapshot_revision(r.provenance.source);
+
+  const SourceCheckpoint source = open_source_checkpoint(path);
+  const Checkpoint& ck = source.checkpoint;
+  const ScanResult scan = scan_modules(source, threads);
+  in.probes = scan.probes;
+  in.fully_scanned_modules = scan.fully_classified;
+
+  r.shards = ck.shards.size();
+  r.modules = source.modules.modules.size();
+  r.scale_groups = source.modules.scale_groups.size();
+  r.companion_files = ck.companions.size();
+  r.source_tensor_bytes = ck.tensor_bytes();
+  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
+    const TargetLayout layout = make_target_layout(ck.shards[s].header, s, source.modules);
+    r.target_tensor_bytes += layout.data_size;
+    for (const auto& t : layout.tensors) r.passthrough_tensors += t.role == TensorRole::PassThrough ? 1 : 0;
+  }
+
+  for (const Window w : {Window::Marlin, Window::E4M3}) {
+    const Plan plan = plan_conversion(source, scan, w);
+    WindowOutcome o{w, plan.refused(), plan.over_span, plan.bad_globals, 0, 0};
+    for (const auto& mp : plan.modules) {
+      o.canonicalised_zero_groups += mp.canonical_zero_groups;
+      o.marlin_zeroed_groups += mp.marlin_zeroed_groups;
+    }
+    if (w == window) {
+      r.result = plan.refused() ? "refused" : "ok";
+      r.over_span = plan.over_span;
+      r.unrepresentable_globals = plan.bad_globals;
+      r.canonicalised_zero_groups = o.canonicalised_zero_groups;
+      r.marlin_zeroed_groups = o.marlin_zeroed_groups;
+      for (std::size_t i = 0; i < source.modules.modules.size(); ++i) {
+        const QuantModule& m = source.modules.modules[i];
+        ModuleSummary s{m.name, m.rows, m.groups, scan.facts[i].k_max, scan.facts[i].k_min, plan.modules[i].span,
+                        source.modules.scale_groups[m.scale_group].size() > 1};
+        in.max_span = std::max(in.max_span, s.span);
+        in.modules.push_back(std::move(s));
+      }
+    }
+    in.outcomes.push_back(std::move(o));
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return in;
+}
+
+Json inspection_to_json(const Inspection& in) {
+  Json j = report_to_json(in.report);
+  j["max_span"] = in.max_span;
+  j["packed_groups_probed"] = in.probes;
+  j["modules_fully_scanned"] = in.fully_scanned_modules;
+  j["outcomes"] = Json::object();
+  for (const auto& o : in.outcomes) {
+    Json over = Json::array();
+    for (const auto& s : o.over_span) {
+      over.push_back({{"module", s.module}, {"span", s.span}, {"limit", s.limit}, {"groups_outside", s.groups_outside}});
+    }
+    j["outcomes"][std::string(window_name(o.window))] = {
+        {"result", o.refused ? "refused" : "ok"},
+        {"over_span", over},
+        {"unrepresentable_globals", o.unrepresentable_globals},
+        {"canonicalised_zero_groups", o.canonicalised_zero_groups},
+        {"marlin_zeroed_groups", o.marlin_zeroed_groups}};
+  }
+  j["modules"] = Json::array();
+  for (const auto& m : in.modules) {
+    j["modules"].push_back({{"name", m.name},
+                            {"rows", m.rows},
+                            {"groups_per_row", m.groups},
+                            {"k_max", m.k_max ? Json(*m.k_max) : Json(nullptr)},
+                            {"k_min", m.k_min ? Json(*m.k_min) : Json(nullptr)},
+                            {"span", m.span},
+                            {"shares_global", m.pair}});
+  }
+  return j;
+}
+
+}  // namespace mx2nv

@@ -1,0 +1,40 @@
+// mx2nv inspect: a dry run from headers and scales (packed bytes are read
+// only where a group's activity decides an answer; see scale_scan.hpp).
+#pragma once
+
+#include "core/numerics.hpp"
+#include "core/report.hpp"
+#include "io/file.hpp"
+
+namespace mx2nv {
+
+struct ModuleSummary {
+  std::string name;
+  std::uint64_t rows = 0, groups = 0;
+  std::optional<int> k_max, k_min;  // over active groups
+  int span = 0;                     // k_max of the scale group - this module's k_min
+  bool pair = false;
+};
+
+struct WindowOutcome {
+  Window window;
+  bool refused = false;
+  std::vector<OverSpan> over_span;
+  std::vector<std::string> unrepresentable_globals;
+  std::uint64_t canonicalised_zero_groups = 0;
+  std::uint64_t marlin_zeroed_groups = 0;
+};
+
+struct Inspection {
+  Report report;  // counts, bytes, provenance; result for the chosen window
+  std::vector<ModuleSummary> modules;
+  std::vector<WindowOutcome> outcomes;  // marlin, e4m3
+  std::uint64_t probes = 0;
+  std::uint64_t fully_scanned_modules = 0;
+  int max_span = 0;
+};
+
+Inspection inspect_checkpoint(const fs::path& source, Window window, unsigned threads);
+Json inspection_to_json(const Inspection& inspection);
+
+}  // namespace mx2nv

@@ -1,0 +1,25 @@
+// Execute step of a conversion for one shard: stream the source shard into
+// its target layout. Independent per shard, so shards run in parallel (and,
+// later, on other machines). Memory: one fixed buffer, whatever the shard size.
+#pragma once
+
+#include "core/plan.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/output_dir.hpp"
+
+#include <cstdint>
+
+namespace mx2nv {
+
+inline constexpr std::size_t kCopyBufferBytes = 8 << 20;
+
+struct ShardWriteResult {
+  std::uint64_t target_bytes = 0;       // tensor data written
+  std::uint64_t zero_groups = 0;        // 32-groups whose packed codes are all +-0
+  std::uint64_t groups = 0;
+  std::uint64_t passthrough_tensors = 0;
+};
+
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, OutputDir& out);
+
+}  // namespace mx2nv

@@ -1,0 +1,26 @@
+// mx2nv verify: re-reads SRC and DST and proves every value of DST equals the
+// value of SRC, independently of convert's code path (it decodes values with
+// the general bit-field decoders and never uses the transcoder's scale map or
+// plan). Structure, pass-through bytes, companion files, config rewrite,
+// gate/up globals and the window are checked too. Any difference: result
+// "mismatch" (exit 1) with the file, tensor, row and group concerned.
+#pragma once
+
+#include "core/numerics.hpp"
+#include "core/report.hpp"
+#include "io/file.hpp"
+
+namespace mx2nv {
+
+struct VerifyOptions {
+  fs::path source;
+  fs::path target;
+  Window window = Window::Marlin;
+  unsigned threads = 1;
+};
+
+inline constexpr std::size_t kMaxReportedDifferences = 200;
+
+Report verify_checkpoint(const VerifyOptions& options);
+
+}  // namespace mx2nv
