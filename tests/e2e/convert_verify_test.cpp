@@ -1,0 +1,326 @@
+// End to end on generated checkpoints: convert -> verify in K3 and flat
+// layouts, single-file, determinism, windows, refusals, and verify catching a
+// flipped byte anywhere in the output.
+#include "core/error.hpp"
+#include "core/shard_index.hpp"
+#include "e2e_support.hpp"
+#include "fixture/fixture.hpp"
+#include "io/convert.hpp"
+#include "io/inspect.hpp"
+#include "io/verify.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace mx2nv::e2e {
+namespace {
+
+using nlohmann::json;
+
+FixtureSpec small(FixtureLayout layout, unsigned shards) {
+  FixtureSpec s;
+  s.layout = layout;
+  s.layers = 2;
+  s.experts = 3;
+  s.hidden = 128;
+  s.intermediate = 64;
+  s.shards = shards;
+  return s;
+}
+
+Report convert(const fs::path& src, const fs::path& dst, Window w = Window::Marlin, unsigned threads = 2) {
+  return convert_checkpoint({src, dst, w, threads});
+}
+
+Report verify(const fs::path& src, const fs::path& dst, Window w = Window::Marlin) {
+  return verify_checkpoint({src, dst, w, 2});
+}
+
+std::uint64_t expected_values(const FixtureSpec& s) {
+  return std::uint64_t{s.layers} * s.experts * 3 * s.hidden * s.intermediate;
+}
+
+TEST(ConvertVerify, K3LayoutWithGateUpSplitAcrossShards) {
+  ScratchDir d;
+  const FixtureSpec spec = small(FixtureLayout::K3, 3);
+  write_fixture(d / "src", spec);
+  // The fixture must really straddle a pair across shards for this test to mean anything.
+  const json index = json::parse(read_file(d / "src" / std::string(kIndexFileName)));
+  bool split = false;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (name.ends_with(".w1.weight_scale")) {
+      const std::string w3 = name.substr(0, name.size() - 16) + ".w3.weight_scale";
+      split = split || index["weight_map"][w3] != shard;
+    }
+  }
+  ASSERT_TRUE(split);
+
+  const Report c = convert(d / "src", d / "dst");
+  ASSERT_EQ(c.result, "ok");
+  EXPECT_EQ(c.modules, 18u);
+  EXPECT_EQ(c.scale_groups, 12u);
+  EXPECT_GT(c.canonicalised_zero_groups, 0u);  // the fixture plants out-of-window zero-group scales
+  EXPECT_GT(c.zero_groups, 0u);
+  EXPECT_EQ(c.active_groups + c.zero_groups, expected_values(spec) / 32);
+  EXPECT_GT(c.target_tensor_bytes, c.source_tensor_bytes);
+
+  const Report v = verify(d / "src", d / "dst");
+  EXPECT_EQ(v.result, "ok") << (v.differences.empty() ? "" : v.differences[0]);
+  EXPECT_EQ(v.values_compared, expected_values(spec));
+  EXPECT_EQ(v.mismatches, 0u);
+  EXPECT_EQ(v.max_abs_error, 0.0);
+  EXPECT_EQ(v.zero_groups, c.zero_groups);
+  EXPECT_EQ(v.target_tensor_bytes, c.target_tensor_bytes);
+
+  // Index regenerated: globals indexed beside their scales, total_size right.
+  const json out = json::parse(read_file(d / "dst" / std::string(kIndexFileName)));
+  EXPECT_EQ(out["metadata"]["total_size"], c.target_tensor_bytes);
+  const std::string m = fixture_module_name(spec, 1, 2, 1);
+  EXPECT_EQ(out["weight_map"][m + ".weight_global_scale"], out["weight_map"][m + ".weight_scale"]);
+  // Companion files and subfolders copied.
+  EXPECT_EQ(read_file(d / "src/assets/LICENSE.txt"), read_file(d / "dst/assets/LICENSE.txt"));
+  EXPECT_EQ(read_file(d / "src/tiktoken.model"), read_file(d / "dst/tiktoken.model"));
+}
+
+TEST(ConvertVerify, FlatLayout) {
+  ScratchDir d;
+  const FixtureSpec spec = small(FixtureLayout::Flat, 2);
+  write_fixture(d / "src", spec);
+  const Report c = convert(d / "src", d / "dst");
+  ASSERT_EQ(c.result, "ok");
+  EXPECT_EQ(c.scale_groups, 12u);  // gate_proj/up_proj pairs
+  const Report v = verify(d / "src", d / "dst");
+  EXPECT_EQ(v.result, "ok") << (v.differences.empty() ? "" : v.differences[0]);
+  EXPECT_EQ(v.values_compared, expected_values(spec));
+  const json cfg = json::parse(read_file(d / "dst/config.json"));
+  EXPECT_EQ(cfg["quantization_config"]["format"], "nvfp4-pack-quantized");
+}
+
+TEST(ConvertVerify, SingleFileCheckpoint) {
+  ScratchDir d;
+  write_fixture(d / "src", small(FixtureLayout::Flat, 1));
+  ASSERT_FALSE(fs::exists(d / "src" / std::string(kIndexFileName)));
+  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  EXPECT_FALSE(fs::exists(d / "dst" / std::string(kIndexFileName)));
+  EXPECT_EQ(verify(d / "src", d / "dst").result, "ok");
+}
+
+TEST(ConvertVerify, SameInputGivesByteIdenticalOutputWhateverTheThreads) {
+  ScratchDir d;
+  write_fixture(d / "src", small(FixtureLayout::K3, 4));
+  ASSERT_EQ(convert(d / "src", d / "a", Window::Marlin, 1).result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "b", Window::Marlin, 4).result, "ok");
+  const auto a = snapshot(d / "a");
+  const auto b = snapshot(d / "b");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(a == b);
+}
+
+TEST(ConvertVerify, PackedBytesAreUntouched) {
+  ScratchDir d;
+  const FixtureSpec spec = small(FixtureLayout::K3, 1);
+  write_fixture(d / "src", spec);
+  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  // Pull one packed tensor out of each file by its header offsets.
+  const auto tensor_bytes = [](const fs::path& file, const std::string& name) {
+    const std::string all = read_file(file);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(all[static_cast<std::size_t>(i)])) << (8 * i);
+    const json h = json::parse(all.substr(8, n));
+    const auto b = h[name]["data_offsets"][0].get<std::uint64_t>(), e = h[name]["data_offsets"][1].get<std::uint64_t>();
+    return all.substr(8 + n + b, e - b);
+  };
+  const std::string name = fixture_module_name(spec, 0, 1, 2) + ".weight_packed";
+  EXPECT_EQ(tensor_bytes(d / "src/model.safetensors", name), tensor_bytes(d / "dst/model.safetensors", name));
+}
+
+TEST(Windows, OverSpanIsRefusedUnderMarlinAndExactUnderE4m3) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::K3, 2);
+  const std::string hot = fixture_module_name(spec, 1, 0, 2);  // a down projection: its own global
+  spec.overrides[hot].span = 16;
+  spec.overrides[hot].k_max = -4;
+  write_fixture(d / "src", spec);
+
+  const Report refused = convert(d / "src", d / "marlin");
+  ASSERT_EQ(refused.result, "refused");
+  ASSERT_EQ(refused.over_span.size(), 1u);
+  EXPECT_EQ(refused.over_span[0].module, hot);
+  EXPECT_EQ(refused.over_span[0].span, 16);
+  EXPECT_EQ(refused.over_span[0].limit, 14);
+  EXPECT_GT(refused.over_span[0].groups_outside, 0u);
+  EXPECT_FALSE(fs::exists(d / "marlin"));  // nothing that looks like a checkpoint
+
+  const Report e4m3 = convert(d / "src", d / "e4m3", Window::E4M3);
+  ASSERT_EQ(e4m3.result, "ok");
+  EXPECT_GT(e4m3.marlin_zeroed_groups, 0u);
+  EXPECT_EQ(verify(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+  // Under the marlin window the same output is a difference, and verify counts
+  // exactly the groups the plan predicted Marlin would flush.
+  const Report vm = verify(d / "src", d / "e4m3", Window::Marlin);
+  EXPECT_EQ(vm.result, "mismatch");
+  EXPECT_EQ(vm.mismatches, 0u);
+  EXPECT_EQ(vm.marlin_zeroed_groups, e4m3.marlin_zeroed_groups);
+
+  const Inspection in = inspect_checkpoint(d / "src", Window::Marlin, 2);
+  EXPECT_EQ(in.report.result, "refused");
+  ASSERT_EQ(in.outcomes.size(), 2u);
+  EXPECT_TRUE(in.outcomes[0].refused);
+  EXPECT_FALSE(in.outcomes[1].refused);
+  EXPECT_EQ(in.outcomes[1].marlin_zeroed_groups, e4m3.marlin_zeroed_groups);
+  EXPECT_EQ(in.outcomes[0].over_span[0].groups_outside, refused.over_span[0].groups_outside);
+  EXPECT_EQ(in.report.target_tensor_bytes, e4m3.target_tensor_bytes);  // size predicted exactly
+  EXPECT_EQ(in.max_span, 16);
+}
+
+TEST(Windows, BeyondE4m3IsRefusedEverywhere) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::Flat, 1);
+  spec.overrides[fixture_module_name(spec, 0, 0, 2)].span = 18;
+  write_fixture(d / "src", spec);
+  EXPECT_EQ(convert(d / "src", d / "dst", Window::E4M3).result, "refused");
+  EXPECT_FALSE(fs::exists(d / "dst"));
+}
+
+TEST(Windows, GateUpSharingCanPushAModuleOverTheSpan) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::K3, 2);
+  const std::string gate = fixture_module_name(spec, 0, 1, 0), up = fixture_module_name(spec, 0, 1, 1);
+  spec.overrides[gate] = {-10, 10, false, false};  // alone: span 10
+  spec.overrides[up] = {-4, 4, false, false};      // raises the shared k_max: gate spans 16
+  write_fixture(d / "src", spec);
+  const Report r = convert(d / "src", d / "dst");
+  ASSERT_EQ(r.result, "refused");
+  ASSERT_EQ(r.over_span.size(), 1u);
+  EXPECT_EQ(r.over_span[0].module, gate);
+  EXPECT_EQ(r.over_span[0].span, 16);
+}
+
+TEST(Inputs, NaNScaleIsInvalidInputAndWritesNothing) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::K3, 2);
+  spec.overrides[fixture_module_name(spec, 1, 1, 1)].nan_scale = true;
+  write_fixture(d / "src", spec);
+  try {
+    convert(d / "src", d / "dst");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("0xFF"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("row 0 group"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(d / "dst"));
+}
+
+TEST(Inputs, AllZeroModuleGetsUnitGlobalAndZeroScales) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::Flat, 1);
+  const std::string m = fixture_module_name(spec, 0, 0, 2);
+  spec.overrides[m].all_zero = true;
+  write_fixture(d / "src", spec);
+  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, "ok");
+  const std::string all = read_file(d / "dst/model.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(all[static_cast<std::size_t>(i)])) << (8 * i);
+  const json h = json::parse(all.substr(8, n));
+  const auto g0 = h[m + ".weight_global_scale"]["data_offsets"][0].get<std::uint64_t>();
+  float g = 0;
+  std::memcpy(&g, all.data() + 8 + n + g0, 4);
+  EXPECT_EQ(g, 1.0f);
+  const auto s0 = h[m + ".weight_scale"]["data_offsets"][0].get<std::uint64_t>();
+  const auto s1 = h[m + ".weight_scale"]["data_offsets"][1].get<std::uint64_t>();
+  EXPECT_EQ(all.substr(8 + n + s0, s1 - s0), std::string(s1 - s0, '\0'));
+}
+
+TEST(Destination, UsageErrors) {
+  ScratchDir d;
+  write_fixture(d / "src", small(FixtureLayout::Flat, 1));
+  fs::create_directories(d / "full");
+  write_file(d / "full/x", "x");
+  const auto kind = [&](const fs::path& dst) {
+    try {
+      convert(d / "src", dst);
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::Io;
+  };
+  EXPECT_EQ(kind(d / "full"), ErrorKind::Usage);
+  EXPECT_EQ(kind(d / "src"), ErrorKind::Usage);
+  EXPECT_EQ(kind(d / "src/sub"), ErrorKind::Usage);
+  EXPECT_EQ(kind(d.path()), ErrorKind::Usage);  // contains SRC (and is non-empty)
+  EXPECT_FALSE(fs::exists(d / "src/sub"));
+}
+
+TEST(Inputs, HuggingFaceSnapshotOfSymlinks) {
+  ScratchDir d;
+  write_fixture(d / "plain", small(FixtureLayout::K3, 2));
+  const fs::path snap = d / "hub/models--acme--k3/snapshots/0123abcd";
+  fs::create_directories(snap);
+  fs::create_directories(d / "hub/models--acme--k3/blobs");
+  int i = 0;
+  for (const auto& e : fs::recursive_directory_iterator(d / "plain")) {
+    if (!e.is_regular_file()) continue;
+    const fs::path rel = fs::relative(e.path(), d / "plain");
+    const fs::path blob = d / "hub/models--acme--k3/blobs" / ("blob" + std::to_string(i++));
+    fs::copy_file(e.path(), blob);
+    fs::create_directories((snap / rel).parent_path());
+    fs::create_symlink(blob, snap / rel);
+  }
+  const Report r = convert(snap, d / "dst");
+  ASSERT_EQ(r.result, "ok");
+  EXPECT_EQ(r.provenance.revision, "0123abcd");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(d / "dst/config.json")));
+  EXPECT_EQ(verify(snap, d / "dst").result, "ok");
+}
+
+// One flipped byte anywhere in DST (headers, packed codes, scales, globals,
+// pass-through tensors, config, index, companions) is found by verify.
+TEST(Verify, CatchesAFlippedByteAnywhere) {
+  ScratchDir d;
+  write_fixture(d / "src", small(FixtureLayout::K3, 2));
+  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  const auto files = snapshot(d / "dst");
+  int cases = 0;
+  for (const auto& [rel, bytes] : files) {
+    std::vector<std::size_t> positions = {0, bytes.size() / 7, bytes.size() / 3, bytes.size() / 2,
+                                          bytes.size() * 5 / 6, bytes.size() - 1};
+    if (rel.ends_with(".safetensors")) {
+      for (std::size_t p = 8; p < 400; p += 37) positions.push_back(p);  // inside the JSON header
+    }
+    for (const std::size_t pos : positions) {
+      for (const int mask : {0x01, 0x80}) {
+        std::string broken = bytes;
+        broken[pos] = static_cast<char>(broken[pos] ^ mask);
+        write_file(d / "dst" / rel, broken);
+        Report v;
+        bool errored = false;
+        try {
+          v = verify(d / "src", d / "dst");
+        } catch (const Error&) {
+          errored = true;  // only acceptable for the source; DST damage must be a mismatch
+        }
+        EXPECT_FALSE(errored) << rel << " byte " << pos;
+        EXPECT_EQ(v.result, "mismatch") << rel << " byte " << pos << " mask " << int(mask);
+        ++cases;
+      }
+    }
+    write_file(d / "dst" / rel, bytes);
+  }
+  EXPECT_GT(cases, 100);
+  EXPECT_EQ(verify(d / "src", d / "dst").result, "ok");
+}
+
+TEST(Verify, ExtraOrMissingFilesAreDifferences) {
+  ScratchDir d;
+  write_fixture(d / "src", small(FixtureLayout::Flat, 2));
+  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  write_file(d / "dst/extra.txt", "x");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, "mismatch");
+  fs::remove(d / "dst/extra.txt");
+  fs::remove(d / "dst/generation_config.json");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, "mismatch");
+}
+
+}  // namespace
+}  // namespace mx2nv::e2e

@@ -1,0 +1,76 @@
+// Helpers for end-to-end tests: scratch directories, whole-tree snapshots,
+// running the built CLI.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+namespace mx2nv::e2e {
+
+namespace fs = std::filesystem;
+
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base ? base : "/tmp") + "/mx2nv-test-XXXXXX";
+    path_ = fs::path(::mkdtemp(tmpl.data()));
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& p) const { return path_ / p; }
+
+ private:
+  fs::path path_;
+};
+
+inline std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline void write_file(const fs::path& p, const std::string& data) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+// Relative path -> contents, for every regular file below root.
+inline std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), root).generic_string()] = read_file(e.path());
+  }
+  return out;
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+inline CliResult run_cli(const std::string& args) {
+  ScratchDir io;
+  const std::string cmd = std::string(MX2NV_EXE) + " " + args + " >" + (io / "out").string() + " 2>" +
+                          (io / "err").string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(io / "out");
+  r.err = read_file(io / "err");
+  return r;
+}
+
+}  // namespace mx2nv::e2e

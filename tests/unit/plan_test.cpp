@@ -1,0 +1,358 @@
+// Module discovery, the scale scanner (against brute force), and planning:
+// shared gate/up globals, over-span reporting, zero groups, NaN refusal.
+#include "core/error.hpp"
+#include "core/modules.hpp"
+#include "core/plan.hpp"
+#include "core/scale_scan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace mx2nv {
+namespace {
+
+class MemorySource final : public ByteSource {
+ public:
+  std::vector<std::byte> bytes;
+  mutable std::uint64_t reads = 0;
+  void read_at(std::uint64_t offset, std::span<std::byte> out) const override {
+    ASSERT_LE(offset + out.size(), bytes.size());
+    std::memcpy(out.data(), bytes.data() + offset, out.size());
+    ++reads;
+  }
+};
+
+// A module in memory: packed at offset 0 of `packed`, scales at 0 of `scale`.
+struct MemModule {
+  QuantModule module;
+  MemorySource packed, scale;
+  std::vector<bool> active;
+  ModuleLocation where() { return {&packed, 0, &scale, 0, "mem"}; }
+};
+
+MemModule make(std::uint64_t rows, std::uint64_t groups, const std::function<std::pair<int, bool>(std::uint64_t)>& gen) {
+  MemModule m;
+  m.module.name = "m";
+  m.module.rows = rows;
+  m.module.groups = groups;
+  m.packed.bytes.resize(static_cast<std::size_t>(rows * groups * 16));
+  m.scale.bytes.resize(static_cast<std::size_t>(rows * groups));
+  for (std::uint64_t p = 0; p < rows * groups; ++p) {
+    const auto [k, active] = gen(p);
+    m.scale.bytes[p] = static_cast<std::byte>(k + 127);
+    m.active.push_back(active);
+    if (active) m.packed.bytes[p * 16 + p % 16] = std::byte{0x30};  // code 3 in the high nibble
+    else m.packed.bytes[p * 16] = std::byte{0x88};                  // two -0 codes
+  }
+  return m;
+}
+
+TEST(GroupIsActive, SignOnlyNibblesAreZero) {
+  std::byte g[16] = {};
+  EXPECT_FALSE(group_is_active(g));
+  for (int i = 0; i < 16; ++i) g[i] = std::byte{0x88};
+  EXPECT_FALSE(group_is_active(g));
+  for (int pos = 0; pos < 32; ++pos) {
+    for (std::uint8_t code = 1; code < 16; ++code) {
+      if ((code & 7) == 0) continue;
+      std::byte h[16] = {};
+      h[pos / 2] = static_cast<std::byte>(pos % 2 ? code << 4 : code);
+      EXPECT_TRUE(group_is_active(h)) << pos << " " << int(code);
+    }
+  }
+}
+
+TEST(ModuleScanner, ExtremesIgnoreZeroGroups) {
+  // Zero groups carry the most extreme scales; active ones span [-10, -3].
+  MemModule m = make(8, 4, [](std::uint64_t p) -> std::pair<int, bool> {
+    if (p == 5) return {20, false};
+    if (p == 6) return {-127, false};
+    return {-3 - static_cast<int>(p % 8), true};
+  });
+  ModuleScanner s(m.module, m.where());
+  s.read_histogram();
+  EXPECT_EQ(s.active_k_max(), -3);
+  EXPECT_EQ(s.active_k_min(), -10);
+  EXPECT_EQ(s.count_active(-127, -11), 0u);
+  EXPECT_LT(s.probes(), 8u);  // a handful of probes, not the whole tensor
+}
+
+TEST(ModuleScanner, AllZeroModuleHasNoExtremes) {
+  MemModule m = make(4, 2, [](std::uint64_t p) { return std::pair<int, bool>{static_cast<int>(p) - 3, false}; });
+  ModuleScanner s(m.module, m.where());
+  s.read_histogram();
+  EXPECT_FALSE(s.active_k_max().has_value());
+  EXPECT_FALSE(s.active_k_min().has_value());
+}
+
+TEST(ModuleScanner, NaNScaleRefusedWithRowAndGroup) {
+  MemModule m = make(3, 4, [](std::uint64_t) { return std::pair<int, bool>{0, true}; });
+  m.scale.bytes[6] = std::byte{0xFF};
+  ModuleScanner s(m.module, m.where());
+  try {
+    s.read_histogram();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("row 1 group 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModuleScanner, NaNInZeroGroupIsRefusedToo) {
+  MemModule m = make(2, 2, [](std::uint64_t p) { return std::pair<int, bool>{0, p != 3}; });
+  m.scale.bytes[3] = std::byte{0xFF};
+  ModuleScanner s(m.module, m.where());
+  EXPECT_THROW(s.read_histogram(), Error);
+}
+
+// Property: whatever the mix (including many zero groups at the extremes,
+// which forces the full-classification fallback), answers equal brute force.
+TEST(ModuleScanner, MatchesBruteForce) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::uint64_t rows = 1 + rng() % 40, groups = 1 + rng() % 12;
+    const int zero_pct = static_cast<int>(rng() % 101);
+    MemModule m = make(rows, groups, [&](std::uint64_t) -> std::pair<int, bool> {
+      const bool active = static_cast<int>(rng() % 100) >= zero_pct;
+      return {static_cast<int>(rng() % 40) - 30, active};
+    });
+    std::optional<int> kmax, kmin;
+    for (std::size_t p = 0; p < m.active.size(); ++p) {
+      if (!m.active[p]) continue;
+      const int k = std::to_integer<int>(m.scale.bytes[p]) - 127;
+      kmax = std::max(kmax.value_or(k), k);
+      kmin = std::min(kmin.value_or(k), k);
+    }
+    ModuleScanner s(m.module, m.where());
+    s.read_histogram();
+    EXPECT_EQ(s.active_k_max(), kmax) << trial;
+    EXPECT_EQ(s.active_k_min(), kmin) << trial;
+    for (int lo = -31; lo <= 10; lo += 7) {
+      std::uint64_t expect = 0;
+      for (std::size_t p = 0; p < m.active.size(); ++p) {
+        const int k = std::to_integer<int>(m.scale.bytes[p]) - 127;
+        if (m.active[p] && k >= lo && k <= lo + 5) ++expect;
+      }
+      EXPECT_EQ(s.count_active(lo, lo + 5), expect) << trial;
+    }
+  }
+}
+
+// --- module discovery
+struct HeaderBuilder {
+  std::vector<TensorInfo> tensors;
+  std::uint64_t cursor = 0;
+  HeaderBuilder& add(const std::string& name, Dtype d, std::vector<std::uint64_t> shape) {
+    const std::uint64_t n = tensor_nbytes(d, shape).value();
+    tensors.push_back({name, d, std::move(shape), cursor, cursor + n});
+    cursor += n;
+    return *this;
+  }
+  ShardHeader build() const {
+    const std::string h = serialize_header(std::nullopt, tensors);
+    return ShardHeader::parse(std::string_view(h).substr(8), h.size() + cursor, "s");
+  }
+};
+
+ErrorKind discover_error(const ShardHeader& h, const std::string& fragment) {
+  try {
+    discover_modules({{"s.safetensors", &h}});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "accepted";
+  return ErrorKind::Io;
+}
+
+TEST(Modules, PairsGateUpAcrossShards) {
+  const ShardHeader a = HeaderBuilder()
+                            .add("e.0.w1.weight_packed", Dtype::U8, {4, 32})
+                            .add("e.0.w1.weight_scale", Dtype::U8, {4, 2})
+                            .add("e.0.w2.weight_packed", Dtype::U8, {4, 16})
+                            .add("e.0.w2.weight_scale", Dtype::U8, {4, 1})
+                            .build();
+  const ShardHeader b = HeaderBuilder()
+                            .add("e.0.w3.weight_packed", Dtype::U8, {4, 32})
+                            .add("e.0.w3.weight_scale", Dtype::U8, {4, 2})
+                            .add("m.gate_proj.weight_packed", Dtype::U8, {2, 16})
+                            .add("m.gate_proj.weight_scale", Dtype::F8_E8M0, {2, 1})
+                            .add("m.up_proj.weight_packed", Dtype::U8, {2, 16})
+                            .add("m.up_proj.weight_scale", Dtype::U8, {2, 1})
+                            .add("norm.weight", Dtype::BF16, {4})
+                            .build();
+  const ModuleSet set = discover_modules({{"a", &a}, {"b", &b}});
+  ASSERT_EQ(set.modules.size(), 5u);
+  EXPECT_EQ(set.scale_groups.size(), 3u);
+  const auto& w1 = set.modules[set.by_name.at("e.0.w1")];
+  const auto& w3 = set.modules[set.by_name.at("e.0.w3")];
+  EXPECT_EQ(w1.scale_group, w3.scale_group);
+  EXPECT_NE(w1.scale_shard, w3.scale_shard);
+  EXPECT_NE(set.modules[set.by_name.at("e.0.w2")].scale_group, w1.scale_group);
+  EXPECT_EQ(set.modules[set.by_name.at("m.gate_proj")].scale_group, set.modules[set.by_name.at("m.up_proj")].scale_group);
+  EXPECT_EQ(w1.groups, 2u);
+  EXPECT_TRUE(set.is_module_tensor("e.0.w1.weight_packed"));
+  EXPECT_FALSE(set.is_module_tensor("norm.weight"));
+}
+
+TEST(Modules, RefusesInconsistentPairs) {
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::U8, {4, 16}).build(), "has no"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_scale", Dtype::U8, {4, 1}).build(), "has no"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::U8, {4, 16}).add("a.weight_scale", Dtype::U8, {4, 2}).build(), "needs [4, 1]"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::U8, {4, 16}).add("a.weight_scale", Dtype::U8, {3, 1}).build(), "needs [4, 1]"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::U8, {4, 8}).add("a.weight_scale", Dtype::U8, {4, 1}).build(), "multiple of 32"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::I8, {4, 16}).add("a.weight_scale", Dtype::U8, {4, 1}).build(), "expected U8"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::U8, {4, 16}).add("a.weight_scale", Dtype::F16, {4, 1}).build(), "expected U8"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add("a.weight_packed", Dtype::U8, {64}).add("a.weight_scale", Dtype::U8, {4}).build(), "expected U8"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder()
+                               .add("a.weight_packed", Dtype::U8, {4, 16})
+                               .add("a.weight_scale", Dtype::U8, {4, 1})
+                               .add("a.weight_global_scale", Dtype::F32, {1})
+                               .build(),
+                           "already has"),
+            ErrorKind::InvalidInput);
+}
+
+// --- planning
+ModuleSet two_module_pair() {
+  ModuleSet set;
+  for (const char* n : {"x.w1", "x.w3"}) {
+    QuantModule m;
+    m.name = n;
+    m.rows = 1;
+    m.groups = 4;
+    set.by_name.emplace(n, set.modules.size());
+    set.modules.push_back(m);
+  }
+  set.scale_groups = {{0, 1}};
+  return set;
+}
+
+ModuleFacts facts(std::optional<int> kmax, std::optional<int> kmin, std::vector<std::pair<int, std::uint64_t>> hist) {
+  ModuleFacts f;
+  f.k_max = kmax;
+  f.k_min = kmin;
+  ByteHistogram h{};
+  for (const auto& [k, n] : hist) h[static_cast<std::size_t>(k + 127)] += n;
+  f.histogram = to_sparse(h);
+  return f;
+}
+
+TEST(Plan, PairSharesTheHigherGlobal) {
+  const ModuleSet set = two_module_pair();
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  const Plan plan = make_plan(set, {facts(-5, -10, {{-5, 2}, {-10, 2}}), facts(-2, -9, {{-2, 2}, {-9, 2}})},
+                              Window::Marlin, counter);
+  EXPECT_FALSE(plan.refused());
+  EXPECT_EQ(plan.modules[0].m, -10);
+  EXPECT_EQ(plan.modules[1].m, -10);
+  EXPECT_EQ(plan.modules[0].divisor, 1024.0f);
+  EXPECT_EQ(plan.modules[0].span, 8);  // -2 - (-10)
+}
+
+TEST(Plan, SharingCanPushTheLowerPartnerOverTheWindow) {
+  const ModuleSet set = two_module_pair();
+  // Alone w1 spans 10; with w3's k_max of 5 it spans 15 > 14.
+  const auto counter = [](std::size_t module, int lo, int hi) -> std::uint64_t {
+    return module == 0 && lo <= -10 && -10 <= hi ? 3 : 0;
+  };
+  const Plan marlin = make_plan(set, {facts(0, -10, {{0, 1}, {-10, 3}}), facts(5, 0, {{5, 1}, {0, 3}})},
+                                Window::Marlin, counter);
+  ASSERT_TRUE(marlin.refused());
+  ASSERT_EQ(marlin.over_span.size(), 1u);
+  EXPECT_EQ(marlin.over_span[0].module, "x.w1");
+  EXPECT_EQ(marlin.over_span[0].span, 15);
+  EXPECT_EQ(marlin.over_span[0].limit, 14);
+  EXPECT_EQ(marlin.over_span[0].groups_outside, 3u);
+  const Plan e4m3 = make_plan(set, {facts(0, -10, {{0, 1}, {-10, 3}}), facts(5, 0, {{5, 1}, {0, 3}})},
+                              Window::E4M3, counter);
+  EXPECT_FALSE(e4m3.refused());
+  EXPECT_EQ(e4m3.modules[0].marlin_zeroed_groups, 3u);  // 2^-7 block scales: exact on disk, zeroed by Marlin
+}
+
+TEST(Plan, EveryOffendingModuleIsReported) {
+  ModuleSet set;
+  for (int i = 0; i < 3; ++i) {
+    QuantModule m;
+    m.name = "e." + std::to_string(i) + ".w2";
+    m.rows = 1;
+    m.groups = 2;
+    set.modules.push_back(m);
+    set.scale_groups.push_back({static_cast<std::size_t>(i)});
+  }
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 1; };
+  const Plan plan = make_plan(set, {facts(0, -20, {{0, 1}, {-20, 1}}), facts(0, -5, {{0, 1}, {-5, 1}}),
+                                    facts(0, -16, {{0, 1}, {-16, 1}})},
+                              Window::Marlin, counter);
+  ASSERT_EQ(plan.over_span.size(), 2u);
+  EXPECT_EQ(plan.over_span[0].module, "e.0.w2");
+  EXPECT_EQ(plan.over_span[1].module, "e.2.w2");
+}
+
+TEST(Plan, ZeroGroupsOutsideTheWindowAreCanonicalisedNotRefused) {
+  ModuleSet set;
+  QuantModule m;
+  m.name = "e.w2";
+  m.rows = 1;
+  m.groups = 6;
+  set.modules.push_back(m);
+  set.scale_groups = {{0}};
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  // Active in [-10, -3]; zero groups at -127 (byte 0), +40, -21 and -13.
+  const Plan plan = make_plan(set, {facts(-3, -10, {{-3, 1}, {-10, 1}, {-127, 1}, {40, 1}, {-21, 1}, {-13, 1}})},
+                              Window::Marlin, counter);
+  EXPECT_FALSE(plan.refused());
+  EXPECT_EQ(plan.modules[0].m, -11);
+  EXPECT_EQ(plan.modules[0].canonical_zero_groups, 3u);  // -127, +40, -21 (k - m = -10); -13 (k - m = -2) is kept exact
+}
+
+TEST(Plan, ModuleWithoutActiveGroupsGetsUnitGlobalAndZeroScales) {
+  ModuleSet set = two_module_pair();
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  const Plan plan = make_plan(set, {facts(std::nullopt, std::nullopt, {{-3, 4}}), facts(std::nullopt, std::nullopt, {{0, 4}})},
+                              Window::Marlin, counter);
+  EXPECT_FALSE(plan.refused());
+  for (const auto& p : plan.modules) {
+    EXPECT_TRUE(p.zero_scales);
+    EXPECT_EQ(p.divisor, 1.0f);
+    EXPECT_EQ(p.canonical_zero_groups, 4u);
+  }
+}
+
+TEST(Plan, PairWithOneSilentMemberUsesTheOthersGlobal) {
+  ModuleSet set = two_module_pair();
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  const Plan plan = make_plan(set, {facts(std::nullopt, std::nullopt, {{-3, 4}}), facts(-1, -4, {{-1, 2}, {-4, 2}})},
+                              Window::Marlin, counter);
+  EXPECT_FALSE(plan.refused());
+  EXPECT_FALSE(plan.modules[0].zero_scales);
+  EXPECT_EQ(plan.modules[0].m, -9);
+  EXPECT_EQ(plan.modules[0].canonical_zero_groups, 0u);  // 2^(-3+9) fits E4M3
+}
+
+TEST(Plan, GlobalBeyondFloatIsRefused) {
+  ModuleSet set;
+  QuantModule m;
+  m.name = "tiny.w2";
+  m.rows = 1;
+  m.groups = 1;
+  set.modules.push_back(m);
+  set.scale_groups = {{0}};
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  const Plan plan = make_plan(set, {facts(-125, -125, {{-125, 1}})}, Window::E4M3, counter);
+  EXPECT_TRUE(plan.refused());
+  ASSERT_EQ(plan.bad_globals.size(), 1u);
+}
+
+}  // namespace
+}  // namespace mx2nv

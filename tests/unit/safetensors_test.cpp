@@ -1,0 +1,146 @@
+// The safetensors validator: one test per corruption class.
+#include "core/error.hpp"
+#include "core/safetensors.hpp"
+
+#include <gtest/gtest.h>
+
+namespace mx2nv {
+namespace {
+
+std::string with_length(const std::string& json, std::uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return out + json;
+}
+
+std::string make_file(const std::string& json, std::size_t data_bytes) {
+  return with_length(json, json.size()) + std::string(data_bytes, '\x01');
+}
+
+ShardHeader parse_file(const std::string& file) {
+  const auto n = ShardHeader::parse_header_length(std::as_bytes(std::span(file.data(), std::min<std::size_t>(8, file.size()))),
+                                                  file.size(), "f.safetensors");
+  return ShardHeader::parse(std::string_view(file).substr(8, static_cast<std::size_t>(n)), file.size(), "f.safetensors");
+}
+
+void expect_invalid(const std::string& file, const std::string& fragment) {
+  try {
+    parse_file(file);
+    ADD_FAILURE() << "accepted; expected: " << fragment;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+const std::string kGood =
+    R"({"__metadata__":{"format":"pt"},"b":{"dtype":"U8","shape":[2,3],"data_offsets":[4,10]},)"
+    R"("a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
+
+TEST(Safetensors, ParsesValidHeaderKeepingOrder) {
+  const ShardHeader h = parse_file(make_file(kGood, 10));
+  ASSERT_EQ(h.tensors().size(), 2u);
+  EXPECT_EQ(h.tensors()[0].name, "b");
+  EXPECT_EQ(h.offset_order(), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(h.metadata()->at("format"), "pt");
+  EXPECT_EQ(h.data_size(), 10u);
+  EXPECT_EQ(h.find("a")->dtype, Dtype::F16);
+}
+
+TEST(Safetensors, SerializeThenParseRoundTrips) {
+  std::vector<TensorInfo> t = {{"x", Dtype::F8_E4M3, {4, 2}, 0, 8}, {"y", Dtype::F32, {1}, 8, 12},
+                               {"empty", Dtype::BF16, {0, 5}, 12, 12}, {"s", Dtype::F4, {2, 4}, 12, 16}};
+  const std::string header = serialize_header(std::map<std::string, std::string>{{"format", "pt"}}, t);
+  EXPECT_EQ((header.size() - 8) % 8, 0u);  // data section 8-byte aligned
+  const ShardHeader h = parse_file(header + std::string(16, '\0'));
+  ASSERT_EQ(h.tensors().size(), 4u);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(h.tensors()[i].name, t[i].name);
+    EXPECT_EQ(h.tensors()[i].shape, t[i].shape);
+    EXPECT_EQ(h.tensors()[i].begin, t[i].begin);
+  }
+}
+
+TEST(Safetensors, AcceptsWhitespacePadding) {
+  EXPECT_NO_THROW(parse_file(make_file(kGood + "    ", 10)));
+}
+
+TEST(SafetensorsCorrupt, FileTooSmall) { expect_invalid("abc", "too small"); }
+TEST(SafetensorsCorrupt, HeaderLengthOverCap) { expect_invalid(with_length("{}", 200'000'000) + "{}", "limit"); }
+TEST(SafetensorsCorrupt, HeaderLengthPastEof) { expect_invalid(with_length("{}", 50) + "{}", "past the end"); }
+TEST(SafetensorsCorrupt, InvalidJson) { expect_invalid(make_file("{\"a\":", 0), "invalid JSON"); }
+TEST(SafetensorsCorrupt, NotAnObject) { expect_invalid(make_file("[1,2]", 0), "not a JSON object"); }
+TEST(SafetensorsCorrupt, InvalidUtf8) { expect_invalid(make_file("{\"\xc3\x28\":1}", 0), "invalid JSON"); }
+TEST(SafetensorsCorrupt, DuplicateKey) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1),
+                 "duplicate");
+}
+TEST(SafetensorsCorrupt, UnknownDtype) {
+  expect_invalid(make_file(R"({"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}})", 1), "unknown dtype");
+}
+TEST(SafetensorsCorrupt, ShapeNotArray) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":1,"data_offsets":[0,1]}})", 1), "shape is not an array");
+}
+TEST(SafetensorsCorrupt, NegativeDimension) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1), "non-negative");
+}
+TEST(SafetensorsCorrupt, FractionalDimension) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", 1), "non-negative");
+}
+TEST(SafetensorsCorrupt, HugeDimensionBeyondU64) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[99999999999999999999999],"data_offsets":[0,1]}})", 1),
+                 "below 2^64");
+}
+TEST(SafetensorsCorrupt, ShapeProductOverflows) {
+  expect_invalid(make_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,1]}})", 1),
+                 "overflows");
+}
+TEST(SafetensorsCorrupt, RankTooHigh) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", 1),
+                 "rank");
+}
+TEST(SafetensorsCorrupt, SubByteSizeNotWhole) {
+  expect_invalid(make_file(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,1]}})", 1), "whole bytes");
+}
+TEST(SafetensorsCorrupt, OffsetsWrongArity) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", 1), "[begin, end]");
+}
+TEST(SafetensorsCorrupt, EndBeforeBegin) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", 1), "before begin");
+}
+TEST(SafetensorsCorrupt, SizeDisagreesWithShape) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U16","shape":[2],"data_offsets":[0,3]}})", 3), "needs 4");
+}
+TEST(SafetensorsCorrupt, Hole) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})", 3),
+                 "hole");
+}
+TEST(SafetensorsCorrupt, Overlap) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3),
+                 "overlap");
+}
+TEST(SafetensorsCorrupt, NotStartingAtZero) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2), "hole");
+}
+TEST(SafetensorsCorrupt, TrailingBytes) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 2), "trailing");
+}
+TEST(SafetensorsCorrupt, Truncated) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 2), "truncated");
+}
+TEST(SafetensorsCorrupt, MetadataNotStrings) {
+  expect_invalid(make_file(R"({"__metadata__":{"format":1}})", 0), "not a string");
+}
+TEST(SafetensorsCorrupt, UnknownTensorField) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1), "unknown field");
+}
+TEST(SafetensorsCorrupt, MissingField) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1]}})", 1), "needs dtype");
+}
+TEST(SafetensorsCorrupt, DeepNesting) {
+  std::string json = "{\"__metadata__\":" + std::string(100, '[') + std::string(100, ']') + "}";
+  expect_invalid(make_file(json, 0), "nested deeper");
+}
+
+}  // namespace
+}  // namespace mx2nv

@@ -1,0 +1,60 @@
+#include "core/error.hpp"
+#include "core/strict_json.hpp"
+
+#include <gtest/gtest.h>
+
+namespace mx2nv {
+namespace {
+
+ErrorKind kind_of(std::string_view text) {
+  try {
+    parse_strict_json(text, "t.json");
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "accepted: " << text;
+  return ErrorKind::Io;
+}
+
+TEST(StrictJson, KeepsTopLevelKeyOrder) {
+  const auto doc = parse_strict_json(R"({"b":1,"a":{"z":1,"y":2},"c":[1,{"k":null}]})", "t");
+  EXPECT_EQ(doc.top_level_keys, (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_EQ(doc.value["c"][1]["k"], nullptr);
+}
+
+TEST(StrictJson, RefusesDuplicateKeysAtAnyDepth) {
+  EXPECT_EQ(kind_of(R"({"a":1,"a":2})"), ErrorKind::InvalidInput);
+  EXPECT_EQ(kind_of(R"({"x":{"a":1,"a":1}})"), ErrorKind::InvalidInput);
+  EXPECT_EQ(kind_of(R"([{"a":1,"b":2,"a":3}])"), ErrorKind::InvalidInput);
+  // Same key in sibling objects is fine.
+  EXPECT_NO_THROW(parse_strict_json(R"([{"a":1},{"a":2}])", "t"));
+}
+
+TEST(StrictJson, RefusesDeepNesting) {
+  std::string deep(kMaxJsonDepth + 1, '[');
+  deep += std::string(kMaxJsonDepth + 1, ']');
+  EXPECT_EQ(kind_of(deep), ErrorKind::InvalidInput);
+  std::string ok(kMaxJsonDepth, '[');
+  ok += std::string(kMaxJsonDepth, ']');
+  EXPECT_NO_THROW(parse_strict_json(ok, "t"));
+}
+
+TEST(StrictJson, RefusesInvalidUtf8AndGarbage) {
+  EXPECT_EQ(kind_of("{\"a\":\"\xff\"}"), ErrorKind::InvalidInput);
+  EXPECT_EQ(kind_of("{\"a\":1} x"), ErrorKind::InvalidInput);
+  EXPECT_EQ(kind_of("{\"a\":"), ErrorKind::InvalidInput);
+  EXPECT_EQ(kind_of(""), ErrorKind::InvalidInput);
+}
+
+TEST(StrictJson, MessageNamesFileAndOffset) {
+  try {
+    parse_strict_json("{\"a\":1,}", "shard-7.safetensors");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-7.safetensors"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("byte"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mx2nv
