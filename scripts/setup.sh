@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian/Ubuntu machine: install build dependencies,
+# build mx2nv (build/mx2nv), and run the demo conversion.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
+              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev python3-venv)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_WERROR="${MX2NV_WERROR:-ON}" >/dev/null
+cmake --build build
+
+if [[ "${MX2NV_SKIP_DEMO:-0}" != 1 ]]; then
+  build/mx2nv demo build/demo
+fi

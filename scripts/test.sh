@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Every test: the C++ unit and end-to-end suites (ctest), then the Python
+# conformance suite that checks mx2nv's output with the ecosystem's own
+# libraries. Builds first if needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ ! -x build/mx2nv ]]; then MX2NV_SKIP_DEMO=1 scripts/setup.sh; fi
+cmake --build build
+ctest --test-dir build --output-on-failure -j "$(nproc)"
+
+if [[ -d tests/conformance ]]; then
+  scripts/python-env.sh
+  .venv/bin/python -m pytest -q tests/conformance
+fi
