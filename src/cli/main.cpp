@@ -214,6 +214,27 @@ int main(int argc, char** argv) {
   add_threads(inspect);
   inspect->add_flag("--json", json, "print JSON instead of a summary");
 
+  FixtureSpec gen;
+  std::string gen_dir, gen_layout = "k3";
+  std::vector<std::string> set_span, set_kmax, all_zero, nan_scale;
+  auto* generate = app.add_subcommand("generate", "write a deterministic MXFP4 checkpoint (tests, benchmarks)");
+  generate->add_option("DIR", gen_dir, "directory to create")->required();
+  generate->add_option("--layout", gen_layout, "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)")
+      ->check(CLI::IsMember({"k3", "flat"}));
+  generate->add_option("--layers", gen.layers, "decoder layers")->check(CLI::Range(1u, 4096u));
+  generate->add_option("--experts", gen.experts, "routed experts per layer")->check(CLI::Range(1u, 4096u));
+  generate->add_option("--hidden", gen.hidden, "hidden size (K of gate/up), multiple of 32");
+  generate->add_option("--intermediate", gen.intermediate, "expert intermediate size (K of down), multiple of 32");
+  generate->add_option("--shards", gen.shards, "shard files (1 writes model.safetensors)")->check(CLI::Range(1u, 100000u));
+  generate->add_option("--k-max", gen.k_max, "exponent of each module's top active group");
+  generate->add_option("--span", gen.span, "k_max - k_min of each module")->check(CLI::Range(0, 200));
+  generate->add_option("--zero-percent", gen.zero_group_percent, "share of all-zero groups")->check(CLI::Range(0u, 100u));
+  generate->add_option("--seed", gen.seed, "generator seed");
+  generate->add_option("--set-span", set_span, "MODULE=SPAN for one module");
+  generate->add_option("--set-k-max", set_kmax, "MODULE=K for one module");
+  generate->add_option("--all-zero", all_zero, "MODULE whose codes are all +-0");
+  generate->add_option("--nan-scale", nan_scale, "MODULE with one 0xFF scale");
+
   auto* demo = app.add_subcommand("demo", "write a small K3-shaped MXFP4 checkpoint, convert it, verify it");
   demo->add_option("DIR", demo_dir, "working directory (default: ./mx2nv-demo)");
   add_threads(demo);
@@ -231,6 +252,22 @@ int main(int argc, char** argv) {
     if (*verify) return run_verify({src, dst, window, threads}, report_path);
     if (*inspect) return run_inspect(src, window, json, threads);
     if (*demo) return run_demo(demo_dir, threads);
+    if (*generate) {
+      gen.layout = gen_layout == "flat" ? FixtureLayout::Flat : FixtureLayout::K3;
+      const auto split = [](const std::string& kv) {
+        const auto eq = kv.rfind('=');
+        if (eq == std::string::npos) fail(ErrorKind::Usage, "expected MODULE=VALUE, got {}", kv);
+        return std::pair{kv.substr(0, eq), std::stoi(kv.substr(eq + 1))};
+      };
+      for (const auto& kv : set_span) gen.overrides[split(kv).first].span = split(kv).second;
+      for (const auto& kv : set_kmax) gen.overrides[split(kv).first].k_max = split(kv).second;
+      for (const auto& m : all_zero) gen.overrides[m].all_zero = true;
+      for (const auto& m : nan_scale) gen.overrides[m].nan_scale = true;
+      if (fs::exists(gen_dir) && !fs::is_empty(gen_dir)) fail(ErrorKind::Usage, "{} is not empty", gen_dir);
+      write_fixture(gen_dir, gen);
+      fmt::print("mx2nv generate: wrote {}\n", gen_dir);
+      return kExitOk;
+    }
   } catch (const Error& e) {
     fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), e.what());
     if (!report_path.empty()) {
