@@ -1,0 +1,69 @@
+"""Oracle 4: a K3 Stable LatentMoE block run with expert weights from the
+MXFP4 source and from the NVFP4 output as vLLM's Marlin path would load them:
+bit-identical outputs, in both activation dtypes' load paths."""
+
+import pytest
+import torch
+
+from checkpoints import SUFFIX_SCALE, open_checkpoint, patch_bytes, tensor_location
+from k3_block import BlockWeights, forward, random_dense
+from marlin import load_layer, moe_layers
+from test_vllm_marlin import source_values
+
+TOKENS, TOP_K, FULL_HIDDEN, SHARED = 8, 2, 512, 192
+
+
+def source_block(src, layer, dense, routed_norm):
+    w13 = torch.stack([torch.cat([source_values(src, layer.names[(e, "gate")]),
+                                  source_values(src, layer.names[(e, "up")])]) for e in layer.experts])
+    w2 = torch.stack([source_values(src, layer.names[(e, "down")]) for e in layer.experts])
+    return BlockWeights(dense["router"], dense["correction_bias"], dense["latent_down"], dense["latent_up"],
+                        w13.float(), w2.float(), dense["routed_norm"] if routed_norm else None, dense["shared"])
+
+
+def nvfp4_block(dst, layer, dense, routed_norm, dtype):
+    mw = load_layer(dst, layer, dtype)
+    return BlockWeights(dense["router"], dense["correction_bias"], dense["latent_down"], dense["latent_up"],
+                        mw.w13, mw.w2, dense["routed_norm"] if routed_norm else None, dense["shared"])
+
+
+def run_both(src_dir, dst_dir, dtype, routed_norm=True):
+    src, dst = open_checkpoint(src_dir), open_checkpoint(dst_dir)
+    outs = []
+    for layer in moe_layers(dst):
+        latent = source_values(src, layer.names[(layer.experts[0], "gate")]).shape[1]
+        dense = random_dense(len(layer.experts), FULL_HIDDEN, latent, SHARED, seed=len(outs))
+        x = torch.randn(TOKENS, FULL_HIDDEN, generator=torch.Generator().manual_seed(99))
+        a = forward(x, source_block(src, layer, dense, routed_norm), TOP_K)
+        b = forward(x, nvfp4_block(dst, layer, dense, routed_norm, dtype), TOP_K)
+        outs.append((a, b))
+    return outs
+
+
+@pytest.mark.parametrize("routed_norm", [True, False], ids=["routed-norm", "no-norm"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_block_outputs_are_bit_identical(outputs, dtype, routed_norm):
+    src, dst = outputs["k3"]
+    pairs = run_both(src, dst, dtype, routed_norm)
+    assert pairs
+    for a, b in pairs:
+        assert torch.isfinite(a).all()
+        assert a.abs().max() > 0
+        assert torch.equal(a, b)
+
+
+def test_block_outputs_differ_for_a_broken_output(outputs, broken_copy):
+    src, dst = broken_copy("k3")
+    ck = open_checkpoint(dst)
+    layer = moe_layers(ck)[0]
+    # Damage every expert's down-projection scales of layer 0 so routing cannot avoid them.
+    for e in layer.experts:
+        m = layer.names[(e, "down")]
+        shard = dst / ck.weight_map[m + SUFFIX_SCALE]
+        begin, end = tensor_location(shard, m + SUFFIX_SCALE)
+        data = bytearray(shard.read_bytes()[begin:end])
+        for i in range(0, len(data), 2):
+            data[i] = max(0, data[i] - 8)
+        patch_bytes(shard, begin, bytes(data))
+    a, b = run_both(src, dst, torch.bfloat16)[0]
+    assert not torch.equal(a, b)
