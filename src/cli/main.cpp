@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/report.hpp"
 #include "fixture/fixture.hpp"
+#include "io/cancel.hpp"
 #include "io/convert.hpp"
 #include "io/inspect.hpp"
 #include "io/verify.hpp"
@@ -10,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +97,7 @@ int run_convert(const ConvertOptions& o, const std::string& report_path) {
   }
   fmt::print("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
   print_counts(r);
+  if (o.resume) fmt::print("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
   if (r.marlin_zeroed_groups > 0) {
     fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
                r.marlin_zeroed_groups);
@@ -161,7 +164,7 @@ int run_demo(const fs::path& dir, unsigned threads) {
   write_fixture(dir / "mxfp4", spec);
   fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", (dir / "mxfp4").string());
 
-  const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads};
+  const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads, false};
   const int rc = run_convert(c, (dir / "convert-report.json").string());
   if (rc != kExitOk) return rc;
   fmt::print("\n");
@@ -200,6 +203,10 @@ int main(int argc, char** argv) {
   add_window(convert);
   add_threads(convert);
   convert->add_option("--report", report_path, "write a JSON report to this file");
+  bool resume = false;
+  convert->add_flag("--resume", resume,
+                    "continue an interrupted conversion into DST: finished shards whose records still match are "
+                    "reused, everything else is redone");
 
   auto* verify = app.add_subcommand("verify", "prove every value of DST equals the value in SRC");
   verify->add_option("SRC", src, "source checkpoint directory")->required();
@@ -247,8 +254,15 @@ int main(int argc, char** argv) {
   }
 
   const Window window = parse_window(window_text).value_or(Window::Marlin);
+  // SIGINT/SIGTERM unwind through the library's cleanup (temporary files
+  // removed, finished shards kept for --resume) instead of dying mid-write.
+  struct sigaction stop {};
+  stop.sa_handler = [](int signal_number) { request_stop(signal_number); };
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGINT, &stop, nullptr);
+  sigaction(SIGTERM, &stop, nullptr);
   try {
-    if (*convert) return run_convert({src, dst, window, threads}, report_path);
+    if (*convert) return run_convert({src, dst, window, threads, resume}, report_path);
     if (*verify) return run_verify({src, dst, window, threads}, report_path);
     if (*inspect) return run_inspect(src, window, json, threads);
     if (*demo) return run_demo(demo_dir, threads);

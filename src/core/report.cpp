@@ -30,6 +30,7 @@ Json report_to_json(const Report& r) {
   j["provenance"]["revision"] = r.provenance.revision ? Json(*r.provenance.revision) : Json(nullptr);
   if (!r.provenance.target.empty()) j["provenance"]["target"] = r.provenance.target;
   j["counts"] = {{"shards", r.shards},
+                 {"resumed_shards", r.resumed_shards},
                  {"modules", r.modules},
                  {"scale_groups", r.scale_groups},
                  {"active_groups", r.active_groups},

@@ -38,6 +38,7 @@ struct Report {
   std::uint64_t passthrough_tensors = 0;
   std::uint64_t companion_files = 0;
   std::uint64_t shards = 0;
+  std::uint64_t resumed_shards = 0;  // convert --resume: finished shards reused
 
   std::uint64_t source_tensor_bytes = 0;
   std::uint64_t target_tensor_bytes = 0;

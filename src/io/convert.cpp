@@ -2,18 +2,39 @@
 
 #include "core/error.hpp"
 #include "core/target_layout.hpp"
+#include "io/cancel.hpp"
 #include "io/checkpoint_reader.hpp"
+#include "io/destination_lock.hpp"
 #include "io/output_dir.hpp"
 #include "io/parallel.hpp"
 #include "io/planner.hpp"
+#include "io/resume_state.hpp"
 #include "io/shard_writer.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <vector>
 
 namespace mx2nv {
+namespace {
+
+bool record_still_holds(const fs::path& dst, const ShardRecord& expected) {
+  const auto record = read_record(dst, expected.shard);
+  if (!record) return false;
+  if (record->shard != expected.shard || record->source_size != expected.source_size ||
+      record->source_mtime_ns != expected.source_mtime_ns ||
+      record->source_header_hash != expected.source_header_hash || record->plan_hash != expected.plan_hash) {
+    return false;
+  }
+  const fs::path out = dst / expected.shard;
+  std::error_code ec;
+  if (!fs::is_regular_file(out, ec) || fs::file_size(out, ec) != record->output_size) return false;
+  return hash_file(out) == record->output_hash;
+}
+
+}  // namespace
 
 void copy_companion(const fs::path& from, OutputDir& out, const std::string& relative) {
   const File in = File::open_read(from);
@@ -24,13 +45,14 @@ void copy_companion(const fs::path& from, OutputDir& out, const std::string& rel
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), size - done));
     in.read_at(done, {buffer.data(), n});
     target.file.write_at(done, {buffer.data(), n});
+    throw_if_stopped();
   }
   out.commit(target);
 }
 
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  check_destination(options.source, options.target);
+  check_destination(options.source, options.target, options.resume);
 
   Report report;
   report.command = "convert";
@@ -61,38 +83,89 @@ Report convert_checkpoint(const ConvertOptions& options) {
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return report;
   }
+  throw_if_stopped();
 
   // --- execute: shards are independent of each other.
   OutputDir out(options.target);
-  std::vector<ShardWriteResult> written(ck.shards.size());
-  // Companions and config go first, shards next, the index last: a DST with
-  // an index (or, for a single-file model, with model.safetensors) is complete.
-  for (const auto& rel : ck.companions) copy_companion(ck.root / rel, out, rel);
-  out.write_file("config.json", rewrite_config_text(ck.config_text, source.quant));
-  parallel_for(ck.shards.size(), options.threads,
-               [&](std::size_t s) { written[s] = write_shard(source, plan, s, out); });
-
-  std::uint64_t groups = 0;
-  for (const auto& w : written) {
-    report.target_tensor_bytes += w.target_bytes;
-    report.zero_groups += w.zero_groups;
-    report.passthrough_tensors += w.passthrough_tensors;
-    groups += w.groups;
-  }
-  report.active_groups = groups - report.zero_groups;
-
-  // --- finalize
-  if (ck.index) {
-    std::map<std::string, std::string> weight_map;
-    for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-      for (const auto& t : make_target_layout(ck.shards[s].header, s, source.modules).tensors) {
-        weight_map.emplace(t.info.name, ck.shards[s].file);
+  std::optional<DestinationLock> lock;
+  try {
+    lock.emplace(options.target);
+    if (!options.resume) {
+      // Someone may have written DST between our check and our lock.
+      for (const auto& entry : fs::directory_iterator(options.target)) {
+        if (entry.path().filename() != kStateDirName) {
+          fail(ErrorKind::Usage, "DST {} changed while planning; refusing to mix outputs", options.target.string());
+        }
       }
     }
-    out.write_file(std::string(kIndexFileName),
-                   render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes));
+    remove_stale_temporaries(options.target);
+    const bool complete = ck.index ? fs::exists(options.target / std::string(kIndexFileName))
+                                   : fs::exists(options.target / std::string(kSingleShardName)) &&
+                                         fs::exists(options.target / "config.json");
+
+    std::vector<ShardRecord> records(ck.shards.size());
+    std::atomic<std::uint64_t> resumed{0};
+    parallel_for(ck.shards.size(), options.threads, [&](std::size_t s) {
+      ShardRecord r = expected_record(source, plan, s);
+      if (options.resume && record_still_holds(options.target, r)) {
+        records[s] = *read_record(options.target, r.shard);
+        ++resumed;
+        return;
+      }
+      if (options.resume) out.discard(r.shard);  // a stale or partial output from an earlier run
+      const ShardWriteResult w = write_shard(source, plan, s, out);
+      r.output_size = w.output_size;
+      r.output_hash = w.output_hash;
+      r.zero_groups = w.zero_groups;
+      r.groups = w.groups;
+      r.passthrough_tensors = w.passthrough_tensors;
+      r.target_bytes = w.target_bytes;
+      write_record(out, r);
+      records[s] = r;
+    });
+    report.resumed_shards = resumed;
+
+    std::uint64_t groups = 0;
+    for (const auto& r : records) {
+      report.target_tensor_bytes += r.target_bytes;
+      report.zero_groups += r.zero_groups;
+      report.passthrough_tensors += r.passthrough_tensors;
+      groups += r.groups;
+    }
+    report.active_groups = groups - report.zero_groups;
+
+    // --- finalize: companions and config, then the index, the commit point.
+    // (A single-file model's model.safetensors, written above, is its own
+    // commit point: config.json is what makes it loadable, so it goes last.)
+    if (!complete) {
+      for (const auto& rel : ck.companions) copy_companion(ck.root / rel, out, rel);
+      out.write_file("config.json", rewrite_config_text(ck.config_text, source.quant));
+      if (ck.index) {
+        std::map<std::string, std::string> weight_map;
+        for (std::size_t s = 0; s < ck.shards.size(); ++s) {
+          for (const auto& t : make_target_layout(ck.shards[s].header, s, source.modules).tensors) {
+            weight_map.emplace(t.info.name, ck.shards[s].file);
+          }
+        }
+        out.write_file(std::string(kIndexFileName),
+                       render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes));
+      }
+    }
+    // Complete: the resume state has served its purpose.
+    lock->release_and_remove();
+    std::error_code ec;
+    fs::remove_all(options.target / kStateDirName, ec);
+    fsync_directory(options.target);
+    out.keep();
+  } catch (...) {
+    // Nothing finished: leave DST as we found it (no lock, no state).
+    if (!out.committed_anything()) {
+      lock.reset();
+      std::error_code ec;
+      fs::remove_all(options.target / kStateDirName, ec);
+    }
+    throw;
   }
-  out.keep();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
 }

@@ -15,6 +15,7 @@ struct ConvertOptions {
   fs::path target;
   Window window = Window::Marlin;
   unsigned threads = 1;
+  bool resume = false;  // continue an interrupted conversion into DST
 };
 
 Report convert_checkpoint(const ConvertOptions& options);

@@ -17,7 +17,7 @@ bool is_within(const fs::path& inner, const fs::path& outer) {
 
 }  // namespace
 
-void check_destination(const fs::path& src, const fs::path& dst) {
+void check_destination(const fs::path& src, const fs::path& dst, bool resume) {
   std::error_code ec;
   const fs::path s = fs::weakly_canonical(src, ec);
   if (ec) fail(ErrorKind::Io, "{}: {}", src.string(), ec.message());
@@ -28,8 +28,29 @@ void check_destination(const fs::path& src, const fs::path& dst) {
   if (is_within(s, d)) fail(ErrorKind::Usage, "DST {} contains SRC {}", dst.string(), src.string());
   if (fs::exists(d, ec)) {
     if (!fs::is_directory(d, ec)) fail(ErrorKind::Usage, "DST {} exists and is not a directory", dst.string());
-    if (!fs::is_empty(d, ec)) fail(ErrorKind::Usage, "DST {} is not empty; refusing to mix outputs", dst.string());
+    if (!fs::is_empty(d, ec)) {
+      if (!resume) {
+        fail(ErrorKind::Usage, "DST {} is not empty; refusing to mix outputs{}", dst.string(),
+             fs::exists(d / ".mx2nv", ec) ? " (it holds an interrupted conversion: add --resume)" : "");
+      }
+      if (!fs::exists(d / ".mx2nv", ec)) {
+        const bool finished = fs::exists(d / "model.safetensors.index.json", ec) || fs::exists(d / "config.json", ec);
+        fail(ErrorKind::Usage, "DST {} {}", dst.string(),
+             finished ? "already holds a finished conversion; nothing to resume (check it with mx2nv verify)"
+                      : "is not empty and holds no interrupted mx2nv conversion to resume");
+      }
+    }
   }
+}
+
+void remove_stale_temporaries(const fs::path& root) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->path().filename().string().starts_with(kTempPrefix)) stale.push_back(it->path());
+  }
+  for (const auto& p : stale) fs::remove(p, ec);
 }
 
 OutputDir::OutputDir(fs::path root) : root_(std::move(root)) {
@@ -88,12 +109,18 @@ void OutputDir::write_file(const std::string& relative, std::string_view content
   commit(p);
 }
 
+void OutputDir::discard(const std::string& relative) {
+  std::error_code ec;
+  fs::remove(root_ / relative, ec);
+  if (ec) fail(ErrorKind::Io, "{}: remove: {}", (root_ / relative).string(), ec.message());
+}
+
 void OutputDir::abandon() noexcept {
   std::error_code ec;
   for (const auto& p : temps_) fs::remove(p, ec);
-  for (auto it = committed_.rbegin(); it != committed_.rend(); ++it) fs::remove(*it, ec);
+  if (!committed_.empty()) return;  // finished files (and their records) serve --resume
   for (auto it = created_dirs_.rbegin(); it != created_dirs_.rend(); ++it) fs::remove(*it, ec);
-  if (created_root_) fs::remove(root_, ec);
+  if (created_root_) fs::remove_all(root_, ec);
 }
 
 }  // namespace mx2nv

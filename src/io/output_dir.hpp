@@ -1,7 +1,8 @@
 // The destination directory. Files are written under a temporary name in
-// their final directory, fsynced, renamed, and the directory fsynced; on
-// failure everything this run put in DST is removed, so an interrupted or
-// refused run never leaves something that looks like a checkpoint.
+// their final directory, fsynced, renamed, and the directory fsynced. On
+// failure the temporary files are removed; finished files stay for --resume
+// (the index, written last, is what makes a DST complete). A run that
+// finished nothing leaves DST as it found it.
 #pragma once
 
 #include "io/file.hpp"
@@ -14,8 +15,12 @@ namespace mx2nv {
 
 inline constexpr std::string_view kTempPrefix = ".mx2nv-tmp.";
 
-// Usage errors (exit 2): DST non-empty, DST equal to, inside or containing SRC.
-void check_destination(const fs::path& src, const fs::path& dst);
+// Usage errors (exit 2): DST equal to, inside or containing SRC; DST
+// non-empty, unless `resume` and DST holds an interrupted run's state.
+void check_destination(const fs::path& src, const fs::path& dst, bool resume);
+
+// Removes temporary files an interrupted run left below `root`.
+void remove_stale_temporaries(const fs::path& root);
 
 class OutputDir {
  public:
@@ -37,7 +42,13 @@ class OutputDir {
   void write_file(const std::string& relative, std::string_view contents);
   // Marks the run complete: the destructor keeps everything.
   void keep() { kept_ = true; }
+  // Removes a finished file of an earlier run that is about to be redone.
+  void discard(const std::string& relative);
   const fs::path& root() const { return root_; }
+  bool committed_anything() {
+    std::lock_guard lock(mutex_);
+    return !committed_.empty();
+  }
 
  private:
   void abandon() noexcept;

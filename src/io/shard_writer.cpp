@@ -3,6 +3,8 @@
 #include "core/scale_map.hpp"
 #include "core/scale_scan.hpp"
 #include "core/target_layout.hpp"
+#include "io/cancel.hpp"
+#include "io/stream_hash.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -20,7 +22,14 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
 
   OutputDir::Pending target = out.begin(in.file);
   in.handle.advise_sequential();
-  target.file.write_at(0, std::as_bytes(std::span(header)));
+  // Tensors are written in offset order, contiguously after the header, so
+  // hashing each write in turn hashes the file.
+  StreamHash hash;
+  const auto emit = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
+    target.file.write_at(offset, bytes);
+    hash.update(bytes);
+  };
+  emit(0, std::as_bytes(std::span(header)));
   const std::uint64_t data_start = header.size();
 
   ShardWriteResult result;
@@ -34,7 +43,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
       const float divisor = plan.modules[t.module].divisor;
       std::byte le[4];
       std::memcpy(le, &divisor, 4);  // host is little-endian (safetensors.hpp)
-      target.file.write_at(dst, le);
+      emit(dst, le);
       continue;
     }
     const TensorInfo& s = in.header.tensors()[t.source];
@@ -48,7 +57,8 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
         const auto n = static_cast<std::size_t>(std::min(chunk, s.nbytes() - done));
         in.handle.read_at(src + done, {buffer.data(), n});
         map_scales(lut, {buffer.data(), n}, {mapped.data(), 2 * n});
-        target.file.write_at(dst + 2 * done, {mapped.data(), 2 * n});
+        emit(dst + 2 * done, {mapped.data(), 2 * n});
+        throw_if_stopped();
       }
       continue;
     }
@@ -65,9 +75,12 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
           ++result.groups;
         }
       }
-      target.file.write_at(dst + done, {buffer.data(), n});
+      emit(dst + done, {buffer.data(), n});
+      throw_if_stopped();
     }
   }
+  result.output_size = data_start + layout.data_size;
+  result.output_hash = hash.digest();
   out.commit(target);
   return result;
 }

@@ -18,6 +18,8 @@ struct ShardWriteResult {
   std::uint64_t zero_groups = 0;        // 32-groups whose packed codes are all +-0
   std::uint64_t groups = 0;
   std::uint64_t passthrough_tensors = 0;
+  std::uint64_t output_size = 0;        // whole file
+  std::uint64_t output_hash = 0;        // XXH3-64 of the whole file
 };
 
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, OutputDir& out);

@@ -1,0 +1,13 @@
+// Cooperative cancellation. A front end's signal handler calls
+// request_stop() (async-signal-safe: a lock-free atomic store); long loops
+// call throw_if_stopped() between chunks, which unwinds through the normal
+// cleanup path (temporary files removed, finished shards kept for --resume).
+#pragma once
+
+namespace mx2nv {
+
+void request_stop(int signal_number) noexcept;
+bool stop_requested() noexcept;
+void throw_if_stopped();
+
+}  // namespace mx2nv

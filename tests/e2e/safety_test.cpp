@@ -1,0 +1,230 @@
+// Crash safety: SIGKILL at many points then --resume gives the uninterrupted
+// bytes; SIGINT cleans up; a second converter is locked out, a stale lock is
+// taken over; a full disk is an I/O error with nothing complete-looking left.
+#include "e2e_support.hpp"
+#include "fixture/fixture.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+extern char** environ;
+
+namespace mx2nv::e2e {
+namespace {
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+pid_t spawn_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s{MX2NV_EXE};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, MX2NV_EXE, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+// The tree without the resume state.
+std::map<std::string, std::string> output_files(const fs::path& dir) {
+  auto all = snapshot(dir);
+  std::erase_if(all, [](const auto& kv) { return kv.first.starts_with(".mx2nv/"); });
+  return all;
+}
+
+bool has_temporaries(const fs::path& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename().string().starts_with(".mx2nv-tmp.")) return true;
+  }
+  return false;
+}
+
+FixtureSpec sizable() {
+  FixtureSpec s;
+  s.layers = 4;
+  s.experts = 8;
+  s.hidden = 1024;
+  s.intermediate = 512;
+  s.shards = 8;
+  return s;
+}
+
+TEST(Safety, SigkillAnywhereThenResumeGivesTheSameBytes) {
+  ScratchDir d;
+  write_fixture(d / "src", sizable());
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "ref")).exit_code, 0);
+  const auto reference = output_files(d / "ref");
+
+  int interrupted = 0, partial_states = 0;
+  for (int delay_ms = 0; delay_ms <= 240; delay_ms += 12) {
+    const fs::path dst = d / ("k" + std::to_string(delay_ms));
+    const pid_t pid = spawn_cli({"convert", "--threads", "2", (d / "src").string(), dst.string()});
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kill(pid, SIGKILL);
+    const int rc = wait_exit(pid);
+    if (rc == -SIGKILL) ++interrupted;
+    const bool finished = fs::exists(dst / "model.safetensors.index.json") && !fs::exists(dst / ".mx2nv");
+    if (finished) {
+      // Never complete-looking unless complete: an index means every byte is final.
+      EXPECT_EQ(run_cli("convert --resume " + q(d / "src") + " " + q(dst)).exit_code, 2);  // nothing to resume
+    } else if (fs::exists(dst)) {
+      const auto now = output_files(dst);
+      if (now.count("model.safetensors.index.json")) {
+        EXPECT_EQ(now, reference) << "delay " << delay_ms;
+      } else if (!now.empty()) {
+        ++partial_states;
+      }
+      const CliResult resumed = run_cli("convert --resume " + q(d / "src") + " " + q(dst));
+      ASSERT_EQ(resumed.exit_code, 0) << "delay " << delay_ms << ": " << resumed.err;
+    } else {
+      ASSERT_EQ(run_cli("convert --resume " + q(d / "src") + " " + q(dst)).exit_code, 0);
+    }
+    EXPECT_TRUE(output_files(dst) == reference) << "delay " << delay_ms;
+    EXPECT_FALSE(fs::exists(dst / ".mx2nv")) << "delay " << delay_ms;
+    EXPECT_FALSE(has_temporaries(dst));
+  }
+  EXPECT_GE(interrupted, 2);     // the kills really landed mid-run
+  EXPECT_GE(partial_states, 1);  // and some left finished shards to reuse
+}
+
+TEST(Safety, ResumeReusesMatchingShardsAndRedoesChangedOnes) {
+  ScratchDir d;
+  write_fixture(d / "src", sizable());
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "ref")).exit_code, 0);
+  // Simulate an interruption after all shards: drop the index and config.
+  const pid_t pid = spawn_cli({"convert", (d / "src").string(), (d / "dst").string()});
+  wait_exit(pid);
+  // Rebuild a "partial" state by hand: a finished run has no state, so resume
+  // of a complete DST must refuse; instead interrupt at a known point below.
+  EXPECT_EQ(run_cli("convert --resume " + q(d / "src") + " " + q(d / "dst")).exit_code, 2);
+
+  // Kill late enough that some shards are done, then damage one finished shard.
+  fs::remove_all(d / "dst");
+  for (int delay = 10; delay < 3000; delay += 10) {
+    fs::remove_all(d / "dst");
+    const pid_t p = spawn_cli({"convert", "--threads", "1", (d / "src").string(), (d / "dst").string()});
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    kill(p, SIGKILL);
+    wait_exit(p);
+    if (fs::exists(d / "dst/model-00001-of-00008.safetensors") && !fs::exists(d / "dst/model.safetensors.index.json")) break;
+  }
+  ASSERT_TRUE(fs::exists(d / "dst/model-00001-of-00008.safetensors"));
+  ASSERT_FALSE(fs::exists(d / "dst/model.safetensors.index.json"));
+  std::string shard = read_file(d / "dst/model-00001-of-00008.safetensors");
+  shard[shard.size() / 2] ^= 0x01;
+  write_file(d / "dst/model-00001-of-00008.safetensors", shard);  // checksum no longer matches
+
+  const CliResult r = run_cli("convert --resume " + q(d / "src") + " " + q(d / "dst") + " --report " + q(d / "r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(output_files(d / "dst"), output_files(d / "ref"));
+  EXPECT_NE(r.out.find("resumed"), std::string::npos);
+}
+
+TEST(Safety, SigintRemovesTemporariesAndExitsWithIoError) {
+  ScratchDir d;
+  FixtureSpec spec = sizable();
+  spec.shards = 2;
+  write_fixture(d / "src", spec);
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "ref")).exit_code, 0);
+  int stopped = 0;
+  for (int delay = 5; delay <= 120; delay += 15) {
+    const fs::path dst = d / ("i" + std::to_string(delay));
+    const pid_t pid = spawn_cli({"convert", "--threads", "1", (d / "src").string(), dst.string()});
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    kill(pid, SIGINT);
+    const int rc = wait_exit(pid);
+    EXPECT_TRUE(rc == 0 || rc == 4) << rc;
+    if (rc == 4) {
+      ++stopped;
+      if (fs::exists(dst)) {
+        EXPECT_FALSE(has_temporaries(dst));
+        EXPECT_FALSE(fs::exists(dst / "model.safetensors.index.json"));
+      }
+      ASSERT_EQ(run_cli("convert --resume " + q(d / "src") + " " + q(dst)).exit_code, 0);
+    }
+    EXPECT_EQ(output_files(dst), output_files(d / "ref"));
+  }
+  EXPECT_GT(stopped, 0);
+}
+
+TEST(Safety, SecondConverterIsLockedOutAndStaleLocksAreTakenOver) {
+  ScratchDir d;
+  FixtureSpec spec;
+  spec.hidden = 64;
+  spec.intermediate = 64;
+  write_fixture(d / "src", spec);
+  fs::create_directories(d / "dst/.mx2nv");
+  // A live holder: this process.
+  const int fd = ::open((d / "dst/.mx2nv/lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  ASSERT_EQ(::write(fd, "4242", 4), 4);
+  const CliResult locked = run_cli("convert --resume " + q(d / "src") + " " + q(d / "dst"));
+  EXPECT_EQ(locked.exit_code, 2);
+  EXPECT_NE(locked.err.find("another mx2nv (pid 4242)"), std::string::npos) << locked.err;
+  // The holder dies: its lock file stays, but the lock is gone with it.
+  ::close(fd);
+  const CliResult resumed = run_cli("convert --resume " + q(d / "src") + " " + q(d / "dst"));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_FALSE(fs::exists(d / "dst/.mx2nv"));
+  EXPECT_EQ(run_cli("verify " + q(d / "src") + " " + q(d / "dst")).exit_code, 0);
+}
+
+TEST(Safety, FullDiskIsAnIoErrorAndLeavesNothingCompleteLooking) {
+  ScratchDir d;
+  write_fixture(d / "src", sizable());
+  // RLIMIT_FSIZE makes writes past 2 MiB fail (EFBIG) like a full disk.
+  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 2048; exec " + std::string(MX2NV_EXE) + " convert " +
+                          q(d / "src") + " " + q(d / "dst") + " >" + q(d / "out") + " 2>" + q(d / "err") + "\"";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 4);
+  const std::string err = read_file(d / "err");
+  EXPECT_NE(err.find((d / "dst").string()), std::string::npos) << err;
+  EXPECT_NE(err.find("I/O error"), std::string::npos) << err;
+  if (fs::exists(d / "dst")) {
+    EXPECT_FALSE(has_temporaries(d / "dst"));
+    EXPECT_FALSE(fs::exists(d / "dst/model.safetensors.index.json"));
+  }
+}
+
+TEST(Safety, UnwritableDestinationIsAnIoError) {
+  ScratchDir d;
+  FixtureSpec spec;
+  spec.hidden = 64;
+  spec.intermediate = 64;
+  write_fixture(d / "src", spec);
+  const CliResult r = run_cli("convert " + q(d / "src") + " /proc/mx2nv-cannot-exist/dst");
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("/proc/mx2nv-cannot-exist"), std::string::npos);
+}
+
+TEST(Safety, SourceIsNeverModified) {
+  ScratchDir d;
+  write_fixture(d / "src", sizable());
+  const auto before = snapshot(d / "src");
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "dst")).exit_code, 0);
+  ASSERT_EQ(run_cli("verify " + q(d / "src") + " " + q(d / "dst")).exit_code, 0);
+  EXPECT_TRUE(snapshot(d / "src") == before);
+}
+
+}  // namespace
+}  // namespace mx2nv::e2e
