@@ -9,7 +9,7 @@ if [[ ! -x build/mx2nv ]]; then MX2NV_SKIP_DEMO=1 scripts/setup.sh; fi
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 
-if [[ -d tests/conformance ]]; then
+if [[ -d tests/conformance ]]; then  # Python suites: conformance oracles, hostile-input corpus
   scripts/python-env.sh
-  .venv/bin/python -m pytest -q tests/conformance
+  .venv/bin/python -m pytest -q tests/conformance tests/corpus
 fi

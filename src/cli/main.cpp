@@ -1,6 +1,7 @@
 // The mx2nv command line: argument parsing, human summaries on stdout, errors
 // on stderr, JSON reports, exit codes. All work happens in the libraries.
 #include "core/error.hpp"
+#include "core/printable.hpp"
 #include "core/report.hpp"
 #include "fixture/fixture.hpp"
 #include "io/cancel.hpp"
@@ -53,7 +54,7 @@ void write_report(const std::string& path, const Json& report) {
 
 void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream) {
   for (const auto& o : over) {
-    fmt::print(stream, "  over span: {}: span {} > {}, {} active groups outside the window\n", o.module, o.span,
+    fmt::print(stream, "  over span: {}: span {} > {}, {} active groups outside the window\n", printable(o.module), o.span,
                o.limit, o.groups_outside);
   }
 }
@@ -114,7 +115,7 @@ int run_verify(const VerifyOptions& o, const std::string& report_path) {
     print_counts(r);
   } else {
     fmt::print("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
-    for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", d);
+    for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", printable(d));
   }
   return finish(r, report_path);
 }
@@ -283,7 +284,7 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
   } catch (const Error& e) {
-    fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), e.what());
+    fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what()));
     if (!report_path.empty()) {
       Report r;
       r.command = convert->parsed() ? "convert" : "verify";

@@ -58,3 +58,20 @@ TEST(StrictJson, MessageNamesFileAndOffset) {
 
 }  // namespace
 }  // namespace mx2nv
+
+#include "core/printable.hpp"
+
+namespace mx2nv {
+namespace {
+
+TEST(Printable, EscapesControlBytesAndInvalidUtf8KeepsValidText) {
+  EXPECT_EQ(printable("layers.0.w1"), "layers.0.w1");
+  EXPECT_EQ(printable("a\x1b[2Jb"), "a\\x1b[2Jb");
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(printable("x\xff\xc3"), "x\\xff\\xc3");
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a UTF-16 surrogate is not UTF-8
+  EXPECT_EQ(printable(std::string_view("a\0b", 3)), "a\\x00b");
+}
+
+}  // namespace
+}  // namespace mx2nv
