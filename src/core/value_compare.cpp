@@ -2,20 +2,13 @@
 
 #include "core/numerics.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 namespace mx2nv {
 namespace {
-
-bool half_has_value(const std::byte* bytes8) {
-  for (int i = 0; i < 8; ++i) {
-    const auto b = std::to_integer<std::uint8_t>(bytes8[i]);
-    if ((b & 0x07) != 0 || (b & 0x70) != 0) return true;
-  }
-  return false;
-}
 
 std::uint8_t code_at(const std::byte* group16, unsigned element) {
   const auto b = std::to_integer<std::uint8_t>(group16[element / 2]);
@@ -38,34 +31,43 @@ void record(CompareTally& t, std::uint64_t position, std::uint64_t groups_per_ro
 void compare_groups(std::span<const std::byte> src_packed, std::span<const std::byte> src_scales,
                     std::span<const std::byte> dst_packed, std::span<const std::byte> dst_scales, double divisor,
                     std::uint64_t first_group, std::uint64_t groups_per_row, CompareTally& t) {
-  const std::size_t count = src_scales.size();
+  // Factors per scale byte, from the general decoders (never the transcoder's tables).
+  std::array<double, 256> src_factor{}, dst_factor{}, dst_scale{};
+  for (int b = 0; b < 256; ++b) {
+    src_factor[static_cast<std::size_t>(b)] = e8m0_value(static_cast<std::uint8_t>(b));
+    dst_scale[static_cast<std::size_t>(b)] = e4m3_value(static_cast<std::uint8_t>(b));
+    dst_factor[static_cast<std::size_t>(b)] = dst_scale[static_cast<std::size_t>(b)] / divisor;
+  }
   const double min_marlin = std::ldexp(1.0, kE4M3MinNormalPow2);
+  constexpr std::uint64_t kMagnitudes = 0x7777777777777777ULL;
+  const std::size_t count = src_scales.size();
+  t.values += 32 * static_cast<std::uint64_t>(count);
   for (std::size_t g = 0; g < count; ++g) {
     const std::byte* sp = src_packed.data() + 16 * g;
     const std::byte* dp = dst_packed.data() + 16 * g;
-    const std::uint64_t position = first_group + g;
-    const double a = e8m0_value(std::to_integer<std::uint8_t>(src_scales[g]));
-    const bool bytes_equal = std::memcmp(sp, dp, 16) == 0;
+    std::uint64_t s_lo = 0, s_hi = 0, d_lo = 0, d_hi = 0;
+    std::memcpy(&s_lo, sp, 8);
+    std::memcpy(&s_hi, sp + 8, 8);
+    std::memcpy(&d_lo, dp, 8);
+    std::memcpy(&d_hi, dp + 8, 8);
+    const bool bytes_equal = s_lo == d_lo && s_hi == d_hi;
     if (!bytes_equal) {
       for (int i = 0; i < 16; ++i) t.packed_bytes_differing += sp[i] != dp[i] ? 1 : 0;
     }
-    const bool src_active = half_has_value(sp) || half_has_value(sp + 8);
-    src_active ? ++t.active_groups : ++t.zero_groups;
+    ((s_lo | s_hi) & kMagnitudes) != 0 ? ++t.active_groups : ++t.zero_groups;
+    const double a = src_factor[std::to_integer<std::uint8_t>(src_scales[g])];
+    const std::uint64_t dst_half[2] = {d_lo, d_hi};
     bool zeroed_by_marlin = false;
     for (unsigned h = 0; h < 2; ++h) {
-      const double s = e4m3_value(std::to_integer<std::uint8_t>(dst_scales[2 * g + h]));
-      const double d = s / divisor;
-      const bool dst_half_active = half_has_value(dp + 8 * h);
-      if (dst_half_active && s > 0 && s < min_marlin) zeroed_by_marlin = true;
-      t.values += 16;
-      if (bytes_equal) {
-        const bool equal = dst_half_active ? (a == d) : !std::isnan(d);
-        if (equal) continue;
-      }
+      const auto sb = std::to_integer<std::uint8_t>(dst_scales[2 * g + h]);
+      const double d = dst_factor[sb];
+      const bool dst_half_active = (dst_half[h] & kMagnitudes) != 0;
+      if (dst_half_active && dst_scale[sb] > 0 && dst_scale[sb] < min_marlin) zeroed_by_marlin = true;
+      if (bytes_equal && (dst_half_active ? (a == d) : !std::isnan(d))) continue;
       for (unsigned e = 16 * h; e < 16 * h + 16; ++e) {
         const double expected = e2m1_value(code_at(sp, e)) * a;
         const double actual = e2m1_value(code_at(dp, e)) * d;
-        if (!(expected == actual)) record(t, position, groups_per_row, e, expected, actual);
+        if (!(expected == actual)) record(t, first_group + g, groups_per_row, e, expected, actual);
       }
     }
     if (zeroed_by_marlin) ++t.marlin_zeroed_groups;

@@ -1,0 +1,141 @@
+"""mx2nv against the copy limit and a naive transcoder, side by side in one run.
+
+Generates (once) a K3-shaped MXFP4 checkpoint with the real expert shapes
+(w1/w3 [3072, 3584], w2 [3584, 3072]) of about 1 GiB, as 4 shards and as a
+single shard of the same data, then times, with a warm page cache and
+several repetitions (min and median):
+
+  cp -r --reflink=never SRC X      the physical limit: the same bytes copied
+  mx2nv convert / verify / inspect  at --threads 1 and 2
+  naive_transcoder.py              torch + safetensors, whole shards in RAM
+
+and prints ratios, GB/s and each command's peak RSS (wait4's ru_maxrss).
+Timings here are noisy: read ratios measured in the same run, not absolutes.
+
+usage: python bench/benchmark.py [--reps N] [--experts N] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
+NAIVE = REPO / "bench" / "naive_transcoder.py"
+
+
+def run_measured(cmd: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (MiB) of one command."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {err}")
+    return wall, usage.ru_maxrss // 1024
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def warm(path: Path) -> None:
+    for f in sorted(path.rglob("*")):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+
+
+def settle() -> None:
+    # Flush the previous run's dirty pages so they are not charged to the next one.
+    subprocess.run(["sync"], check=True)
+
+
+def generate(work: Path, experts: int) -> dict[str, Path]:
+    out = {}
+    for name, shards in (("4-shard", 4), ("1-shard", 1)):
+        path = work / f"src-{name}-{experts}e"
+        if not (path / "config.json").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            subprocess.run([str(MX2NV), "generate", str(path), "--layout", "k3", "--layers", "1", "--experts",
+                            str(experts), "--hidden", "3584", "--intermediate", "3072", "--shards", str(shards),
+                            "--span", "10", "--seed", "2026"], check=True, stdout=subprocess.DEVNULL)
+        out[name] = path
+    return out
+
+
+def bench(work: Path, reps: int, experts: int) -> None:
+    sources = generate(work, experts)
+    python = sys.executable
+    rows = []
+    for label, src in sources.items():
+        size = tree_bytes(src)
+        reference = work / "reference-out"
+        shutil.rmtree(reference, ignore_errors=True)
+        subprocess.run([str(MX2NV), "convert", str(src), str(reference)], check=True, stdout=subprocess.DEVNULL)
+        commands = {
+            "cp -r --reflink=never": lambda o: ["cp", "-r", "--reflink=never", str(src), str(o)],
+            "mx2nv convert -t1": lambda o: [str(MX2NV), "convert", "--threads", "1", str(src), str(o)],
+            "mx2nv convert -t2": lambda o: [str(MX2NV), "convert", "--threads", "2", str(src), str(o)],
+            "mx2nv verify -t1": lambda o: [str(MX2NV), "verify", "--threads", "1", str(src), str(reference)],
+            "mx2nv verify -t2": lambda o: [str(MX2NV), "verify", "--threads", "2", str(src), str(reference)],
+            "mx2nv inspect": lambda o: [str(MX2NV), "inspect", str(src)],
+            "naive torch transcoder": lambda o: [python, str(NAIVE), str(src), str(o)],
+        }
+        results: dict[str, list[tuple[float, int]]] = {k: [] for k in commands}
+        for rep in range(reps):
+            for name, make in commands.items():
+                if name.startswith("naive") and rep >= max(1, reps // 3):
+                    continue  # slow; fewer repetitions
+                out = work / "out"
+                shutil.rmtree(out, ignore_errors=True)
+                settle()
+                warm(src)
+                if "verify" in name:
+                    warm(reference)
+                results[name].append(run_measured(make(out)))
+        shutil.rmtree(work / "out", ignore_errors=True)
+        for name, samples in results.items():
+            walls = [w for w, _ in samples]
+            rows.append((label, name, min(walls), statistics.median(walls), max(r for _, r in samples), size, len(walls)))
+    report(rows)
+
+
+def report(rows) -> None:
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
+    print(f"{'input':8} {'command':24} {'min s':>8} {'median s':>9} {'GB/s':>7} {'peak RSS MiB':>13} {'n':>3}")
+    for label, name, lo, med, rss, size, n in rows:
+        print(f"{label:8} {name:24} {lo:8.3f} {med:9.3f} {size / lo / 1e9:7.2f} {rss:13d} {n:3d}")
+    print("\nratios (min wall times, same run):")
+    for label in dict.fromkeys(r[0] for r in rows):
+        t = {r[1]: r[2] for r in rows if r[0] == label}
+        cp = t["cp -r --reflink=never"]
+        best_convert = min(t["mx2nv convert -t1"], t["mx2nv convert -t2"])
+        best_verify = min(t["mx2nv verify -t1"], t["mx2nv verify -t2"])
+        print(f"  {label}: convert/cp {best_convert / cp:.2f} (t1 {t['mx2nv convert -t1'] / cp:.2f}, "
+              f"t2 {t['mx2nv convert -t2'] / cp:.2f}); verify/cp {best_verify / cp:.2f}; "
+              f"inspect/cp {t['mx2nv inspect'] / cp:.3f}; naive/convert {t['naive torch transcoder'] / best_convert:.1f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--experts", type=int, default=60, help="60 experts of the real K3 shapes is ~1 GiB")
+    p.add_argument("--work", type=Path, default=REPO / "build" / "bench")
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    bench(args.work, args.reps, args.experts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Test mode with AddressSanitizer + UndefinedBehaviorSanitizer: builds every
+# target instrumented (build-asan/), runs the whole C++ suite, then the
+# hostile-input corpus and the conformance suite against the instrumented CLI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_SANITIZE=ON \
+      -DMX2NV_WERROR="${MX2NV_WERROR:-ON}" >/dev/null
+cmake --build build-asan
+export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
+scripts/python-env.sh
+MX2NV=build-asan/mx2nv .venv/bin/python -m pytest -q tests/corpus tests/conformance
