@@ -180,6 +180,13 @@ int run_demo(const fs::path& dir, unsigned threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGINT/SIGTERM unwind through the library's cleanup (temporary files
+  // removed, finished shards kept for --resume) instead of dying mid-write.
+  struct sigaction stop {};
+  stop.sa_handler = [](int signal_number) { request_stop(signal_number); };
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGINT, &stop, nullptr);
+  sigaction(SIGTERM, &stop, nullptr);
   CLI::App app{"mx2nv: lossless MXFP4 -> NVFP4A16 transcoder for compressed-tensors MoE checkpoints"};
   app.set_version_flag("--version", std::string("mx2nv ") + MX2NV_VERSION);
   app.require_subcommand(1);
@@ -255,13 +262,6 @@ int main(int argc, char** argv) {
   }
 
   const Window window = parse_window(window_text).value_or(Window::Marlin);
-  // SIGINT/SIGTERM unwind through the library's cleanup (temporary files
-  // removed, finished shards kept for --resume) instead of dying mid-write.
-  struct sigaction stop {};
-  stop.sa_handler = [](int signal_number) { request_stop(signal_number); };
-  sigemptyset(&stop.sa_mask);
-  sigaction(SIGINT, &stop, nullptr);
-  sigaction(SIGTERM, &stop, nullptr);
   try {
     if (*convert) return run_convert({src, dst, window, threads, resume}, report_path);
     if (*verify) return run_verify({src, dst, window, threads}, report_path);

@@ -151,9 +151,11 @@ TEST(Safety, SigintRemovesTemporariesAndExitsWithIoError) {
     std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     kill(pid, SIGINT);
     const int rc = wait_exit(pid);
-    EXPECT_TRUE(rc == 0 || rc == 4) << rc;
-    if (rc == 4) {
-      ++stopped;
+    // 4: stopped by our handler; -SIGINT: the signal beat the handler's installation
+    // at process start, before anything was written.
+    EXPECT_TRUE(rc == 0 || rc == 4 || rc == -SIGINT) << rc;
+    if (rc == 4) ++stopped;
+    if (rc != 0) {
       if (fs::exists(dst)) {
         EXPECT_FALSE(has_temporaries(dst));
         EXPECT_FALSE(fs::exists(dst / "model.safetensors.index.json"));
