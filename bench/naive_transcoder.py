@@ -1,8 +1,8 @@
 """The peer: MXFP4 -> NVFP4A16 written the way a user would script it with
 torch + safetensors: load each shard whole, compute, save each shard whole.
 Two passes (the first finds every module's k_max over active groups, which
-gate/up sharing needs across shards). Same rules as mx2nv; used only as the
-baseline of bench/benchmark.py.
+gate/up sharing needs across shards). Same transcode rules as mx2nv (the
+config rewrite is simplified); used only as the baseline of bench/benchmark.py.
 
 usage: naive_transcoder.py SRC DST
 """
@@ -40,15 +40,18 @@ def partner(name: str) -> str:
 
 def main(src: Path, dst: Path) -> None:
     k_max: dict[str, int] = {}
-    for shard in shards(src):
+    active: dict[str, torch.Tensor] = {}
+    scales: dict[str, torch.Tensor] = {}
+    for shard in shards(src):  # a module's packed and scale tensors may sit in different shards
         tensors = load_file(src / shard)
         for name, t in tensors.items():
             if name.endswith(".weight_packed"):
-                m = name[: -len(".weight_packed")]
-                scale = tensors[m + ".weight_scale"].to(torch.int32) - 127
-                act = active_groups(t)
-                if act.any():
-                    k_max[m] = int(scale[act].max())
+                active[name[: -len(".weight_packed")]] = active_groups(t)
+            elif name.endswith(".weight_scale"):
+                scales[name[: -len(".weight_scale")]] = t.to(torch.int32) - 127
+    for m, act in active.items():
+        if act.any():
+            k_max[m] = int(scales[m][act].max())
     dst.mkdir(parents=True)
     index = {"metadata": {"total_size": 0}, "weight_map": {}}
     for shard in shards(src):
@@ -62,7 +65,7 @@ def main(src: Path, dst: Path) -> None:
             top = max(k_max.get(m, -1000), k_max.get(partner(m), -1000))
             mexp = top - 8 if top > -1000 else 0
             k = t.to(torch.int32) - 127 - mexp
-            act = active_groups(tensors[m + ".weight_packed"])
+            act = active[m]
             if top > -1000 and bool((k[act] < -6).any()):
                 raise SystemExit(f"{m}: over span")
             lut = torch.zeros(512, dtype=torch.uint8)

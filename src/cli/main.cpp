@@ -245,6 +245,10 @@ int main(int argc, char** argv) {
   generate->add_option("--span", gen.span, "k_max - k_min of each module")->check(CLI::Range(0, 200));
   generate->add_option("--zero-percent", gen.zero_group_percent, "share of all-zero groups")->check(CLI::Range(0u, 100u));
   generate->add_option("--seed", gen.seed, "generator seed");
+  std::string extreme = "on";
+  generate->add_option("--extreme-zero-scales", extreme,
+                       "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)")
+      ->check(CLI::IsMember({"on", "off"}));
   generate->add_option("--set-span", set_span, "MODULE=SPAN for one module");
   generate->add_option("--set-k-max", set_kmax, "MODULE=K for one module");
   generate->add_option("--all-zero", all_zero, "MODULE whose codes are all +-0");
@@ -269,6 +273,7 @@ int main(int argc, char** argv) {
     if (*demo) return run_demo(demo_dir, threads);
     if (*generate) {
       gen.layout = gen_layout == "flat" ? FixtureLayout::Flat : FixtureLayout::K3;
+      gen.out_of_window_zero_groups = extreme == "on";
       const auto split = [](const std::string& kv) {
         const auto eq = kv.rfind('=');
         if (eq == std::string::npos) fail(ErrorKind::Usage, "expected MODULE=VALUE, got {}", kv);

@@ -13,6 +13,11 @@ namespace {
 constexpr std::uint64_t kScaleChunk = 1 << 20;      // scale bytes per read
 constexpr std::uint64_t kClassifyGroups = 1 << 18;  // groups per read when classifying (4 MiB packed)
 constexpr std::uint64_t kMaxScalePasses = 8;        // extra scale passes before classifying instead
+// Probes of one scale byte's groups before concluding they are probably all
+// zero and reading the module sequentially instead: an active group is
+// usually found at the first probe, and a byte whose first 64 groups are all
+// zero rarely turns out otherwise, so probing on would only add random reads.
+constexpr std::uint64_t kProbesPerByte = 64;
 
 }  // namespace
 
@@ -100,7 +105,7 @@ bool ModuleScanner::any_active_with_byte(std::uint8_t b) {
       return false;
     }
     // Every group with this byte may be zero; stop probing when that gets costly.
-    return !(seen < histogram_[b] && over_budget(1));
+    return !(seen < histogram_[b] && (seen >= kProbesPerByte || over_budget(1)));
   });
   if (!found && seen < histogram_[b]) {
     classify_all();

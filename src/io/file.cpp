@@ -79,6 +79,10 @@ void File::write_at(std::uint64_t offset, std::span<const std::byte> data) const
   }
 }
 
+void File::start_writeback(std::uint64_t offset, std::uint64_t length) const {
+  (void)::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
+}
+
 void File::sync() const {
   if (::fsync(fd_) != 0) fail_io(path_, "fsync", errno);
 }

@@ -25,9 +25,14 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
   // Tensors are written in offset order, contiguously after the header, so
   // hashing each write in turn hashes the file.
   StreamHash hash;
+  std::uint64_t unflushed_from = 0;
   const auto emit = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
     target.file.write_at(offset, bytes);
     hash.update(bytes);
+    if (offset + bytes.size() - unflushed_from >= kWritebackBytes) {
+      target.file.start_writeback(unflushed_from, offset + bytes.size() - unflushed_from);
+      unflushed_from = offset + bytes.size();
+    }
   };
   emit(0, std::as_bytes(std::span(header)));
   const std::uint64_t data_start = header.size();

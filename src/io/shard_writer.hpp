@@ -11,7 +11,11 @@
 
 namespace mx2nv {
 
-inline constexpr std::size_t kCopyBufferBytes = 8 << 20;
+// 1 MiB keeps the buffer in cache between the read and the write (measured
+// against 8 MiB in bench/benchmark.py: faster at two threads).
+inline constexpr std::size_t kCopyBufferBytes = 1 << 20;
+// Written bytes between asynchronous writeback kicks.
+inline constexpr std::uint64_t kWritebackBytes = 16 << 20;
 
 struct ShardWriteResult {
   std::uint64_t target_bytes = 0;       // tensor data written
