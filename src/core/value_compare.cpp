@@ -51,15 +51,23 @@ void compare_groups(std::span<const std::byte> src_packed, std::span<const std::
     std::memcpy(&d_lo, dp, 8);
     std::memcpy(&d_hi, dp + 8, 8);
     const bool bytes_equal = s_lo == d_lo && s_hi == d_hi;
+    ((s_lo | s_hi) & kMagnitudes) != 0 ? ++t.active_groups : ++t.zero_groups;
+    const double a = src_factor[std::to_integer<std::uint8_t>(src_scales[g])];
+    const auto b0 = std::to_integer<std::uint8_t>(dst_scales[2 * g]);
+    const auto b1 = std::to_integer<std::uint8_t>(dst_scales[2 * g + 1]);
+    // The common case: same codes, same factor for both halves, both scales
+    // in Marlin's range. Everything else is examined half by half.
+    if (bytes_equal && a == dst_factor[b0] && a == dst_factor[b1] && dst_scale[b0] >= min_marlin &&
+        dst_scale[b1] >= min_marlin) {
+      continue;
+    }
     if (!bytes_equal) {
       for (int i = 0; i < 16; ++i) t.packed_bytes_differing += sp[i] != dp[i] ? 1 : 0;
     }
-    ((s_lo | s_hi) & kMagnitudes) != 0 ? ++t.active_groups : ++t.zero_groups;
-    const double a = src_factor[std::to_integer<std::uint8_t>(src_scales[g])];
     const std::uint64_t dst_half[2] = {d_lo, d_hi};
     bool zeroed_by_marlin = false;
     for (unsigned h = 0; h < 2; ++h) {
-      const auto sb = std::to_integer<std::uint8_t>(dst_scales[2 * g + h]);
+      const auto sb = h == 0 ? b0 : b1;
       const double d = dst_factor[sb];
       const bool dst_half_active = (dst_half[h] & kMagnitudes) != 0;
       if (dst_half_active && dst_scale[sb] > 0 && dst_scale[sb] < min_marlin) zeroed_by_marlin = true;

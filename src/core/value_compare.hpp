@@ -4,10 +4,12 @@
 //
 // Fast path, and why it equals comparing every value: within a 16-value half
 // whose packed bytes are identical, every value is code_i x a (source) and
-// code_i x d (target) for one source factor a and one target factor d. If the
+// code_i x d (target) for one source factor a and one target factor d, both
+// finite or NaN. If a == d (so neither is NaN), every value is equal. If the
 // half holds a non-zero code, code x a == code x d for all codes iff a == d.
 // If every code is +-0, the values are +-0 x d, equal to the source's +-0 iff
-// d is not NaN (E4M3 has no infinity). Anything else takes the per-value path.
+// d is not NaN (E4M3 has no infinity). Anything else takes the per-value path,
+// which decodes and compares all 16 values.
 #pragma once
 
 #include <cstddef>
