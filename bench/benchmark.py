@@ -32,8 +32,8 @@ MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
 NAIVE = REPO / "bench" / "naive_transcoder.py"
 
 
-def run_measured(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (MiB) of one command."""
+def run_measured(cmd: list[str]) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + sys) of one command."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -41,7 +41,7 @@ def run_measured(cmd: list[str]) -> tuple[float, int]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {err}")
-    return wall, usage.ru_maxrss // 1024
+    return wall, usage.ru_maxrss // 1024, usage.ru_utime + usage.ru_stime
 
 
 def tree_bytes(path: Path) -> int:
@@ -67,7 +67,7 @@ def generate(work: Path, experts: int) -> dict[str, Path]:
     forces the planner to read packed bytes to prove those groups are zero."""
     out = {}
     for name, shards, extreme in (("4-shard", 4, "off"), ("1-shard", 1, "off"), ("4-adv", 4, "on")):
-        path = work / f"src-{name}-{experts}e"
+        path = work / f"src-{name}-{experts}e-{extreme}"
         if not (path / "config.json").exists():
             shutil.rmtree(path, ignore_errors=True)
             subprocess.run([str(MX2NV), "generate", str(path), "--layout", "k3", "--layers", "1", "--experts",
@@ -98,7 +98,7 @@ def bench(work: Path, reps: int, experts: int) -> None:
             "mx2nv inspect": lambda o: [str(MX2NV), "inspect", str(src)],
             "naive torch transcoder": lambda o: [python, str(NAIVE), str(src), str(o)],
         }
-        results: dict[str, list[tuple[float, int]]] = {k: [] for k in commands}
+        results: dict[str, list[tuple[float, int, float]]] = {k: [] for k in commands}
         for rep in range(reps):
             for name, make in commands.items():
                 if name.startswith("naive") and rep >= max(1, reps // 3):
@@ -112,19 +112,24 @@ def bench(work: Path, reps: int, experts: int) -> None:
                 results[name].append(run_measured(make(out)))
         shutil.rmtree(work / "out", ignore_errors=True)
         for name, samples in results.items():
-            walls = [w for w, _ in samples]
-            rows.append((label, name, min(walls), statistics.median(walls), max(r for _, r in samples), size, len(walls)))
+            walls = [w for w, _, _ in samples]
+            cpu = min(c for _, _, c in samples)
+            rows.append((label, name, min(walls), statistics.median(walls), max(r for _, r, _ in samples), size,
+                         len(walls), cpu))
     report(rows)
 
 
 def report(rows) -> None:
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
-    print(f"{'input':8} {'command':24} {'min s':>8} {'median s':>9} {'GB/s':>7} {'peak RSS MiB':>13} {'n':>3}")
-    for label, name, lo, med, rss, size, n in rows:
-        print(f"{label:8} {name:24} {lo:8.3f} {med:9.3f} {size / lo / 1e9:7.2f} {rss:13d} {n:3d}")
+    print("GB/s = source bytes / min wall time; CPU s = min user+sys seconds of the command")
+    print(f"| input | command | min s | median s | GB/s | CPU s | peak RSS MiB | n |")
+    print(f"|---|---|---:|---:|---:|---:|---:|---:|")
+    for label, name, lo, med, rss, size, n, cpu in rows:
+        print(f"| {label} | {name} | {lo:.3f} | {med:.3f} | {size / lo / 1e9:.2f} | {cpu:.2f} | {rss} | {n} |")
     print("\nratios (min wall times, same run):")
     for label in dict.fromkeys(r[0] for r in rows):
         t = {r[1]: r[2] for r in rows if r[0] == label}
+        size = next(r[5] for r in rows if r[0] == label)
         cp = t["cp -r --reflink=never"]
         durable = t["cp -r + sync (durable)"]
         best_convert = min(t["mx2nv convert -t1"], t["mx2nv convert -t2"])
@@ -132,7 +137,7 @@ def report(rows) -> None:
         print(f"  {label}: convert/cp {best_convert / cp:.2f} (t1 {t['mx2nv convert -t1'] / cp:.2f}, "
               f"t2 {t['mx2nv convert -t2'] / cp:.2f}); convert/(cp+sync) {best_convert / durable:.2f}; "
               f"verify/cp {best_verify / cp:.2f}; inspect/cp {t['mx2nv inspect'] / cp:.3f}; "
-              f"naive/convert {t['naive torch transcoder'] / best_convert:.1f}")
+              f"naive/convert {t['naive torch transcoder'] / best_convert:.1f}; source {size / 2**30:.2f} GiB")
 
 
 def main() -> None:

@@ -115,4 +115,14 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root) {
   return s;
 }
 
+Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target) {
+  Report r;
+  r.command = std::move(command);
+  r.window = window;
+  r.provenance.source = fs::absolute(source).lexically_normal().string();
+  r.provenance.revision = hf_snapshot_revision(r.provenance.source);
+  if (target != nullptr) r.provenance.target = fs::absolute(*target).lexically_normal().string();
+  return r;
+}
+
 }  // namespace mx2nv

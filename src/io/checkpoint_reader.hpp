@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/modules.hpp"
+#include "core/report.hpp"
 #include "core/quant_config.hpp"
 #include "core/safetensors.hpp"
 #include "core/shard_index.hpp"
@@ -50,5 +51,9 @@ struct SourceCheckpoint {
   ModuleSet modules;
 };
 SourceCheckpoint open_source_checkpoint(const fs::path& root);
+
+// A report for `command` with its provenance filled in: absolute paths and,
+// when SRC is a Hugging Face cache snapshot, its revision.
+Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target);
 
 }  // namespace mx2nv

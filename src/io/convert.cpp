@@ -54,12 +54,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   check_destination(options.source, options.target, options.resume);
 
-  Report report;
-  report.command = "convert";
-  report.window = options.window;
-  report.provenance.source = fs::absolute(options.source).lexically_normal().string();
-  report.provenance.revision = hf_snapshot_revision(report.provenance.source);
-  report.provenance.target = fs::absolute(options.target).lexically_normal().string();
+  Report report = start_report("convert", options.window, options.source, &options.target);
 
   // --- plan: nothing is written until every module has been decided.
   const SourceCheckpoint source = open_source_checkpoint(options.source);

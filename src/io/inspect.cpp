@@ -12,11 +12,8 @@ namespace mx2nv {
 Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned threads) {
   const auto started = std::chrono::steady_clock::now();
   Inspection in;
+  in.report = start_report("inspect", window, path, nullptr);
   Report& r = in.report;
-  r.command = "inspect";
-  r.window = window;
-  r.provenance.source = fs::absolute(path).lexically_normal().string();
-  r.provenance.revision = hf_snapshot_revision(r.provenance.source);
 
   const SourceCheckpoint source = open_source_checkpoint(path);
   const Checkpoint& ck = source.checkpoint;

@@ -167,12 +167,7 @@ float read_global(const Located& g) {
 
 Report verify_checkpoint(const VerifyOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  Report report;
-  report.command = "verify";
-  report.window = options.window;
-  report.provenance.source = fs::absolute(options.source).lexically_normal().string();
-  report.provenance.revision = hf_snapshot_revision(report.provenance.source);
-  report.provenance.target = fs::absolute(options.target).lexically_normal().string();
+  Report report = start_report("verify", options.window, options.source, &options.target);
   Differences diff;
 
   const SourceCheckpoint source = open_source_checkpoint(options.source);

@@ -238,6 +238,18 @@ ModuleSet two_module_pair() {
   return set;
 }
 
+ModuleSet single_module(const std::string& name, std::uint64_t groups) {
+  ModuleSet set;
+  QuantModule m;
+  m.name = name;
+  m.rows = 1;
+  m.groups = groups;
+  set.by_name.emplace(name, 0);
+  set.modules.push_back(m);
+  set.scale_groups = {{0}};
+  return set;
+}
+
 ModuleFacts facts(std::optional<int> kmax, std::optional<int> kmin, std::vector<std::pair<int, std::uint64_t>> hist) {
   ModuleFacts f;
   f.k_max = kmax;
@@ -300,13 +312,7 @@ TEST(Plan, EveryOffendingModuleIsReported) {
 }
 
 TEST(Plan, ZeroGroupsOutsideTheWindowAreCanonicalisedNotRefused) {
-  ModuleSet set;
-  QuantModule m;
-  m.name = "e.w2";
-  m.rows = 1;
-  m.groups = 6;
-  set.modules.push_back(m);
-  set.scale_groups = {{0}};
+  const ModuleSet set = single_module("e.w2", 6);
   const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
   // Active in [-10, -3]; zero groups at -127 (byte 0), +40, -21 and -13.
   const Plan plan = make_plan(set, {facts(-3, -10, {{-3, 1}, {-10, 1}, {-127, 1}, {40, 1}, {-21, 1}, {-13, 1}})},
@@ -341,13 +347,7 @@ TEST(Plan, PairWithOneSilentMemberUsesTheOthersGlobal) {
 }
 
 TEST(Plan, GlobalBeyondFloatIsRefused) {
-  ModuleSet set;
-  QuantModule m;
-  m.name = "tiny.w2";
-  m.rows = 1;
-  m.groups = 1;
-  set.modules.push_back(m);
-  set.scale_groups = {{0}};
+  const ModuleSet set = single_module("tiny.w2", 1);
   const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
   const Plan plan = make_plan(set, {facts(-125, -125, {{-125, 1}})}, Window::E4M3, counter);
   EXPECT_TRUE(plan.refused());
