@@ -68,8 +68,9 @@ void print_counts(const Report& r) {
   fmt::print("  copied   {} pass-through tensors, {} companion files, byte for byte\n", r.passthrough_tensors,
              r.companion_files);
   if (r.active_groups + r.zero_groups > 0) {
-    fmt::print("  groups   {} active, {} all-zero ({} zero-group scales canonicalised to 0x00)\n", r.active_groups,
-               r.zero_groups, r.canonicalised_zero_groups);
+    fmt::print("  groups   {} active, {} all-zero", r.active_groups, r.zero_groups);
+    if (r.command == "convert") fmt::print(" ({} zero-group scales canonicalised to 0x00)", r.canonicalised_zero_groups);
+    fmt::print("\n");
   }
   fmt::print("  size     {} -> {} tensor bytes ({:+.2f}%)\n", human_bytes(r.source_tensor_bytes),
              human_bytes(r.target_tensor_bytes), r.size_change_percent());

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <vector>
 
 namespace mx2nv {
@@ -32,6 +33,25 @@ bool record_still_holds(const fs::path& dst, const ShardRecord& expected) {
   std::error_code ec;
   if (!fs::is_regular_file(out, ec) || fs::file_size(out, ec) != record->output_size) return false;
   return hash_file(out) == record->output_hash;
+}
+
+// Resuming into a DST that holds files this conversion would never write
+// (another model's shards, say) would mix outputs: refuse instead.
+void refuse_foreign_files(const fs::path& dst, const Checkpoint& ck) {
+  std::set<std::string> expected(ck.companions.begin(), ck.companions.end());
+  expected.insert("config.json");
+  expected.insert(std::string(kIndexFileName));
+  for (const auto& s : ck.shards) expected.insert(s.file);
+  for (auto it = fs::recursive_directory_iterator(dst); it != fs::recursive_directory_iterator(); ++it) {
+    const std::string rel = it->path().lexically_relative(dst).generic_string();
+    if (rel == kStateDirName) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_directory() || expected.count(rel)) continue;
+    fail(ErrorKind::Usage, "DST {} holds {}, which a conversion of {} would not write; refusing to resume into it",
+         dst.string(), rel, ck.root.string());
+  }
 }
 
 }  // namespace
@@ -82,6 +102,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
 
   // --- execute: shards are independent of each other.
   OutputDir out(options.target);
+  const bool state_existed = fs::exists(options.target / kStateDirName);  // an interrupted run's records
   std::optional<DestinationLock> lock;
   try {
     lock.emplace(options.target);
@@ -94,6 +115,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
       }
     }
     remove_stale_temporaries(options.target);
+    if (options.resume) refuse_foreign_files(options.target, ck);
     const bool complete = ck.index ? fs::exists(options.target / std::string(kIndexFileName))
                                    : fs::exists(options.target / std::string(kSingleShardName)) &&
                                          fs::exists(options.target / "config.json");
@@ -153,8 +175,9 @@ Report convert_checkpoint(const ConvertOptions& options) {
     fsync_directory(options.target);
     out.keep();
   } catch (...) {
-    // Nothing finished: leave DST as we found it (no lock, no state).
-    if (!out.committed_anything()) {
+    // Nothing finished: leave DST as we found it (no new lock, no new state;
+    // an earlier run's records stay for the next --resume).
+    if (!out.committed_anything() && !state_existed) {
       lock.reset();
       std::error_code ec;
       fs::remove_all(options.target / kStateDirName, ec);

@@ -208,6 +208,21 @@ TEST(Safety, FullDiskIsAnIoErrorAndLeavesNothingCompleteLooking) {
   }
 }
 
+TEST(Safety, ResumeRefusesADestinationHoldingForeignFiles) {
+  ScratchDir d;
+  FixtureSpec spec;
+  spec.hidden = 64;
+  spec.intermediate = 64;
+  write_fixture(d / "src", spec);
+  fs::create_directories(d / "dst/.mx2nv");
+  write_file(d / "dst/someone-elses-shard.safetensors", "x");
+  const CliResult r = run_cli("convert --resume " + q(d / "src") + " " + q(d / "dst"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("someone-elses-shard.safetensors"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(d / "dst/someone-elses-shard.safetensors"), "x");
+  EXPECT_TRUE(fs::exists(d / "dst/.mx2nv"));  // an earlier run's state is not ours to delete
+}
+
 TEST(Safety, UnwritableDestinationIsAnIoError) {
   ScratchDir d;
   FixtureSpec spec;
