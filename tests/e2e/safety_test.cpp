@@ -223,6 +223,51 @@ TEST(Safety, ResumeRefusesADestinationHoldingForeignFiles) {
   EXPECT_TRUE(fs::exists(d / "dst/.mx2nv"));  // an earlier run's state is not ours to delete
 }
 
+// A small tmpfs, where the machine lets the tests mount one (root); skipped otherwise.
+class SmallFilesystem {
+ public:
+  SmallFilesystem(const fs::path& at, const std::string& options) : at_(at) {
+    fs::create_directories(at);
+    mounted_ = std::system(("mount -t tmpfs -o " + options + " tmpfs '" + at.string() + "' 2>/dev/null").c_str()) == 0;
+  }
+  ~SmallFilesystem() {
+    if (mounted_) (void)std::system(("umount '" + at_.string() + "'").c_str());
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  fs::path at_;
+  bool mounted_ = false;
+};
+
+TEST(Safety, RealDiskFullIsAnIoErrorNamingThePath) {
+  ScratchDir d;
+  write_fixture(d / "src", sizable());
+  SmallFilesystem small(d / "small", "size=4m");
+  if (!small.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const CliResult r = run_cli("convert " + q(d / "src") + " " + q(d / "small/dst"));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((d / "small/dst").string()), std::string::npos) << r.err;
+  if (fs::exists(d / "small/dst")) {
+    EXPECT_FALSE(has_temporaries(d / "small/dst"));
+    EXPECT_FALSE(fs::exists(d / "small/dst/model.safetensors.index.json"));
+  }
+}
+
+TEST(Safety, ReadOnlyDestinationIsAnIoError) {
+  ScratchDir d;
+  FixtureSpec spec;
+  spec.hidden = 64;
+  spec.intermediate = 64;
+  write_fixture(d / "src", spec);
+  SmallFilesystem ro(d / "ro", "ro,size=1m");
+  if (!ro.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const CliResult r = run_cli("convert " + q(d / "src") + " " + q(d / "ro/dst"));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("Read-only file system"), std::string::npos) << r.err;
+}
+
 TEST(Safety, UnwritableDestinationIsAnIoError) {
   ScratchDir d;
   FixtureSpec spec;
