@@ -16,9 +16,15 @@ void fail_io(const fs::path& path, const char* operation, int error_number) {
 }
 
 File File::open_read(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted in a hostile checkpoint must not block the
+  // open; it is refused below. Regular files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_io(path, "open for reading", errno);
-  return File(fd, path);
+  File f(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_io(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::InvalidInput, "{}: not a regular file", path.string());
+  return f;
 }
 
 File File::create_new(const fs::path& path) {

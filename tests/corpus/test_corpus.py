@@ -152,6 +152,12 @@ def mutate(ck: Path, do: dict) -> None:
         path.write_bytes(bytes(raw))
     elif op == "add_file":
         (ck / arg[0]).write_text(arg[1])
+    elif op == "fifo":
+        (ck / arg).unlink()
+        os.mkfifo(ck / arg)
+    elif op == "directory":
+        (ck / arg).unlink()
+        (ck / arg).mkdir()
     elif op == "dangling_symlink":
         (ck / arg).symlink_to(ck / "does-not-exist")
     else:
