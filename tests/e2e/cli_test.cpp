@@ -30,10 +30,7 @@ TEST(Cli, UsageErrorsExitTwo) {
 
 TEST(Cli, ConvertVerifyReportsAndExitCodes) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
-  write_fixture(d / "src", spec);
+  write_fixture(d / "src", tiny_spec());
 
   const CliResult c = run_cli("convert " + q(d / "src") + " " + q(d / "dst") + " --report " + q(d / "c.json"));
   ASSERT_EQ(c.exit_code, 0) << c.err;
@@ -72,9 +69,7 @@ TEST(Cli, ConvertVerifyReportsAndExitCodes) {
 
 TEST(Cli, InspectPredictsRefusalAndConvertRefuses) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
+  FixtureSpec spec = tiny_spec();
   spec.overrides[fixture_module_name(spec, 0, 0, 2)].span = 15;
   write_fixture(d / "src", spec);
 

@@ -2,6 +2,8 @@
 // running the built CLI.
 #pragma once
 
+#include "fixture/fixture.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,14 @@
 namespace mx2nv::e2e {
 
 namespace fs = std::filesystem;
+
+// The smallest useful checkpoint: default layout and counts, 64-wide modules.
+inline FixtureSpec tiny_spec() {
+  FixtureSpec spec;
+  spec.hidden = 64;
+  spec.intermediate = 64;
+  return spec;
+}
 
 class ScratchDir {
  public:

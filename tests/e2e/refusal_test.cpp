@@ -33,9 +33,7 @@ class BrokenCheckpoint : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BrokenCheckpoint, IsInvalidInputAndLeavesNothing) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
+  FixtureSpec spec = tiny_spec();
   spec.experts = 2;
   spec.shards = 2;
   write_fixture(d / "src", spec);

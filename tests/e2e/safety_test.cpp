@@ -169,10 +169,7 @@ TEST(Safety, SigintRemovesTemporariesAndExitsWithIoError) {
 
 TEST(Safety, SecondConverterIsLockedOutAndStaleLocksAreTakenOver) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
-  write_fixture(d / "src", spec);
+  write_fixture(d / "src", tiny_spec());
   fs::create_directories(d / "dst/.mx2nv");
   // A live holder: this process.
   const int fd = ::open((d / "dst/.mx2nv/lock").c_str(), O_RDWR | O_CREAT, 0644);
@@ -210,10 +207,7 @@ TEST(Safety, FullDiskIsAnIoErrorAndLeavesNothingCompleteLooking) {
 
 TEST(Safety, ResumeRefusesADestinationHoldingForeignFiles) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
-  write_fixture(d / "src", spec);
+  write_fixture(d / "src", tiny_spec());
   fs::create_directories(d / "dst/.mx2nv");
   write_file(d / "dst/someone-elses-shard.safetensors", "x");
   const CliResult r = run_cli("convert --resume " + q(d / "src") + " " + q(d / "dst"));
@@ -257,10 +251,7 @@ TEST(Safety, RealDiskFullIsAnIoErrorNamingThePath) {
 
 TEST(Safety, ReadOnlyDestinationIsAnIoError) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
-  write_fixture(d / "src", spec);
+  write_fixture(d / "src", tiny_spec());
   SmallFilesystem ro(d / "ro", "ro,size=1m");
   if (!ro.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
   const CliResult r = run_cli("convert " + q(d / "src") + " " + q(d / "ro/dst"));
@@ -270,10 +261,7 @@ TEST(Safety, ReadOnlyDestinationIsAnIoError) {
 
 TEST(Safety, UnwritableDestinationIsAnIoError) {
   ScratchDir d;
-  FixtureSpec spec;
-  spec.hidden = 64;
-  spec.intermediate = 64;
-  write_fixture(d / "src", spec);
+  write_fixture(d / "src", tiny_spec());
   const CliResult r = run_cli("convert " + q(d / "src") + " /proc/mx2nv-cannot-exist/dst");
   EXPECT_EQ(r.exit_code, 4) << r.err;
   EXPECT_NE(r.err.find("/proc/mx2nv-cannot-exist"), std::string::npos);
