@@ -177,7 +177,10 @@ Report convert_checkpoint(const ConvertOptions& options) {
   } catch (...) {
     // Nothing finished: leave DST as we found it (no new lock, no new state;
     // an earlier run's records stay for the next --resume).
-    if (!out.committed_anything() && !state_existed) {
+    // Only the lock holder may touch the state: a converter that lost the
+    // race for the lock must not remove the winner's.
+    if (lock && !out.committed_anything() && !state_existed) {
+      lock->release_and_remove();
       lock.reset();
       std::error_code ec;
       fs::remove_all(options.target / kStateDirName, ec);

@@ -12,11 +12,15 @@
 namespace mx2nv {
 
 DestinationLock::DestinationLock(const fs::path& destination) : path_(destination / kStateDirName / "lock") {
-  std::error_code ec;
-  fs::create_directories(path_.parent_path(), ec);
-  if (ec) fail(ErrorKind::Io, "{}: create directory: {}", path_.parent_path().string(), ec.message());
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail_io(path_, "open lock", errno);
+  // A finishing converter removes the state directory; if that happens
+  // between our mkdir and our open, try again.
+  for (int attempt = 0; fd_ < 0; ++attempt) {
+    std::error_code ec;
+    fs::create_directories(path_.parent_path(), ec);
+    if (ec) fail(ErrorKind::Io, "{}: create directory: {}", path_.parent_path().string(), ec.message());
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0 && (errno != ENOENT || attempt >= 3)) fail_io(path_, "open lock", errno);
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char pid[32] = {};

@@ -54,13 +54,11 @@ void remove_stale_temporaries(const fs::path& root) {
 }
 
 OutputDir::OutputDir(fs::path root) : root_(std::move(root)) {
+  // Another converter may create it at the same moment: only an error is an
+  // error, and only a directory we created is ours to remove.
   std::error_code ec;
-  if (!fs::exists(root_, ec)) {
-    if (!fs::create_directories(root_, ec) || ec) {
-      fail(ErrorKind::Io, "{}: create directory: {}", root_.string(), ec.message());
-    }
-    created_root_ = true;
-  }
+  created_root_ = fs::create_directories(root_, ec);
+  if (ec) fail(ErrorKind::Io, "{}: create directory: {}", root_.string(), ec.message());
 }
 
 OutputDir::~OutputDir() {
@@ -119,8 +117,9 @@ void OutputDir::abandon() noexcept {
   std::error_code ec;
   for (const auto& p : temps_) fs::remove(p, ec);
   if (!committed_.empty()) return;  // finished files (and their records) serve --resume
+  // Non-recursive removes: a directory someone else has written into stays.
   for (auto it = created_dirs_.rbegin(); it != created_dirs_.rend(); ++it) fs::remove(*it, ec);
-  if (created_root_) fs::remove_all(root_, ec);
+  if (created_root_) fs::remove(root_, ec);
 }
 
 }  // namespace mx2nv

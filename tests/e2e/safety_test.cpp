@@ -205,6 +205,23 @@ TEST(Safety, FullDiskIsAnIoErrorAndLeavesNothingCompleteLooking) {
   }
 }
 
+TEST(Safety, TwoConvertersRacingForOneDestinationLeaveOneCorrectOutput) {
+  ScratchDir d;
+  FixtureSpec spec = sizable();
+  spec.shards = 3;
+  write_fixture(d / "src", spec);
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "ref")).exit_code, 0);
+  for (int i = 0; i < 8; ++i) {
+    const fs::path dst = d / ("race" + std::to_string(i));
+    const pid_t a = spawn_cli({"convert", (d / "src").string(), dst.string()});
+    const pid_t b = spawn_cli({"convert", (d / "src").string(), dst.string()});
+    const int ra = wait_exit(a), rb = wait_exit(b);
+    EXPECT_TRUE((ra == 0 && rb == 2) || (ra == 2 && rb == 0)) << ra << " " << rb;
+    EXPECT_EQ(output_files(dst), output_files(d / "ref")) << i;
+    EXPECT_FALSE(fs::exists(dst / ".mx2nv"));
+  }
+}
+
 TEST(Safety, ResumeRefusesADestinationHoldingForeignFiles) {
   ScratchDir d;
   write_fixture(d / "src", tiny_spec());
