@@ -280,8 +280,14 @@ int main(int argc, char** argv) {
         if (eq == std::string::npos) fail(ErrorKind::Usage, "expected MODULE=VALUE, got {}", kv);
         return std::pair{kv.substr(0, eq), std::stoi(kv.substr(eq + 1))};
       };
-      for (const auto& kv : set_span) gen.overrides[split(kv).first].span = split(kv).second;
-      for (const auto& kv : set_kmax) gen.overrides[split(kv).first].k_max = split(kv).second;
+      for (const auto& kv : set_span) {
+        const auto [module, value] = split(kv);
+        gen.overrides[module].span = value;
+      }
+      for (const auto& kv : set_kmax) {
+        const auto [module, value] = split(kv);
+        gen.overrides[module].k_max = value;
+      }
       for (const auto& m : all_zero) gen.overrides[m].all_zero = true;
       for (const auto& m : nan_scale) gen.overrides[m].nan_scale = true;
       if (fs::exists(gen_dir) && !fs::is_empty(gen_dir)) fail(ErrorKind::Usage, "{} is not empty", gen_dir);

@@ -10,26 +10,26 @@
 namespace mx2nv {
 namespace {
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 std::string shape_text(const TensorInfo& t) { return Json(t.shape).dump(); }
 
 }  // namespace
 
+std::optional<std::size_t> ModuleSet::module_of(std::string_view tensor, std::string_view suffix) const {
+  if (!tensor.ends_with(suffix)) return std::nullopt;
+  const auto it = by_name.find(std::string(tensor.substr(0, tensor.size() - suffix.size())));
+  if (it == by_name.end()) return std::nullopt;
+  return it->second;
+}
+
 bool ModuleSet::is_module_tensor(const std::string& tensor) const {
-  for (const auto suffix : {kPackedSuffix, kScaleSuffix}) {
-    if (ends_with(tensor, suffix) && by_name.count(tensor.substr(0, tensor.size() - suffix.size()))) return true;
-  }
-  return false;
+  return module_of(tensor, kPackedSuffix) || module_of(tensor, kScaleSuffix);
 }
 
 std::string gate_up_partner(const std::string& module) {
   static const std::pair<std::string_view, std::string_view> kPairs[] = {
       {".w1", ".w3"}, {".w3", ".w1"}, {".gate_proj", ".up_proj"}, {".up_proj", ".gate_proj"}};
   for (const auto& [mine, theirs] : kPairs) {
-    if (ends_with(module, mine)) return module.substr(0, module.size() - mine.size()) + std::string(theirs);
+    if (module.ends_with(mine)) return module.substr(0, module.size() - mine.size()) + std::string(theirs);
   }
   return {};
 }
@@ -44,11 +44,11 @@ ModuleSet discover_modules(const std::vector<ShardTensors>& shards) {
   std::map<std::string, std::string> other;  // tensor -> shard, for collision checks
   for (std::size_t s = 0; s < shards.size(); ++s) {
     for (const TensorInfo& t : shards[s].header->tensors()) {
-      if (ends_with(t.name, kPackedSuffix)) {
+      if (t.name.ends_with(kPackedSuffix)) {
         auto& h = found[t.name.substr(0, t.name.size() - kPackedSuffix.size())];
         h.packed = &t;
         h.packed_shard = s;
-      } else if (ends_with(t.name, kScaleSuffix)) {
+      } else if (t.name.ends_with(kScaleSuffix)) {
         auto& h = found[t.name.substr(0, t.name.size() - kScaleSuffix.size())];
         h.scale = &t;
         h.scale_shard = s;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,7 +18,6 @@ inline constexpr std::string_view kPackedSuffix = ".weight_packed";
 inline constexpr std::string_view kScaleSuffix = ".weight_scale";
 inline constexpr std::string_view kGlobalSuffix = ".weight_global_scale";
 inline constexpr std::uint64_t kMxGroup = 32;       // values per MXFP4 scale
-inline constexpr std::uint64_t kNvGroup = 16;       // values per NVFP4 scale
 inline constexpr std::uint64_t kGroupBytes = kMxGroup / 2;  // packed bytes per 32-group
 
 struct ShardTensors {
@@ -41,6 +41,8 @@ struct ModuleSet {
   std::vector<QuantModule> modules;                     // sorted by name
   std::vector<std::vector<std::size_t>> scale_groups;   // modules sharing one global
   std::unordered_map<std::string, std::size_t> by_name;
+  // The module whose `suffix` tensor (kPackedSuffix, kScaleSuffix, ...) `tensor` is.
+  std::optional<std::size_t> module_of(std::string_view tensor, std::string_view suffix) const;
   // Names of all tensors that belong to a module (packed or scale).
   bool is_module_tensor(const std::string& tensor) const;
 };

@@ -4,19 +4,6 @@
 #include "core/error.hpp"
 
 namespace mx2nv {
-namespace {
-
-std::optional<std::size_t> module_of(const std::string& name, std::string_view suffix, const ModuleSet& modules) {
-  if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return std::nullopt;
-  }
-  const auto it = modules.by_name.find(name.substr(0, name.size() - suffix.size()));
-  if (it == modules.by_name.end()) return std::nullopt;
-  return it->second;
-}
-
-}  // namespace
-
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules) {
   TargetLayout layout;
   layout.metadata = source.metadata();
@@ -27,10 +14,10 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
     TargetTensor t;
     t.info = src[i];
     t.source = i;
-    if (const auto m = module_of(src[i].name, kPackedSuffix, modules)) {
+    if (const auto m = modules.module_of(src[i].name, kPackedSuffix)) {
       t.role = TensorRole::Packed;
       t.module = *m;
-    } else if (const auto ms = module_of(src[i].name, kScaleSuffix, modules);
+    } else if (const auto ms = modules.module_of(src[i].name, kScaleSuffix);
                ms && modules.modules[*ms].scale_shard == shard) {
       t.role = TensorRole::Scale;
       t.module = *ms;

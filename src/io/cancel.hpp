@@ -7,7 +7,6 @@
 namespace mx2nv {
 
 void request_stop(int signal_number) noexcept;
-bool stop_requested() noexcept;
 void throw_if_stopped();
 
 }  // namespace mx2nv

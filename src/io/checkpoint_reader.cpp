@@ -68,13 +68,6 @@ std::uint64_t Checkpoint::tensor_bytes() const {
   return total;
 }
 
-const OpenShard& Checkpoint::shard_named(const std::string& file) const {
-  for (const auto& s : shards) {
-    if (s.file == file) return s;
-  }
-  fail_input("no shard named {}", file);
-}
-
 Checkpoint open_checkpoint(const fs::path& root) {
   Checkpoint c;
   c.root = root;

@@ -37,7 +37,6 @@ struct Checkpoint {
   std::vector<std::string> companions;  // every other file, relative, sorted
   std::vector<ShardTensors> shard_tensors() const;
   std::uint64_t tensor_bytes() const;   // sum of data sections
-  const OpenShard& shard_named(const std::string& file) const;
 };
 
 // Opens and validates the container structure (not the quantization config,

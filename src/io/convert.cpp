@@ -21,18 +21,32 @@
 namespace mx2nv {
 namespace {
 
-bool record_still_holds(const fs::path& dst, const ShardRecord& expected) {
-  const auto record = read_record(dst, expected.shard);
-  if (!record) return false;
+// The record of an earlier run's shard, if it still describes this shard of
+// this plan and the output file on disk.
+std::optional<ShardRecord> reusable_record(const fs::path& dst, const ShardRecord& expected) {
+  auto record = read_record(dst, expected.shard);
+  if (!record) return std::nullopt;
   if (record->shard != expected.shard || record->source_size != expected.source_size ||
       record->source_mtime_ns != expected.source_mtime_ns ||
       record->source_header_hash != expected.source_header_hash || record->plan_hash != expected.plan_hash) {
-    return false;
+    return std::nullopt;
   }
   const fs::path out = dst / expected.shard;
   std::error_code ec;
-  if (!fs::is_regular_file(out, ec) || fs::file_size(out, ec) != record->output_size) return false;
-  return hash_file(out) == record->output_hash;
+  if (!fs::is_regular_file(out, ec) || fs::file_size(out, ec) != record->output_size) return std::nullopt;
+  if (hash_file(out) != record->output_hash) return std::nullopt;
+  return record;
+}
+
+void copy_companion(const fs::path& from, OutputDir& out, const std::string& relative) {
+  const File in = File::open_read(from);
+  OutputDir::Pending target = out.begin(relative);
+  std::vector<std::byte> buffer(kCopyBufferBytes);
+  read_in_chunks(in, 0, in.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
+    target.file.write_at(done, chunk);
+    throw_if_stopped();
+  });
+  out.commit(target);
 }
 
 // Resuming into a DST that holds files this conversion would never write
@@ -55,20 +69,6 @@ void refuse_foreign_files(const fs::path& dst, const Checkpoint& ck) {
 }
 
 }  // namespace
-
-void copy_companion(const fs::path& from, OutputDir& out, const std::string& relative) {
-  const File in = File::open_read(from);
-  const std::uint64_t size = in.size();
-  OutputDir::Pending target = out.begin(relative);
-  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(size, kCopyBufferBytes)));
-  for (std::uint64_t done = 0; done < size; done += buffer.size()) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), size - done));
-    in.read_at(done, {buffer.data(), n});
-    target.file.write_at(done, {buffer.data(), n});
-    throw_if_stopped();
-  }
-  out.commit(target);
-}
 
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
@@ -124,8 +124,8 @@ Report convert_checkpoint(const ConvertOptions& options) {
     std::atomic<std::uint64_t> resumed{0};
     parallel_for(ck.shards.size(), options.threads, [&](std::size_t s) {
       ShardRecord r = expected_record(source, plan, s);
-      if (options.resume && record_still_holds(options.target, r)) {
-        records[s] = *read_record(options.target, r.shard);
+      if (const auto earlier = options.resume ? reusable_record(options.target, r) : std::nullopt) {
+        records[s] = *earlier;
         ++resumed;
         return;
       }

@@ -20,8 +20,4 @@ struct ConvertOptions {
 
 Report convert_checkpoint(const ConvertOptions& options);
 
-// Copies one file's bytes through a buffer into a pending output file.
-class OutputDir;
-void copy_companion(const fs::path& from, OutputDir& out, const std::string& relative);
-
 }  // namespace mx2nv

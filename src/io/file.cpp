@@ -52,7 +52,6 @@ File::~File() {
 std::uint64_t File::size() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) fail_io(path_, "stat", errno);
-  if (!S_ISREG(st.st_mode)) fail(ErrorKind::InvalidInput, "{}: not a regular file", path_.string());
   return static_cast<std::uint64_t>(st.st_size);
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/byte_source.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -56,6 +57,18 @@ class FileSource final : public ByteSource {
  private:
   const File* file_;
 };
+
+// Reads [offset, offset + length) of `file` through `buffer`, calling
+// visit(chunk, position) with position relative to `offset`.
+template <typename Visit>
+void read_in_chunks(const File& file, std::uint64_t offset, std::uint64_t length, std::span<std::byte> buffer,
+                    Visit&& visit) {
+  for (std::uint64_t done = 0; done < length; done += buffer.size()) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - done));
+    file.read_at(offset + done, buffer.first(n));
+    visit(std::span<const std::byte>(buffer.first(n)), done);
+  }
+}
 
 // Whole small file (config.json, index) with a size cap before allocation.
 std::string read_text_file(const fs::path& path, std::uint64_t max_bytes);

@@ -8,20 +8,27 @@
 namespace mx2nv {
 namespace {
 
-struct Sources {
-  FileSource packed;
-  FileSource scale;
-  ModuleLocation location;
-};
+// Where a module's packed and scale bytes are; lives as long as the scanner using it.
+class ModuleSources {
+ public:
+  ModuleSources(const SourceCheckpoint& source, const QuantModule& m)
+      : packed_shard_(source.checkpoint.shards[m.packed_shard]),
+        scale_shard_(source.checkpoint.shards[m.scale_shard]),
+        packed_(packed_shard_.handle),
+        scale_(scale_shard_.handle),
+        location_{&packed_, packed_shard_.header.data_start() + m.packed.begin, &scale_,
+                  scale_shard_.header.data_start() + m.scale.begin, scale_shard_.file} {}
+  ModuleSources(const ModuleSources&) = delete;
+  ModuleSources& operator=(const ModuleSources&) = delete;
+  const ModuleLocation& location() const { return location_; }
 
-Sources locate(const SourceCheckpoint& source, const QuantModule& m) {
-  const OpenShard& ps = source.checkpoint.shards[m.packed_shard];
-  const OpenShard& ss = source.checkpoint.shards[m.scale_shard];
-  Sources s{FileSource(ps.handle), FileSource(ss.handle), {}};
-  s.location = {nullptr, ps.header.data_start() + m.packed.begin, nullptr, ss.header.data_start() + m.scale.begin,
-                ss.file};
-  return s;
-}
+ private:
+  const OpenShard& packed_shard_;
+  const OpenShard& scale_shard_;
+  FileSource packed_;
+  FileSource scale_;
+  ModuleLocation location_;
+};
 
 }  // namespace
 
@@ -31,10 +38,8 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads) {
   result.facts.resize(modules.size());
   std::atomic<std::uint64_t> probes{0}, full{0};
   parallel_for(modules.size(), threads, [&](std::size_t i) {
-    Sources s = locate(source, modules[i]);
-    s.location.packed = &s.packed;
-    s.location.scale = &s.scale;
-    ModuleScanner scanner(modules[i], s.location);
+    const ModuleSources sources(source, modules[i]);
+    ModuleScanner scanner(modules[i], sources.location());
     scanner.read_histogram();
     ModuleFacts& f = result.facts[i];
     f.k_max = scanner.active_k_max();
@@ -51,10 +56,8 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads) {
 Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window) {
   const auto count_active = [&](std::size_t i, int k_lo, int k_hi) {
     const QuantModule& m = source.modules.modules[i];
-    Sources s = locate(source, m);
-    s.location.packed = &s.packed;
-    s.location.scale = &s.scale;
-    ModuleScanner scanner(m, s.location);
+    const ModuleSources sources(source, m);
+    ModuleScanner scanner(m, sources.location());
     scanner.use_histogram(to_dense(scan.facts[i].histogram));
     return scanner.count_active(k_lo, k_hi);
   };

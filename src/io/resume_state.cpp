@@ -85,14 +85,9 @@ void write_record(OutputDir& out, const ShardRecord& r) {
 
 std::uint64_t hash_file(const fs::path& path) {
   const File f = File::open_read(path);
-  const std::uint64_t size = f.size();
   StreamHash hash;
   std::vector<std::byte> buffer(4 << 20);
-  for (std::uint64_t done = 0; done < size; done += buffer.size()) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), size - done));
-    f.read_at(done, {buffer.data(), n});
-    hash.update({buffer.data(), n});
-  }
+  read_in_chunks(f, 0, f.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t) { hash.update(chunk); });
   return hash.digest();
 }
 

@@ -71,18 +71,16 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
     // also counted by group for the report (groups never straddle a chunk:
     // the buffer is a multiple of 16 and tensors start group-aligned).
     if (t.role == TensorRole::PassThrough) ++result.passthrough_tensors;
-    for (std::uint64_t done = 0; done < s.nbytes(); done += buffer.size()) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), s.nbytes() - done));
-      in.handle.read_at(src + done, {buffer.data(), n});
+    read_in_chunks(in.handle, src, s.nbytes(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
       if (t.role == TensorRole::Packed) {
-        for (std::size_t g = 0; g + kGroupBytes <= n; g += kGroupBytes) {
-          if (!group_is_active(buffer.data() + g)) ++result.zero_groups;
+        for (std::size_t g = 0; g + kGroupBytes <= chunk.size(); g += kGroupBytes) {
+          if (!group_is_active(chunk.data() + g)) ++result.zero_groups;
           ++result.groups;
         }
       }
-      emit(dst + done, {buffer.data(), n});
+      emit(dst + done, chunk);
       throw_if_stopped();
-    }
+    });
   }
   result.output_size = data_start + layout.data_size;
   result.output_hash = hash.digest();

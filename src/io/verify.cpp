@@ -230,10 +230,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
         std::vector<std::string> a, b;
         for (const auto& t : shard.header.tensors()) a.push_back(t.name);
         for (const auto& t : peer.header.tensors()) {
-          const bool inserted_global =
-              t.name.ends_with(kGlobalSuffix) &&
-              source.modules.by_name.count(t.name.substr(0, t.name.size() - kGlobalSuffix.size())) > 0;
-          if (!inserted_global) b.push_back(t.name);
+          if (!source.modules.module_of(t.name, kGlobalSuffix)) b.push_back(t.name);
         }
         if (a != b) diff.add("{}: tensor order differs from SRC", shard.file);
       }

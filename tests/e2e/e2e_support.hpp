@@ -4,6 +4,8 @@
 
 #include "fixture/fixture.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +66,18 @@ inline std::map<std::string, std::string> snapshot(const fs::path& root) {
     if (e.is_regular_file()) out[fs::relative(e.path(), root).generic_string()] = read_file(e.path());
   }
   return out;
+}
+
+// One tensor's bytes, located through the shard's own header (parsed here
+// with nlohmann directly, not with mx2nv's reader).
+inline std::string tensor_bytes(const fs::path& shard, const std::string& name) {
+  const std::string all = read_file(shard);
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(all[static_cast<std::size_t>(i)])) << (8 * i);
+  const nlohmann::json header = nlohmann::json::parse(all.substr(8, n));
+  const auto begin = header[name]["data_offsets"][0].get<std::uint64_t>();
+  const auto end = header[name]["data_offsets"][1].get<std::uint64_t>();
+  return all.substr(8 + n + begin, end - begin);
 }
 
 struct CliResult {
