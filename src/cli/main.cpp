@@ -5,27 +5,28 @@
 #include "core/report.hpp"
 #include "fixture/fixture.hpp"
 #include "io/cancel.hpp"
+#include "io/checkpoint_reader.hpp"
 #include "io/convert.hpp"
 #include "io/inspect.hpp"
+#include "io/report_file.hpp"
 #include "io/verify.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <csignal>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <thread>
 
 namespace fs = std::filesystem;
 using namespace mx2nv;
 
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitRefusedOrMismatch = 1;
-constexpr int kExitUsage = 2;
 
 std::string human_bytes(std::uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -38,18 +39,8 @@ std::string human_bytes(std::uint64_t n) {
   return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
-void write_report(const std::string& path, const Json& report) {
-  if (path.empty()) return;
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << report.dump(2) << "\n";
-    out.close();
-    if (!out) fail(ErrorKind::Io, "{}: cannot write report", path);
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) fail(ErrorKind::Io, "{}: cannot write report: {}", path, ec.message());
+void write_report(const std::optional<ReportFile>& file, const Report& report) {
+  if (file) file->write(dump_json(report_to_json(report)) + "\n");
 }
 
 void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream) {
@@ -60,9 +51,9 @@ void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream) {
 }
 
 void print_counts(const Report& r) {
-  fmt::print("  source   {}{}\n", r.provenance.source,
-             r.provenance.revision ? fmt::format(" (revision {})", *r.provenance.revision) : "");
-  if (!r.provenance.target.empty()) fmt::print("  target   {}\n", r.provenance.target);
+  fmt::print("  source   {}{}\n", printable(r.provenance.source),
+             r.provenance.revision ? fmt::format(" (revision {})", printable(*r.provenance.revision)) : "");
+  if (!r.provenance.target.empty()) fmt::print("  target   {}\n", printable(r.provenance.target));
   fmt::print("  modules  {} quantized modules, {} global scales (gate/up pairs share one), {} shards\n", r.modules,
              r.scale_groups, r.shards);
   fmt::print("  copied   {} pass-through tensors, {} companion files, byte for byte\n", r.passthrough_tensors,
@@ -76,17 +67,23 @@ void print_counts(const Report& r) {
              human_bytes(r.target_tensor_bytes), r.size_change_percent());
 }
 
-int finish(const Report& r, const std::string& report_path) {
-  write_report(report_path, report_to_json(r));
-  if (r.result == "ok") return kExitOk;
-  return kExitRefusedOrMismatch;
+int finish(const Report& r, const std::optional<ReportFile>& report_file) {
+  write_report(report_file, r);
+  return r.exit_code();
 }
 
-int run_convert(const ConvertOptions& o, const std::string& report_path) {
+int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = convert_checkpoint(o);
-  if (r.result == "refused") {
+  if (r.already_complete) {
+    fmt::print("mx2nv convert: already complete: {} holds this conversion of {} (checked from its records; nothing "
+               "was written)\n",
+               printable(o.target.string()), printable(o.source.string()));
+    print_counts(r);
+    return finish(r, report_path);
+  }
+  if (r.result == Outcome::Refused) {
     fmt::print("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
-               window_name(o.window), window_limits(o.window).max_span(), o.target.string());
+               window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
     print_over_span(r.over_span, stdout);
     for (const auto& g : r.unrepresentable_globals) {
       fmt::print("  global scale of {} is not a normal FP32 number\n", g);
@@ -104,13 +101,13 @@ int run_convert(const ConvertOptions& o, const std::string& report_path) {
     fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
                r.marlin_zeroed_groups);
   }
-  fmt::print("  next     mx2nv verify {} {}\n", o.source.string(), o.target.string());
+  fmt::print("  next     mx2nv verify {} {}\n", printable(o.source.string()), printable(o.target.string()));
   return finish(r, report_path);
 }
 
-int run_verify(const VerifyOptions& o, const std::string& report_path) {
+int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = verify_checkpoint(o);
-  if (r.result == "ok") {
+  if (r.result == Outcome::Ok) {
     fmt::print("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
                r.values_compared, window_name(o.window), r.seconds);
     print_counts(r);
@@ -124,10 +121,10 @@ int run_verify(const VerifyOptions& o, const std::string& report_path) {
 int run_inspect(const fs::path& src, Window window, bool json, unsigned threads) {
   const Inspection in = inspect_checkpoint(src, window, threads);
   if (json) {
-    fmt::print("{}\n", inspection_to_json(in).dump(2));
+    fmt::print("{}\n", dump_json(inspection_to_json(in)));
   } else {
     const Report& r = in.report;
-    fmt::print("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", r.provenance.source,
+    fmt::print("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", printable(r.provenance.source),
                in.probes, in.fully_scanned_modules);
     print_counts(r);
     fmt::print("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
@@ -141,15 +138,18 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads)
       for (const auto& g : o.unrepresentable_globals) fmt::print("  global scale of {} is not a normal FP32\n", g);
     }
   }
-  return in.report.result == "ok" ? kExitOk : kExitRefusedOrMismatch;
+  return in.report.exit_code();
 }
 
 int run_demo(const fs::path& dir, unsigned threads) {
   const fs::path marker = dir / ".mx2nv-demo";
   std::error_code ec;
+  if (fs::exists(fs::symlink_status(dir)) && !fs::is_directory(dir)) {
+    fail(ErrorKind::Usage, "{} exists and is not a directory", printable(dir.string()));
+  }
   if (fs::exists(dir) && !fs::is_empty(dir)) {
     if (!fs::exists(marker)) {
-      fail(ErrorKind::Usage, "{} exists, is not empty and is not an mx2nv demo directory", dir.string());
+      fail(ErrorKind::Usage, "{} exists, is not empty and is not an mx2nv demo directory", printable(dir.string()));
     }
     fs::remove_all(dir / "mxfp4", ec);
     fs::remove_all(dir / "nvfp4", ec);
@@ -167,15 +167,29 @@ int run_demo(const fs::path& dir, unsigned threads) {
   fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", (dir / "mxfp4").string());
 
   const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads, false};
-  const int rc = run_convert(c, (dir / "convert-report.json").string());
+  const int rc = run_convert(c, ReportFile(dir / "convert-report.json", {c.source, c.target}));
   if (rc != kExitOk) return rc;
   fmt::print("\n");
-  const int vrc = run_verify({c.source, c.target, Window::Marlin, threads}, (dir / "verify-report.json").string());
+  const int vrc =
+      run_verify({c.source, c.target, Window::Marlin, threads}, ReportFile(dir / "verify-report.json", {c.source, c.target}));
   if (vrc == kExitOk) {
     fmt::print("\nmx2nv demo: done. Reports: {}, {}\n", (dir / "convert-report.json").string(),
                (dir / "verify-report.json").string());
   }
   return vrc;
+}
+
+// MODULE=VALUE with an integer VALUE (generate --set-span, --set-k-max).
+std::pair<std::string, int> module_value(const std::string& kv, const char* option) {
+  const auto eq = kv.rfind('=');
+  if (eq == std::string::npos || eq == 0) fail(ErrorKind::Usage, "{}: expected MODULE=VALUE, got {}", option, printable(kv));
+  const std::string_view text = std::string_view(kv).substr(eq + 1);
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    fail(ErrorKind::Usage, "{}: {} is not an integer (in {})", option, printable(text), printable(kv));
+  }
+  return {kv.substr(0, eq), value};
 }
 
 }  // namespace
@@ -193,17 +207,27 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
 
-  std::string src, dst, report_path, window_text = "marlin", demo_dir = "mx2nv-demo";
+  std::string src, dst, report_path, demo_dir = "mx2nv-demo";
+  Window window = windows().front().window;
   unsigned threads = hw;
   bool json = false;
+  // --window: names, values and help text all come from the one window table.
+  std::map<std::string, Window> window_names;
+  std::string window_help = "block-scale window:";
+  for (const auto& w : windows()) {
+    window_names.emplace(std::string(w.name), w.window);
+    window_help += fmt::format(" {}: {};", w.name, w.summary);
+  }
   const auto add_window = [&](CLI::App* sub) {
-    sub->add_option("--window", window_text,
-                    "marlin: block scales in [2^-6, 2^8], exact through vLLM's Marlin path (span <= 14, default); "
-                    "e4m3: [2^-9, 2^8], exact on disk only (span <= 17)")
-        ->check(CLI::IsMember({"marlin", "e4m3"}));
+    sub->add_option("--window", window, window_help)->transform(CLI::CheckedTransformer(window_names, CLI::ignore_case));
   };
   const auto add_threads = [&](CLI::App* sub) {
     sub->add_option("--threads", threads, "worker threads (default: all cores)")->check(CLI::Range(1u, 1024u));
+  };
+  const auto add_report = [&](CLI::App* sub) {
+    sub->add_option("--report", report_path,
+                    "write a JSON report to this file (checked before any work; never inside SRC or DST; "
+                    "/dev/stdout and other special files are written through)");
   };
 
   auto* convert = app.add_subcommand("convert", "transcode SRC (MXFP4) into an empty DST (NVFP4A16)");
@@ -211,18 +235,19 @@ int main(int argc, char** argv) {
   convert->add_option("DST", dst, "target directory (created; must be empty)")->required();
   add_window(convert);
   add_threads(convert);
-  convert->add_option("--report", report_path, "write a JSON report to this file");
+  add_report(convert);
   bool resume = false;
   convert->add_flag("--resume", resume,
-                    "continue an interrupted conversion into DST: finished shards whose records still match are "
-                    "reused, everything else is redone");
+                    "continue an interrupted conversion into DST (finished shards whose records still match are "
+                    "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
+                    "without writing. Safe to repeat");
 
   auto* verify = app.add_subcommand("verify", "prove every value of DST equals the value in SRC");
   verify->add_option("SRC", src, "source checkpoint directory")->required();
   verify->add_option("DST", dst, "converted checkpoint directory")->required();
   add_window(verify);
   add_threads(verify);
-  verify->add_option("--report", report_path, "write a JSON report to this file");
+  add_report(verify);
 
   auto* inspect = app.add_subcommand("inspect", "dry run: spans, predicted outcome under both windows, sizes");
   inspect->add_option("SRC", src, "source checkpoint directory")->required();
@@ -234,7 +259,7 @@ int main(int argc, char** argv) {
   std::string gen_dir, gen_layout = "k3";
   std::vector<std::string> set_span, set_kmax, all_zero, nan_scale;
   auto* generate = app.add_subcommand("generate", "write a deterministic MXFP4 checkpoint (tests, benchmarks)");
-  generate->add_option("DIR", gen_dir, "directory to create")->required();
+  generate->add_option("DIR", gen_dir, "directory to create (absent or empty)")->required();
   generate->add_option("--layout", gen_layout, "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)")
       ->check(CLI::IsMember({"k3", "flat"}));
   generate->add_option("--layers", gen.layers, "decoder layers")->check(CLI::Range(1u, 4096u));
@@ -266,54 +291,55 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
-  const Window window = parse_window(window_text).value_or(Window::Marlin);
+  std::optional<ReportFile> report_file;
   try {
-    if (*convert) return run_convert({src, dst, window, threads, resume}, report_path);
-    if (*verify) return run_verify({src, dst, window, threads}, report_path);
+    // Where the report goes is checked before any work.
+    if (!report_path.empty()) report_file.emplace(report_path, std::vector<fs::path>{src, dst});
+    if (*convert) return run_convert({src, dst, window, threads, resume}, report_file);
+    if (*verify) return run_verify({src, dst, window, threads}, report_file);
     if (*inspect) return run_inspect(src, window, json, threads);
     if (*demo) return run_demo(demo_dir, threads);
     if (*generate) {
       gen.layout = gen_layout == "flat" ? FixtureLayout::Flat : FixtureLayout::K3;
       gen.out_of_window_zero_groups = extreme == "on";
-      const auto split = [](const std::string& kv) {
-        const auto eq = kv.rfind('=');
-        if (eq == std::string::npos) fail(ErrorKind::Usage, "expected MODULE=VALUE, got {}", kv);
-        return std::pair{kv.substr(0, eq), std::stoi(kv.substr(eq + 1))};
-      };
       for (const auto& kv : set_span) {
-        const auto [module, value] = split(kv);
+        const auto [module, value] = module_value(kv, "--set-span");
+        if (value < 0 || value > 200) fail(ErrorKind::Usage, "--set-span: {} is outside [0, 200]", value);
         gen.overrides[module].span = value;
       }
       for (const auto& kv : set_kmax) {
-        const auto [module, value] = split(kv);
+        const auto [module, value] = module_value(kv, "--set-k-max");
         gen.overrides[module].k_max = value;
       }
       for (const auto& m : all_zero) gen.overrides[m].all_zero = true;
       for (const auto& m : nan_scale) gen.overrides[m].nan_scale = true;
-      if (fs::exists(gen_dir) && !fs::is_empty(gen_dir)) fail(ErrorKind::Usage, "{} is not empty", gen_dir);
-      write_fixture(gen_dir, gen);
-      fmt::print("mx2nv generate: wrote {}\n", gen_dir);
+      const fs::path dir(gen_dir);
+      if (fs::exists(fs::symlink_status(dir))) {
+        if (!fs::is_directory(fs::symlink_status(dir))) {
+          fail(ErrorKind::Usage, "{} exists and is not a directory", printable(gen_dir));
+        }
+        if (!fs::is_empty(dir)) fail(ErrorKind::Usage, "{} is not empty", printable(gen_dir));
+      }
+      write_fixture(dir, gen);
+      fmt::print("mx2nv generate: wrote {}\n", printable(gen_dir));
       return kExitOk;
     }
-  } catch (const Error& e) {
+  } catch (...) {
+    const Error e = current_exception_as_error();
     fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what()));
-    if (!report_path.empty()) {
-      Report r;
-      r.command = convert->parsed() ? "convert" : "verify";
-      r.window = window;
-      r.result = "error";
-      r.error = e.what();
-      r.provenance.source = src;
-      r.provenance.target = dst;
+    if (report_file && (*convert || *verify)) {
+      // The error path's report is the success path's, with result "error".
       try {
-        write_report(report_path, report_to_json(r));
-      } catch (const Error&) {
+        const fs::path target(dst);
+        Report r = start_report(convert->parsed() ? "convert" : "verify", window, src, &target);
+        r.set_error(e);
+        write_report(report_file, r);
+      } catch (...) {
+        const Error again = current_exception_as_error();
+        fmt::print(stderr, "mx2nv: also failed to write the report: {}\n", printable(again.what()));
       }
     }
     return exit_code(e.kind());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "mx2nv: internal error: {}\n", e.what());
-    return exit_code(ErrorKind::Io);
   }
   return kExitUsage;
 }

@@ -1,5 +1,7 @@
 #include "core/numerics.hpp"
 
+#include <array>
+
 #include <cmath>
 #include <limits>
 
@@ -44,19 +46,35 @@ std::optional<float> global_divisor_for(int m) {
   return std::ldexp(1.0f, e);
 }
 
-WindowLimits window_limits(Window w) {
-  switch (w) {
-    case Window::Marlin: return {kE4M3MinNormalPow2, kE4M3MaxPow2};
-    case Window::E4M3: return {kE4M3MinPow2, kE4M3MaxPow2};
+namespace {
+
+// The one table of windows: names, limits and the help text the CLI shows.
+constexpr std::array<WindowInfo, 2> kWindows{{
+    {Window::Marlin, "marlin", {kE4M3MinNormalPow2, kE4M3MaxPow2},
+     "block scales in [2^-6, 2^8]: exact through vLLM's Marlin path (span <= 14; default)"},
+    {Window::E4M3, "e4m3", {kE4M3MinPow2, kE4M3MaxPow2},
+     "block scales in [2^-9, 2^8]: exact on disk only, Marlin zeroes scales below 2^-6 (span <= 17)"},
+}};
+
+const WindowInfo& info(Window w) {
+  for (const auto& i : kWindows) {
+    if (i.window == w) return i;
   }
-  return {kE4M3MinNormalPow2, kE4M3MaxPow2};
+  return kWindows.front();
 }
 
-std::string_view window_name(Window w) { return w == Window::Marlin ? "marlin" : "e4m3"; }
+}  // namespace
+
+std::span<const WindowInfo> windows() { return kWindows; }
+
+WindowLimits window_limits(Window w) { return info(w).limits; }
+
+std::string_view window_name(Window w) { return info(w).name; }
 
 std::optional<Window> parse_window(std::string_view name) {
-  if (name == "marlin") return Window::Marlin;
-  if (name == "e4m3") return Window::E4M3;
+  for (const auto& i : kWindows) {
+    if (i.name == name) return i.window;
+  }
   return std::nullopt;
 }
 

@@ -7,6 +7,8 @@
 // (2^-137 .. 6*2^127 is far inside double's range), so comparisons are exact.
 #pragma once
 
+#include <span>
+
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -48,6 +50,13 @@ struct WindowLimits {
   int max_exp;  // highest (always 8: the global is chosen so k_max - m = 8)
   int max_span() const { return max_exp - min_exp; }
 };
+struct WindowInfo {
+  Window window;
+  std::string_view name;
+  WindowLimits limits;
+  std::string_view summary;  // one line for --help
+};
+std::span<const WindowInfo> windows();  // every window, default first
 WindowLimits window_limits(Window w);
 std::string_view window_name(Window w);
 std::optional<Window> parse_window(std::string_view name);

@@ -46,4 +46,30 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+std::string json_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      out += static_cast<char>(b);
+      ++i;
+    } else if (const std::size_t n = utf8_length(text, i); n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", b);
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string dump_json(const nlohmann::json& value, int indent) {
+  // Every string we put into a document went through json_text() or came from
+  // a UTF-8-validated parser; `replace` is the net under that rule, so a
+  // report can never fail to serialise.
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace mx2nv

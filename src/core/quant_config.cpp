@@ -18,6 +18,70 @@ bool is_null_or_absent(const Json& object, const char* key) {
   return !object.contains(key) || object[key].is_null();
 }
 
+std::string_view json_type_name(const Json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+// compressed-tensors' pydantic models type every field; a checkpoint whose
+// config they would reject (or whose fields we would have to guess about) is
+// refused here, with the key named, before any other check reads it.
+enum class JsonType { Null, Boolean, Number, String, Array, Object };
+bool has_type(const Json& v, JsonType t) {
+  switch (t) {
+    case JsonType::Null: return v.is_null();
+    case JsonType::Boolean: return v.is_boolean();
+    case JsonType::Number: return v.is_number();
+    case JsonType::String: return v.is_string();
+    case JsonType::Array: return v.is_array();
+    case JsonType::Object: return v.is_object();
+  }
+  return false;
+}
+
+void require_types(const Json& object, const std::string& where, const char* key,
+                   std::initializer_list<JsonType> allowed, std::string_view expected) {
+  if (!object.contains(key)) return;
+  const Json& v = object[key];
+  for (const JsonType t : allowed) {
+    if (has_type(v, t)) return;
+  }
+  fail_input("config.json: {}.{} is {}; compressed-tensors expects {}", where, key, json_type_name(v), expected);
+}
+
+void require_string_list(const Json& object, const std::string& where, const char* key) {
+  if (!object.contains(key) || object[key].is_null()) return;
+  const Json& v = object[key];
+  if (!v.is_array()) fail_input("config.json: {}.{} is {}; compressed-tensors expects a list of strings", where, key, json_type_name(v));
+  for (const Json& e : v) {
+    if (!e.is_string()) {
+      fail_input("config.json: {}.{} holds {}; compressed-tensors expects a list of strings", where, key,
+                 json_type_name(e));
+    }
+  }
+}
+
+// QuantizationArgs fields: the types compressed-tensors 0.20's model accepts.
+void check_args_types(const Json& w, const std::string& where) {
+  using T = JsonType;
+  require_types(w, where, "num_bits", {T::Number}, "an integer");
+  require_types(w, where, "type", {T::String}, "a string");
+  require_types(w, where, "symmetric", {T::Boolean}, "a boolean");
+  require_types(w, where, "group_size", {T::Number, T::Null}, "an integer or null");
+  require_types(w, where, "strategy", {T::String, T::Null}, "a string or null");
+  require_types(w, where, "block_structure", {T::Array, T::Null}, "a list or null");
+  require_types(w, where, "dynamic", {T::Boolean, T::String}, "a boolean or \"local\"");
+  require_types(w, where, "actorder", {T::String, T::Boolean, T::Null}, "a string, boolean or null");
+  require_types(w, where, "scale_dtype", {T::String, T::Null}, "a string or null");
+  require_types(w, where, "zp_dtype", {T::String, T::Null}, "a string or null");
+  require_types(w, where, "observer", {T::String, T::Null}, "a string or null");
+  require_types(w, where, "observer_kwargs", {T::Object, T::Null}, "an object or null");
+}
+
 void check_weights(const std::string& group, const Json& w) {
   if (!w.is_object()) fail_input("config.json: quantization group \"{}\" has no weights object", group);
   for (const auto& [key, _] : w.items()) {
@@ -26,6 +90,7 @@ void check_weights(const std::string& group, const Json& w) {
                  key);
     }
   }
+  check_args_types(w, "config_groups." + group + ".weights");
   const auto need = [&](const char* key, const Json& expected) {
     if (!w.contains(key) || w[key] != expected) {
       fail_input("config.json: quantization group \"{}\": weights.{} is {}, MXFP4 needs {}", group, key,
@@ -87,7 +152,27 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
   const Json& qc = src.quant_config;
   const std::string where = src.parent.empty() ? "quantization_config" : src.parent + ".quantization_config";
   if (!qc.is_object()) fail_input("config.json: {} is not an object", where);
-  if (qc.value("quant_method", "") != "compressed-tensors") {
+  using T = JsonType;
+  require_types(qc, where, "quant_method", {T::String}, "a string");
+  require_types(qc, where, "format", {T::String, T::Null}, "a string or null");
+  require_types(qc, where, "quantization_status", {T::String, T::Null}, "a string or null");
+  require_types(qc, where, "config_groups", {T::Object}, "an object");
+  require_types(qc, where, "sparsity_config", {T::Object, T::Null}, "an object or null");
+  require_types(qc, where, "transform_config", {T::Object, T::Null}, "an object or null");
+  require_types(qc, where, "kv_cache_scheme", {T::Object, T::Null}, "an object or null");
+  require_types(qc, where, "global_compression_ratio", {T::Number, T::Null}, "a number or null");
+  require_types(qc, where, "version", {T::String, T::Null}, "a string or null");
+  require_string_list(qc, where, "ignore");
+  if (qc.contains("sparsity_config") && qc["sparsity_config"].is_object()) {
+    const Json& sc = qc["sparsity_config"];
+    const std::string sc_where = where + ".sparsity_config";
+    require_types(sc, sc_where, "format", {T::String}, "a string");
+    require_types(sc, sc_where, "global_sparsity", {T::Number}, "a number");
+    require_types(sc, sc_where, "sparsity_structure", {T::String}, "a string");
+    require_string_list(sc, sc_where, "targets");
+    require_string_list(sc, sc_where, "ignore");
+  }
+  if (!qc.contains("quant_method") || qc["quant_method"] != "compressed-tensors") {
     fail_input("config.json: {}.quant_method is {}, not \"compressed-tensors\"", where,
                qc.contains("quant_method") ? qc["quant_method"].dump() : "absent");
   }
@@ -95,11 +180,11 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
     fail_input("config.json: {}.quantization_status is {}; only compressed checkpoints hold packed weights", where,
                qc["quantization_status"].dump());
   }
-  if (qc.contains("format") && qc["format"] != kSourceFormat) {
+  if (qc.contains("format") && !qc["format"].is_null() && qc["format"] != kSourceFormat) {
     fail_input("config.json: {}.format is {}, not \"{}\"", where, qc["format"].dump(), kSourceFormat);
   }
-  if (qc.contains("sparsity_config") && qc["sparsity_config"].is_object() && !qc["sparsity_config"].empty() &&
-      qc["sparsity_config"].value("format", "dense") != "dense") {
+  if (qc.contains("sparsity_config") && qc["sparsity_config"].is_object() &&
+      qc["sparsity_config"].contains("format") && qc["sparsity_config"]["format"] != "dense") {
     fail_input("config.json: {}.sparsity_config: sparse compression is not supported", where);
   }
   if (!qc.contains("config_groups") || !qc["config_groups"].is_object() || qc["config_groups"].empty()) {
@@ -114,9 +199,16 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
         fail_input("config.json: quantization group \"{}\": key \"{}\" is unknown to compressed-tensors", name, key);
       }
     }
-    const std::string format = scheme.contains("format") && scheme["format"].is_string()
-                                   ? scheme["format"].get<std::string>()
-                                   : qc.value("format", "");
+    const std::string group_where = "config_groups." + name;
+    require_types(scheme, group_where, "format", {T::String, T::Null}, "a string or null");
+    require_types(scheme, group_where, "weights", {T::Object, T::Null}, "an object or null");
+    require_types(scheme, group_where, "input_activations", {T::Object, T::Null}, "an object or null");
+    require_types(scheme, group_where, "output_activations", {T::Object, T::Null}, "an object or null");
+    require_string_list(scheme, group_where, "targets");
+    const Json* format_value = scheme.contains("format") && scheme["format"].is_string() ? &scheme["format"]
+                               : qc.contains("format") && qc["format"].is_string()     ? &qc["format"]
+                                                                                        : nullptr;
+    const std::string format = format_value ? format_value->get<std::string>() : "";
     if (format != kSourceFormat) {
       fail_input("config.json: quantization group \"{}\" has format \"{}\", not \"{}\"", name, format, kSourceFormat);
     }

@@ -1,5 +1,7 @@
 #include "core/report.hpp"
 
+#include "core/printable.hpp"
+
 #include <cmath>
 
 namespace mx2nv {
@@ -21,14 +23,20 @@ double Report::size_change_percent() const {
          static_cast<double>(source_tensor_bytes);
 }
 
+void Report::set_error(const Error& e) {
+  result = Outcome::Error;
+  error_kind = e.kind();
+  error = e.what();
+}
+
 Json report_to_json(const Report& r) {
   Json j;
   j["command"] = r.command;
-  j["result"] = r.result;
+  j["result"] = outcome_name(r.result);
   j["window"] = window_name(r.window);
-  j["provenance"] = {{"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", r.provenance.source}};
-  j["provenance"]["revision"] = r.provenance.revision ? Json(*r.provenance.revision) : Json(nullptr);
-  if (!r.provenance.target.empty()) j["provenance"]["target"] = r.provenance.target;
+  j["provenance"] = {{"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
+  j["provenance"]["revision"] = r.provenance.revision ? Json(json_text(*r.provenance.revision)) : Json(nullptr);
+  if (!r.provenance.target.empty()) j["provenance"]["target"] = json_text(r.provenance.target);
   j["counts"] = {{"shards", r.shards},
                  {"resumed_shards", r.resumed_shards},
                  {"modules", r.modules},
@@ -39,6 +47,7 @@ Json report_to_json(const Report& r) {
                  {"marlin_zeroed_groups", r.marlin_zeroed_groups},
                  {"passthrough_tensors", r.passthrough_tensors},
                  {"companion_files", r.companion_files}};
+  if (r.command == "convert") j["already_complete"] = r.already_complete;
   j["source_tensor_bytes"] = r.source_tensor_bytes;
   j["target_tensor_bytes"] = r.target_tensor_bytes;
   j["size_change_percent"] = std::round(r.size_change_percent() * 1e4) / 1e4;
@@ -48,11 +57,17 @@ Json report_to_json(const Report& r) {
   j["over_span"] = Json::array();
   for (const auto& o : r.over_span) {
     j["over_span"].push_back(
-        {{"module", o.module}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
+        {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
   }
-  j["unrepresentable_globals"] = r.unrepresentable_globals;
-  j["differences"] = r.differences;
-  if (!r.error.empty()) j["error"] = r.error;
+  j["unrepresentable_globals"] = Json::array();
+  for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
+  j["differences"] = Json::array();
+  for (const auto& d : r.differences) j["differences"].push_back(json_text(d));
+  if (r.result == Outcome::Error) {
+    j["error"] = json_text(r.error);
+    j["error_kind"] = kind_name(r.error_kind);
+  }
+  j["exit_code"] = r.exit_code();
   j["seconds"] = std::round(r.seconds * 1000) / 1000;
   return j;
 }

@@ -2,6 +2,7 @@
 // Field names are a contract: scripts read them.
 #pragma once
 
+#include "core/error.hpp"
 #include "core/numerics.hpp"
 #include "core/plan.hpp"
 #include "core/strict_json.hpp"
@@ -25,7 +26,8 @@ std::optional<std::string> hf_snapshot_revision(const std::string& path);
 
 struct Report {
   std::string command;
-  std::string result = "ok";  // ok | refused | mismatch | error
+  Outcome result = Outcome::Ok;
+  ErrorKind error_kind = ErrorKind::Io;  // when result == Outcome::Error
   Window window = Window::Marlin;
   Provenance provenance;
 
@@ -39,6 +41,7 @@ struct Report {
   std::uint64_t companion_files = 0;
   std::uint64_t shards = 0;
   std::uint64_t resumed_shards = 0;  // convert --resume: finished shards reused
+  bool already_complete = false;     // convert --resume: DST already held this conversion; nothing was written
 
   std::uint64_t source_tensor_bytes = 0;
   std::uint64_t target_tensor_bytes = 0;
@@ -54,6 +57,10 @@ struct Report {
   double seconds = 0;
 
   double size_change_percent() const;
+  int exit_code() const { return mx2nv::exit_code(result, error_kind); }
+  // Records `error` as this run's outcome (the error path's report is the
+  // success path's report with result "error").
+  void set_error(const Error& error);
 };
 
 Json report_to_json(const Report& report);

@@ -36,6 +36,10 @@ ShardIndex parse_shard_index(std::string_view text, std::string_view what) {
       fail_input("{}: tensor \"{}\" names shard \"{}\", which is not a plain relative path inside the checkpoint",
                  what, tensor, name);
     }
+    if (is_reserved_name(name)) {
+      fail_input("{}: tensor \"{}\" names shard \"{}\"; names starting with \"{}\" are reserved for mx2nv's state",
+                 what, tensor, name, kStateDirName);
+    }
     index.weight_map.emplace(tensor, name);
     shards.insert(name);
   }

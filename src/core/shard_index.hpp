@@ -3,6 +3,7 @@
 // checkpoint directory here, before the I/O layer ever sees them.
 #pragma once
 
+#include "core/checkpoint_names.hpp"
 #include "core/safetensors.hpp"
 #include "core/strict_json.hpp"
 
@@ -11,10 +12,8 @@
 #include <string_view>
 #include <vector>
 
-namespace mx2nv {
 
-inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
-inline constexpr std::string_view kSingleShardName = "model.safetensors";
+namespace mx2nv {
 
 // A relative path with no empty, "." or ".." components, no backslashes, no
 // NUL, not absolute: it can only name something below the directory.

@@ -1,7 +1,7 @@
 #include "io/checkpoint_reader.hpp"
 
 #include "core/error.hpp"
-#include "io/output_dir.hpp"
+#include "core/checkpoint_names.hpp"
 
 #include <algorithm>
 #include <set>
@@ -26,8 +26,11 @@ OpenShard open_shard(const fs::path& root, const std::string& file) {
 
 // Every regular file below root except the ones named in `skip`, following
 // symlinks to files; a .git folder (a local clone's history) is not a
-// companion. Directory symlinks are followed with a depth cap against loops.
-std::vector<std::string> list_companions(const fs::path& root, const std::set<std::string>& skip) {
+// companion, nor is a converted checkpoint's .mx2nv folder (mx2nv's own
+// record of the run). Directory symlinks are followed with a depth cap
+// against loops. A source may not hold names mx2nv reserves.
+std::vector<std::string> list_companions(const fs::path& root, const std::set<std::string>& skip,
+                                         CheckpointRole role) {
   std::vector<std::string> out;
   std::error_code ec;
   auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
@@ -37,15 +40,23 @@ std::vector<std::string> list_companions(const fs::path& root, const std::set<st
     if (it.depth() > 16) fail_input("{}: directories nest deeper than 16 levels (symlink loop?)", root.string());
     const fs::path rel = it->path().lexically_relative(root);
     if (it->is_directory(ec)) {
-      if (rel == ".git") it.disable_recursion_pending();
-      continue;
+      if (rel == ".git" || (role == CheckpointRole::Target && rel == kStateDirName)) {
+        it.disable_recursion_pending();
+        continue;
+      }
     }
+    const std::string name = rel.generic_string();
+    if (role == CheckpointRole::Source && is_reserved_name(name)) {
+      fail_input("{}: names starting with \"{}\" are reserved for mx2nv's state and temporary files; SRC may not "
+                 "hold them (a temporary file of an interrupted mx2nv run means SRC is not a finished checkpoint)",
+                 name, kStateDirName);
+    }
+    if (it->is_directory(ec)) continue;
     if (!it->is_regular_file(ec)) {
       fail_input("{}: not a regular file (device, socket or dangling link)", it->path().string());
     }
-    const std::string name = rel.generic_string();
     if (name.find(kTempPrefix) != std::string::npos) {
-      fail_input("{}: a temporary file of an interrupted mx2nv run; SRC is not a finished checkpoint", name);
+      fail_input("{}: a temporary file of an interrupted mx2nv run; the checkpoint is not finished", name);
     }
     if (!skip.count(name)) out.push_back(name);
     if (out.size() > kMaxCompanionFiles) fail_input("{}: more than {} files", root.string(), kMaxCompanionFiles);
@@ -68,16 +79,16 @@ std::uint64_t Checkpoint::tensor_bytes() const {
   return total;
 }
 
-Checkpoint open_checkpoint(const fs::path& root) {
+Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role) {
   Checkpoint c;
   c.root = root;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) fail(ErrorKind::Usage, "{}: not a directory", root.string());
-  const fs::path config = root / "config.json";
+  const fs::path config = root / std::string(kConfigFileName);
   if (!fs::exists(config, ec)) fail_input("{}: no config.json", root.string());
   c.config_text = read_text_file(config, kMaxConfigBytes);
 
-  std::set<std::string> structural{"config.json"};
+  std::set<std::string> structural{std::string(kConfigFileName)};
   const fs::path index_path = root / std::string(kIndexFileName);
   if (fs::exists(index_path, ec)) {
     c.index = parse_shard_index(read_text_file(index_path, kMaxIndexBytes), kIndexFileName);
@@ -96,12 +107,12 @@ Checkpoint open_checkpoint(const fs::path& root) {
   } else {
     fail_input("{}: neither {} nor {}", root.string(), kIndexFileName, kSingleShardName);
   }
-  c.companions = list_companions(root, structural);
+  c.companions = list_companions(root, structural, role);
   return c;
 }
 
 SourceCheckpoint open_source_checkpoint(const fs::path& root) {
-  SourceCheckpoint s{open_checkpoint(root), {}, {}};
+  SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source), {}, {}};
   s.quant = read_source_quant_config(s.checkpoint.config_text);
   s.modules = discover_modules(s.checkpoint.shard_tensors());
   if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());

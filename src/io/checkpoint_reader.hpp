@@ -39,9 +39,13 @@ struct Checkpoint {
   std::uint64_t tensor_bytes() const;   // sum of data sections
 };
 
+// Source: names mx2nv reserves (.mx2nv*) are refused. Target: the finished
+// conversion's .mx2nv folder is skipped (it is mx2nv's record, not a companion).
+enum class CheckpointRole { Source, Target };
+
 // Opens and validates the container structure (not the quantization config,
 // so verify can open a target with the same reader).
-Checkpoint open_checkpoint(const fs::path& root);
+Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role);
 
 // Opens a checkpoint and checks it is an MXFP4 source: config and modules.
 struct SourceCheckpoint {

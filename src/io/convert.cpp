@@ -1,17 +1,17 @@
 #include "io/convert.hpp"
 
 #include "core/error.hpp"
+#include "core/printable.hpp"
 #include "core/target_layout.hpp"
 #include "io/cancel.hpp"
 #include "io/checkpoint_reader.hpp"
-#include "io/destination_lock.hpp"
-#include "io/output_dir.hpp"
+#include "io/destination.hpp"
 #include "io/parallel.hpp"
 #include "io/planner.hpp"
-#include "io/resume_state.hpp"
 #include "io/shard_writer.hpp"
 
-#include <algorithm>
+#include <xxhash.h>
+
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -21,26 +21,81 @@
 namespace mx2nv {
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+
+// Every file a conversion of `ck` writes, relative to DST.
+std::set<std::string> files_written(const Checkpoint& ck) {
+  std::set<std::string> out(ck.companions.begin(), ck.companions.end());
+  out.insert(std::string(kConfigFileName));
+  if (ck.index) out.insert(std::string(kIndexFileName));
+  for (const auto& s : ck.shards) out.insert(s.file);
+  return out;
+}
+
 // The record of an earlier run's shard, if it still describes this shard of
 // this plan and the output file on disk.
-std::optional<ShardRecord> reusable_record(const fs::path& dst, const ShardRecord& expected) {
-  auto record = read_record(dst, expected.shard);
-  if (!record) return std::nullopt;
-  if (record->shard != expected.shard || record->source_size != expected.source_size ||
-      record->source_mtime_ns != expected.source_mtime_ns ||
-      record->source_header_hash != expected.source_header_hash || record->plan_hash != expected.plan_hash) {
-    return std::nullopt;
-  }
-  const fs::path out = dst / expected.shard;
-  std::error_code ec;
-  if (!fs::is_regular_file(out, ec) || fs::file_size(out, ec) != record->output_size) return std::nullopt;
-  if (hash_file(out) != record->output_hash) return std::nullopt;
+std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected) {
+  auto record = dst.read_record(expected.shard);
+  if (!record || !record->same_source(expected) || record->plan_hash != expected.plan_hash) return std::nullopt;
+  const auto stamp = dst.stamp(expected.shard);
+  if (!stamp || stamp->size != record->output_size) return std::nullopt;
+  if (dst.hash(expected.shard) != record->output_hash) return std::nullopt;
   return record;
 }
 
-void copy_companion(const fs::path& from, OutputDir& out, const std::string& relative) {
+// Is DST, finished by an earlier run, the conversion of this SRC under these
+// options? Decided from the records it keeps and the files' stamps, without
+// reading tensor data: the source shards' identities (size, mtime, header
+// hash), the window and tool version (with the source, they determine the
+// plan), the output shards' and companions' sizes, the config's and index's
+// checksums. (`mx2nv verify` is the full proof; this is the retry check.)
+std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window) {
+  const FinishedRecord& f = *dst.finished();
+  if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", f.tool_version);
+  if (f.window != window_name(window)) return fmt::format("it was converted under window {}", f.window);
+  if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
+  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
+    const ShardRecord& r = f.shards[s];
+    if (!r.same_source(source_identity(ck, s))) return fmt::format("SRC's {} changed since", ck.shards[s].file);
+    const auto stamp = dst.stamp(r.shard);
+    if (!stamp || stamp->size != r.output_size) {
+      return fmt::format("DST's {} changed since", r.shard);
+    }
+  }
+  if (f.companions.size() != ck.companions.size()) return "SRC's companion files changed since";
+  for (std::size_t i = 0; i < f.companions.size(); ++i) {
+    const auto stamp = dst.stamp(ck.companions[i]);
+    const FileStamp& was = f.companions[i];  // names as json_text() recorded them
+    if (!stamp || was.name != json_text(ck.companions[i]) || was.size != stamp->size) {
+      return fmt::format("DST's {} changed since", ck.companions[i]);
+    }
+  }
+  if (dst.hash(std::string(kConfigFileName)) != f.config_hash) return "DST's config.json changed since";
+  if (ck.index.has_value() != (f.index_hash != 0) ||
+      (ck.index && dst.hash(std::string(kIndexFileName)) != f.index_hash)) {
+    return "DST's index changed since";
+  }
+  return std::nullopt;
+}
+
+void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
+  std::uint64_t groups = 0;
+  for (const auto& r : records) {
+    report.target_tensor_bytes += r.target_bytes;
+    report.zero_groups += r.zero_groups;
+    report.passthrough_tensors += r.passthrough_tensors;
+    groups += r.groups;
+  }
+  report.active_groups = groups - report.zero_groups;
+}
+
+void copy_companion(const fs::path& from, Destination& out, const std::string& relative) {
   const File in = File::open_read(from);
-  OutputDir::Pending target = out.begin(relative);
+  Destination::Pending target = out.begin(relative);
   std::vector<std::byte> buffer(kCopyBufferBytes);
   read_in_chunks(in, 0, in.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
     target.file.write_at(done, chunk);
@@ -49,145 +104,123 @@ void copy_companion(const fs::path& from, OutputDir& out, const std::string& rel
   out.commit(target);
 }
 
-// Resuming into a DST that holds files this conversion would never write
-// (another model's shards, say) would mix outputs: refuse instead.
-void refuse_foreign_files(const fs::path& dst, const Checkpoint& ck) {
-  std::set<std::string> expected(ck.companions.begin(), ck.companions.end());
-  expected.insert("config.json");
-  expected.insert(std::string(kIndexFileName));
-  for (const auto& s : ck.shards) expected.insert(s.file);
-  for (auto it = fs::recursive_directory_iterator(dst); it != fs::recursive_directory_iterator(); ++it) {
-    const std::string rel = it->path().lexically_relative(dst).generic_string();
-    if (rel == kStateDirName) {
-      it.disable_recursion_pending();
-      continue;
+// Execute: every shard, independently; records let a retry skip finished ones.
+std::vector<ShardRecord> execute(const SourceCheckpoint& source, const Plan& plan, Destination& out, bool resume,
+                                 unsigned threads, std::uint64_t& resumed_shards) {
+  const Checkpoint& ck = source.checkpoint;
+  std::vector<ShardRecord> records(ck.shards.size());
+  std::atomic<std::uint64_t> resumed{0};
+  parallel_for(ck.shards.size(), threads, [&](std::size_t s) {
+    ShardRecord r = expected_record(source, plan, s);
+    if (const auto earlier = resume ? reusable_record(out, r) : std::nullopt) {
+      records[s] = *earlier;
+      ++resumed;
+      return;
     }
-    if (it->is_directory() || expected.count(rel)) continue;
-    fail(ErrorKind::Usage, "DST {} holds {}, which a conversion of {} would not write; refusing to resume into it",
-         dst.string(), rel, ck.root.string());
+    if (resume) out.discard(r.shard);  // a stale or partial output from an earlier run
+    const ShardWriteResult w = write_shard(source, plan, s, out);
+    r.output_size = w.output_size;
+    r.output_hash = w.output_hash;
+    r.zero_groups = w.zero_groups;
+    r.groups = w.groups;
+    r.passthrough_tensors = w.passthrough_tensors;
+    r.target_bytes = w.target_bytes;
+    out.write_record(r);
+    records[s] = r;
+  });
+  resumed_shards = resumed;
+  return records;
+}
+
+// Finalize: companions and config, then the finished record, then the commit
+// point (the index; for a single-file model config.json, which is what makes
+// model.safetensors loadable).
+void finalize(const SourceCheckpoint& source, const Plan& plan, const Report& report,
+              std::vector<ShardRecord> records, Destination& out) {
+  const Checkpoint& ck = source.checkpoint;
+  FinishedRecord finished;
+  finished.tool_version = MX2NV_VERSION;
+  finished.window = window_name(plan.window);
+  finished.shards = std::move(records);
+  finished.canonicalised_zero_groups = report.canonicalised_zero_groups;
+  finished.marlin_zeroed_groups = report.marlin_zeroed_groups;
+  for (const auto& rel : ck.companions) {
+    copy_companion(ck.root / rel, out, rel);
+    const auto stamp = out.stamp(rel);
+    if (!stamp) fail(ErrorKind::Io, "{}: vanished after it was written", (out.root() / rel).string());
+    finished.companions.push_back(*stamp);
   }
+  const std::string config = rewrite_config_text(ck.config_text, source.quant);
+  finished.config_hash = text_hash(config);
+  if (!ck.index) {
+    out.finish(finished, std::string(kConfigFileName), config);
+    return;
+  }
+  out.write_file(std::string(kConfigFileName), config);
+  std::map<std::string, std::string> weight_map;
+  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
+    for (const auto& t : make_target_layout(ck.shards[s].header, s, source.modules).tensors) {
+      weight_map.emplace(t.info.name, ck.shards[s].file);
+    }
+  }
+  const std::string index = render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes);
+  finished.index_hash = text_hash(index);
+  out.finish(finished, std::string(kIndexFileName), index);
 }
 
 }  // namespace
 
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  check_destination(options.source, options.target, options.resume);
-
+  Destination out(options.source, options.target, options.resume);
   Report report = start_report("convert", options.window, options.source, &options.target);
 
   // --- plan: nothing is written until every module has been decided.
   const SourceCheckpoint source = open_source_checkpoint(options.source);
   const Checkpoint& ck = source.checkpoint;
-  const ScanResult scan = scan_modules(source, options.threads);
-  const Plan plan = plan_conversion(source, scan, options.window);
-
   report.shards = ck.shards.size();
   report.modules = source.modules.modules.size();
   report.scale_groups = source.modules.scale_groups.size();
   report.companion_files = ck.companions.size();
   report.source_tensor_bytes = ck.tensor_bytes();
+
+  if (out.state() == DestinationState::Finished) {
+    // A retried job (Slurm --requeue, a Kubernetes Job retry) lands here.
+    if (const auto why = finished_mismatch(out, ck, options.window)) {
+      fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
+           options.target.string(), *why);
+    }
+    const FinishedRecord& f = *out.finished();
+    report.already_complete = true;
+    report.resumed_shards = f.shards.size();
+    report.canonicalised_zero_groups = f.canonicalised_zero_groups;
+    report.marlin_zeroed_groups = f.marlin_zeroed_groups;
+    add_shard_counts(report, f.shards);
+    report.seconds = seconds_since(started);
+    return report;
+  }
+
+  const ScanResult scan = scan_modules(source, options.threads);
+  const Plan plan = plan_conversion(source, scan, options.window);
   for (const auto& mp : plan.modules) {
     report.canonicalised_zero_groups += mp.canonical_zero_groups;
     report.marlin_zeroed_groups += mp.marlin_zeroed_groups;
   }
   if (plan.refused()) {
-    report.result = "refused";
+    report.result = Outcome::Refused;
     report.over_span = plan.over_span;
     report.unrepresentable_globals = plan.bad_globals;
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    report.seconds = seconds_since(started);
     return report;
   }
   throw_if_stopped();
 
-  // --- execute: shards are independent of each other.
-  OutputDir out(options.target);
-  const bool state_existed = fs::exists(options.target / kStateDirName);  // an interrupted run's records
-  std::optional<DestinationLock> lock;
-  try {
-    lock.emplace(options.target);
-    if (!options.resume) {
-      // Someone may have written DST between our check and our lock.
-      for (const auto& entry : fs::directory_iterator(options.target)) {
-        if (entry.path().filename() != kStateDirName) {
-          fail(ErrorKind::Usage, "DST {} changed while planning; refusing to mix outputs", options.target.string());
-        }
-      }
-    }
-    remove_stale_temporaries(options.target);
-    if (options.resume) refuse_foreign_files(options.target, ck);
-    const bool complete = ck.index ? fs::exists(options.target / std::string(kIndexFileName))
-                                   : fs::exists(options.target / std::string(kSingleShardName)) &&
-                                         fs::exists(options.target / "config.json");
-
-    std::vector<ShardRecord> records(ck.shards.size());
-    std::atomic<std::uint64_t> resumed{0};
-    parallel_for(ck.shards.size(), options.threads, [&](std::size_t s) {
-      ShardRecord r = expected_record(source, plan, s);
-      if (const auto earlier = options.resume ? reusable_record(options.target, r) : std::nullopt) {
-        records[s] = *earlier;
-        ++resumed;
-        return;
-      }
-      if (options.resume) out.discard(r.shard);  // a stale or partial output from an earlier run
-      const ShardWriteResult w = write_shard(source, plan, s, out);
-      r.output_size = w.output_size;
-      r.output_hash = w.output_hash;
-      r.zero_groups = w.zero_groups;
-      r.groups = w.groups;
-      r.passthrough_tensors = w.passthrough_tensors;
-      r.target_bytes = w.target_bytes;
-      write_record(out, r);
-      records[s] = r;
-    });
-    report.resumed_shards = resumed;
-
-    std::uint64_t groups = 0;
-    for (const auto& r : records) {
-      report.target_tensor_bytes += r.target_bytes;
-      report.zero_groups += r.zero_groups;
-      report.passthrough_tensors += r.passthrough_tensors;
-      groups += r.groups;
-    }
-    report.active_groups = groups - report.zero_groups;
-
-    // --- finalize: companions and config, then the index, the commit point.
-    // (A single-file model's model.safetensors, written above, is its own
-    // commit point: config.json is what makes it loadable, so it goes last.)
-    if (!complete) {
-      for (const auto& rel : ck.companions) copy_companion(ck.root / rel, out, rel);
-      out.write_file("config.json", rewrite_config_text(ck.config_text, source.quant));
-      if (ck.index) {
-        std::map<std::string, std::string> weight_map;
-        for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-          for (const auto& t : make_target_layout(ck.shards[s].header, s, source.modules).tensors) {
-            weight_map.emplace(t.info.name, ck.shards[s].file);
-          }
-        }
-        out.write_file(std::string(kIndexFileName),
-                       render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes));
-      }
-    }
-    // Complete: the resume state has served its purpose.
-    lock->release_and_remove();
-    std::error_code ec;
-    fs::remove_all(options.target / kStateDirName, ec);
-    fsync_directory(options.target);
-    out.keep();
-  } catch (...) {
-    // Nothing finished: leave DST as we found it (no new lock, no new state;
-    // an earlier run's records stay for the next --resume).
-    // Only the lock holder may touch the state: a converter that lost the
-    // race for the lock must not remove the winner's.
-    if (lock && !out.committed_anything() && !state_existed) {
-      lock->release_and_remove();
-      lock.reset();
-      std::error_code ec;
-      fs::remove_all(options.target / kStateDirName, ec);
-    }
-    throw;
-  }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // --- execute, then finalize.
+  out.open_for_writing(files_written(ck));
+  std::vector<ShardRecord> records = execute(source, plan, out, options.resume, options.threads, report.resumed_shards);
+  add_shard_counts(report, records);
+  finalize(source, plan, report, std::move(records), out);
+  report.seconds = seconds_since(started);
   return report;
 }
 

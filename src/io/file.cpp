@@ -33,6 +33,42 @@ File File::create_new(const fs::path& path) {
   return File(fd, path);
 }
 
+namespace {
+
+File checked_regular(File f, const fs::path& path) {
+  struct stat st {};
+  if (::fstat(f.fd(), &st) != 0) fail_io(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::InvalidInput, "{}: not a regular file", path.string());
+  return f;
+}
+
+}  // namespace
+
+File File::open_read_at(int directory_fd, const std::string& name, fs::path display) {
+  const int fd = ::openat(directory_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) fail_io(display, errno == ELOOP ? "open for reading (a symbolic link)" : "open for reading", errno);
+  return checked_regular(File(fd, display), display);
+}
+
+File File::create_new_at(int directory_fd, const std::string& name, fs::path display) {
+  const int fd = ::openat(directory_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io(display, "create", errno);
+  return File(fd, std::move(display));
+}
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
 
 File& File::operator=(File&& other) noexcept {
@@ -102,15 +138,22 @@ void File::close() {
 void File::advise_sequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
 
 std::string read_text_file(const fs::path& path, std::uint64_t max_bytes) {
-  File f = File::open_read(path);
+  return read_text_file(File::open_read(path), max_bytes);
+}
+
+std::string read_text_file(const File& f, std::uint64_t max_bytes) {
   const std::uint64_t size = f.size();
   if (size > max_bytes) {
-    fail(ErrorKind::InvalidInput, "{}: {} bytes exceeds the {} byte limit for this file", path.string(), size,
+    fail(ErrorKind::InvalidInput, "{}: {} bytes exceeds the {} byte limit for this file", f.path().string(), size,
          max_bytes);
   }
   std::string text(static_cast<std::size_t>(size), '\0');
   f.read_at(0, std::as_writable_bytes(std::span(text)));
   return text;
+}
+
+void fsync_directory(int directory_fd, const fs::path& display) {
+  if (::fsync(directory_fd) != 0) fail_io(display, "fsync directory", errno);
 }
 
 void fsync_directory(const fs::path& dir) {

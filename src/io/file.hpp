@@ -23,6 +23,11 @@ class File {
   static File open_read(const fs::path& path);
   // Creates a new file; refuses to replace one that exists (O_EXCL).
   static File create_new(const fs::path& path);
+  // The same relative to an open directory, never following a symlink in
+  // `name` (O_NOFOLLOW): how everything inside DST is opened. `display` names
+  // the file in errors.
+  static File open_read_at(int directory_fd, const std::string& name, fs::path display);
+  static File create_new_at(int directory_fd, const std::string& name, fs::path display);
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
   File(const File&) = delete;
@@ -42,6 +47,7 @@ class File {
   bool is_open() const { return fd_ >= 0; }
   // The sequential-access hint: shards are streamed front to back.
   void advise_sequential() const;
+  int fd() const { return fd_; }
 
  private:
   File(int fd, fs::path path) : fd_(fd), path_(std::move(path)) {}
@@ -70,8 +76,27 @@ void read_in_chunks(const File& file, std::uint64_t offset, std::uint64_t length
   }
 }
 
+// An owned file descriptor (directories inside DST).
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 // Whole small file (config.json, index) with a size cap before allocation.
 std::string read_text_file(const fs::path& path, std::uint64_t max_bytes);
+std::string read_text_file(const File& file, std::uint64_t max_bytes);
 void fsync_directory(const fs::path& dir);
+void fsync_directory(int directory_fd, const fs::path& display);
 
 }  // namespace mx2nv

@@ -40,7 +40,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
       o.marlin_zeroed_groups += mp.marlin_zeroed_groups;
     }
     if (w == window) {
-      r.result = plan.refused() ? "refused" : "ok";
+      r.result = plan.refused() ? Outcome::Refused : Outcome::Ok;
       r.over_span = plan.over_span;
       r.unrepresentable_globals = plan.bad_globals;
       r.canonicalised_zero_groups = o.canonicalised_zero_groups;

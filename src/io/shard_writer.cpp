@@ -12,7 +12,7 @@
 
 namespace mx2nv {
 
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, OutputDir& out) {
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out) {
   const OpenShard& in = source.checkpoint.shards[shard];
   const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
   std::vector<TensorInfo> header_order;
@@ -20,7 +20,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
   for (const auto& t : layout.tensors) header_order.push_back(t.info);
   const std::string header = serialize_header(layout.metadata, header_order);
 
-  OutputDir::Pending target = out.begin(in.file);
+  Destination::Pending target = out.begin(in.file);
   in.handle.advise_sequential();
   // Tensors are written in offset order, contiguously after the header, so
   // hashing each write in turn hashes the file.

@@ -5,7 +5,7 @@
 
 #include "core/plan.hpp"
 #include "io/checkpoint_reader.hpp"
-#include "io/output_dir.hpp"
+#include "io/destination.hpp"
 
 #include <cstdint>
 
@@ -26,6 +26,6 @@ struct ShardWriteResult {
   std::uint64_t output_hash = 0;        // XXH3-64 of the whole file
 };
 
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, OutputDir& out);
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out);
 
 }  // namespace mx2nv

@@ -1,7 +1,7 @@
 #include "io/verify.hpp"
 
 #include "core/error.hpp"
-#include "core/quant_config.hpp"
+#include "core/target_config_check.hpp"
 #include "core/value_compare.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/parallel.hpp"
@@ -71,90 +71,6 @@ void compare_bytes(const File& a, std::uint64_t a_off, const File& b, std::uint6
   }
 }
 
-Json without_quant_config(Json config, const std::string& parent) {
-  if (parent.empty()) {
-    config.erase("quantization_config");
-  } else if (config.contains(parent) && config[parent].is_object()) {
-    config[parent].erase("quantization_config");
-  }
-  return config;
-}
-
-// The target quantization_config, checked field by field against what
-// compressed-tensors' NVFP4A16 scheme needs, not against convert's output.
-void check_config(const SourceQuantConfig& src, const std::string& dst_text, Differences& diff) {
-  Json dst;
-  try {
-    dst = parse_strict_json(dst_text, "config.json").value;
-  } catch (const Error& e) {
-    diff.add("DST {}", e.what());
-    return;
-  }
-  if (without_quant_config(src.config, src.parent) != without_quant_config(dst, src.parent)) {
-    diff.add("config.json: differs outside quantization_config");
-  }
-  const Json* qc = nullptr;
-  if (src.parent.empty() && dst.contains("quantization_config")) qc = &dst["quantization_config"];
-  if (!src.parent.empty() && dst.contains(src.parent) && dst[src.parent].contains("quantization_config")) {
-    qc = &dst[src.parent]["quantization_config"];
-  }
-  if (qc == nullptr || !qc->is_object()) {
-    diff.add("config.json: quantization_config missing where the source has it");
-    return;
-  }
-  const Json& s = src.quant_config;
-  for (const auto& [key, value] : s.items()) {
-    if (key == "format" || key == "config_groups") continue;
-    if (!qc->contains(key) || (*qc)[key] != value) diff.add("config.json: quantization_config.{} changed", key);
-  }
-  for (const auto& [key, value] : qc->items()) {
-    if (!s.contains(key)) diff.add("config.json: quantization_config.{} added", key);
-  }
-  if (qc->contains("format") && (*qc)["format"] != kTargetFormat) {
-    diff.add("config.json: quantization_config.format is {}", (*qc)["format"].dump());
-  }
-  if (!qc->contains("config_groups") || !(*qc)["config_groups"].is_object() ||
-      (*qc)["config_groups"].size() != s["config_groups"].size()) {
-    diff.add("config.json: config_groups differ in number");
-    return;
-  }
-  for (const auto& [name, scheme] : s["config_groups"].items()) {
-    if (!(*qc)["config_groups"].contains(name)) {
-      diff.add("config.json: config group {} missing", name);
-      continue;
-    }
-    const Json& d = (*qc)["config_groups"][name];
-    for (const auto& [key, value] : d.items()) {
-      if (!is_known_scheme_key(key)) diff.add("config.json: group {}: key {} unknown to compressed-tensors", name, key);
-    }
-    const std::string format = d.contains("format") ? d["format"].dump() : (qc->contains("format") ? (*qc)["format"].dump() : "null");
-    if (format != Json(kTargetFormat).dump()) diff.add("config.json: group {}: format {}", name, format);
-    for (const char* key : {"targets", "input_activations", "output_activations"}) {
-      if (scheme.value(key, Json()) != d.value(key, Json())) diff.add("config.json: group {}: {} changed", name, key);
-    }
-    if (!d.contains("weights") || !d["weights"].is_object()) {
-      diff.add("config.json: group {}: no weights", name);
-      continue;
-    }
-    const Json& w = d["weights"];
-    const Json expected = {{"num_bits", 4},        {"type", "float"},
-                           {"strategy", "tensor_group"}, {"group_size", 16},
-                           {"scale_dtype", kTargetScaleDtype}, {"zp_dtype", nullptr}};
-    for (const auto& [key, value] : expected.items()) {
-      if (!w.contains(key) || w[key] != value) {
-        diff.add("config.json: group {}: weights.{} is {}, NVFP4A16 needs {}", name, key,
-                 w.contains(key) ? w[key].dump() : "absent", value.dump());
-      }
-    }
-    for (const auto& [key, value] : w.items()) {
-      if (!is_known_quantization_args_key(key)) diff.add("config.json: group {}: weights.{} unknown", name, key);
-      if (!expected.contains(key) && scheme["weights"].value(key, Json()) != value) {
-        diff.add("config.json: group {}: weights.{} changed", name, key);
-      }
-    }
-  }
-}
-
 float read_global(const Located& g) {
   std::byte le[4];
   g.shard->handle.read_at(g.offset(), le);
@@ -174,7 +90,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
   const Checkpoint& src = source.checkpoint;
   std::optional<Checkpoint> opened;
   try {
-    opened = open_checkpoint(options.target);
+    opened = open_checkpoint(options.target, CheckpointRole::Target);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::InvalidInput) throw;
     diff.add("DST is not a valid checkpoint: {}", e.what());
@@ -188,7 +104,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
   if (opened) {
     const Checkpoint& dst = *opened;
     report.target_tensor_bytes = dst.tensor_bytes();
-    check_config(source.quant, dst.config_text, diff);
+    for (const auto& d : check_target_config(source.quant, dst.config_text)) diff.add("{}", d);
 
     // Files: the same companions, byte for byte; the same shard files.
     if (src.companions != dst.companions) {
@@ -365,7 +281,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
   }
 
   report.differences = diff.take();
-  if (diff.count() > 0 || report.mismatches > 0) report.result = "mismatch";
+  if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
 }

@@ -55,7 +55,7 @@ TEST(ConvertVerify, K3LayoutWithGateUpSplitAcrossShards) {
   ASSERT_TRUE(split);
 
   const Report c = convert(d / "src", d / "dst");
-  ASSERT_EQ(c.result, "ok");
+  ASSERT_EQ(c.result, Outcome::Ok);
   EXPECT_EQ(c.modules, 18u);
   EXPECT_EQ(c.scale_groups, 12u);
   EXPECT_GT(c.canonicalised_zero_groups, 0u);  // the fixture plants out-of-window zero-group scales
@@ -64,7 +64,7 @@ TEST(ConvertVerify, K3LayoutWithGateUpSplitAcrossShards) {
   EXPECT_GT(c.target_tensor_bytes, c.source_tensor_bytes);
 
   const Report v = verify(d / "src", d / "dst");
-  EXPECT_EQ(v.result, "ok") << (v.differences.empty() ? "" : v.differences[0]);
+  EXPECT_EQ(v.result, Outcome::Ok) << (v.differences.empty() ? "" : v.differences[0]);
   EXPECT_EQ(v.values_compared, expected_values(spec));
   EXPECT_EQ(v.mismatches, 0u);
   EXPECT_EQ(v.max_abs_error, 0.0);
@@ -86,10 +86,10 @@ TEST(ConvertVerify, FlatLayout) {
   const FixtureSpec spec = small(FixtureLayout::Flat, 2);
   write_fixture(d / "src", spec);
   const Report c = convert(d / "src", d / "dst");
-  ASSERT_EQ(c.result, "ok");
+  ASSERT_EQ(c.result, Outcome::Ok);
   EXPECT_EQ(c.scale_groups, 12u);  // gate_proj/up_proj pairs
   const Report v = verify(d / "src", d / "dst");
-  EXPECT_EQ(v.result, "ok") << (v.differences.empty() ? "" : v.differences[0]);
+  EXPECT_EQ(v.result, Outcome::Ok) << (v.differences.empty() ? "" : v.differences[0]);
   EXPECT_EQ(v.values_compared, expected_values(spec));
   const json cfg = json::parse(read_file(d / "dst/config.json"));
   EXPECT_EQ(cfg["quantization_config"]["format"], "nvfp4-pack-quantized");
@@ -99,16 +99,16 @@ TEST(ConvertVerify, SingleFileCheckpoint) {
   ScratchDir d;
   write_fixture(d / "src", small(FixtureLayout::Flat, 1));
   ASSERT_FALSE(fs::exists(d / "src" / std::string(kIndexFileName)));
-  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "dst").result, Outcome::Ok);
   EXPECT_FALSE(fs::exists(d / "dst" / std::string(kIndexFileName)));
-  EXPECT_EQ(verify(d / "src", d / "dst").result, "ok");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, Outcome::Ok);
 }
 
 TEST(ConvertVerify, SameInputGivesByteIdenticalOutputWhateverTheThreads) {
   ScratchDir d;
   write_fixture(d / "src", small(FixtureLayout::K3, 4));
-  ASSERT_EQ(convert(d / "src", d / "a", Window::Marlin, 1).result, "ok");
-  ASSERT_EQ(convert(d / "src", d / "b", Window::Marlin, 4).result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "a", Window::Marlin, 1).result, Outcome::Ok);
+  ASSERT_EQ(convert(d / "src", d / "b", Window::Marlin, 4).result, Outcome::Ok);
   const auto a = snapshot(d / "a");
   const auto b = snapshot(d / "b");
   ASSERT_EQ(a.size(), b.size());
@@ -119,7 +119,7 @@ TEST(ConvertVerify, PackedBytesAreUntouched) {
   ScratchDir d;
   const FixtureSpec spec = small(FixtureLayout::K3, 1);
   write_fixture(d / "src", spec);
-  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "dst").result, Outcome::Ok);
   const std::string name = fixture_module_name(spec, 0, 1, 2) + ".weight_packed";
   EXPECT_EQ(tensor_bytes(d / "src/model.safetensors", name), tensor_bytes(d / "dst/model.safetensors", name));
 }
@@ -133,7 +133,7 @@ TEST(Windows, OverSpanIsRefusedUnderMarlinAndExactUnderE4m3) {
   write_fixture(d / "src", spec);
 
   const Report refused = convert(d / "src", d / "marlin");
-  ASSERT_EQ(refused.result, "refused");
+  ASSERT_EQ(refused.result, Outcome::Refused);
   ASSERT_EQ(refused.over_span.size(), 1u);
   EXPECT_EQ(refused.over_span[0].module, hot);
   EXPECT_EQ(refused.over_span[0].span, 16);
@@ -142,18 +142,18 @@ TEST(Windows, OverSpanIsRefusedUnderMarlinAndExactUnderE4m3) {
   EXPECT_FALSE(fs::exists(d / "marlin"));  // nothing that looks like a checkpoint
 
   const Report e4m3 = convert(d / "src", d / "e4m3", Window::E4M3);
-  ASSERT_EQ(e4m3.result, "ok");
+  ASSERT_EQ(e4m3.result, Outcome::Ok);
   EXPECT_GT(e4m3.marlin_zeroed_groups, 0u);
-  EXPECT_EQ(verify(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+  EXPECT_EQ(verify(d / "src", d / "e4m3", Window::E4M3).result, Outcome::Ok);
   // Under the marlin window the same output is a difference, and verify counts
   // exactly the groups the plan predicted Marlin would flush.
   const Report vm = verify(d / "src", d / "e4m3", Window::Marlin);
-  EXPECT_EQ(vm.result, "mismatch");
+  EXPECT_EQ(vm.result, Outcome::Mismatch);
   EXPECT_EQ(vm.mismatches, 0u);
   EXPECT_EQ(vm.marlin_zeroed_groups, e4m3.marlin_zeroed_groups);
 
   const Inspection in = inspect_checkpoint(d / "src", Window::Marlin, 2);
-  EXPECT_EQ(in.report.result, "refused");
+  EXPECT_EQ(in.report.result, Outcome::Refused);
   ASSERT_EQ(in.outcomes.size(), 2u);
   EXPECT_TRUE(in.outcomes[0].refused);
   EXPECT_FALSE(in.outcomes[1].refused);
@@ -168,7 +168,7 @@ TEST(Windows, BeyondE4m3IsRefusedEverywhere) {
   FixtureSpec spec = small(FixtureLayout::Flat, 1);
   spec.overrides[fixture_module_name(spec, 0, 0, 2)].span = 18;
   write_fixture(d / "src", spec);
-  EXPECT_EQ(convert(d / "src", d / "dst", Window::E4M3).result, "refused");
+  EXPECT_EQ(convert(d / "src", d / "dst", Window::E4M3).result, Outcome::Refused);
   EXPECT_FALSE(fs::exists(d / "dst"));
 }
 
@@ -180,7 +180,7 @@ TEST(Windows, GateUpSharingCanPushAModuleOverTheSpan) {
   spec.overrides[up] = {-4, 4, false, false};      // raises the shared k_max: gate spans 16
   write_fixture(d / "src", spec);
   const Report r = convert(d / "src", d / "dst");
-  ASSERT_EQ(r.result, "refused");
+  ASSERT_EQ(r.result, Outcome::Refused);
   ASSERT_EQ(r.over_span.size(), 1u);
   EXPECT_EQ(r.over_span[0].module, gate);
   EXPECT_EQ(r.over_span[0].span, 16);
@@ -208,8 +208,8 @@ TEST(Inputs, AllZeroModuleGetsUnitGlobalAndZeroScales) {
   const std::string m = fixture_module_name(spec, 0, 0, 2);
   spec.overrides[m].all_zero = true;
   write_fixture(d / "src", spec);
-  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
-  EXPECT_EQ(verify(d / "src", d / "dst").result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "dst").result, Outcome::Ok);
+  EXPECT_EQ(verify(d / "src", d / "dst").result, Outcome::Ok);
   const fs::path shard = d / "dst/model.safetensors";
   const std::string global = tensor_bytes(shard, m + ".weight_global_scale");
   float g = 0;
@@ -255,10 +255,10 @@ TEST(Inputs, HuggingFaceSnapshotOfSymlinks) {
     fs::create_symlink(blob, snap / rel);
   }
   const Report r = convert(snap, d / "dst");
-  ASSERT_EQ(r.result, "ok");
+  ASSERT_EQ(r.result, Outcome::Ok);
   EXPECT_EQ(r.provenance.revision, "0123abcd");
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(d / "dst/config.json")));
-  EXPECT_EQ(verify(snap, d / "dst").result, "ok");
+  EXPECT_EQ(verify(snap, d / "dst").result, Outcome::Ok);
 }
 
 // One flipped byte anywhere in DST (headers, packed codes, scales, globals,
@@ -266,10 +266,11 @@ TEST(Inputs, HuggingFaceSnapshotOfSymlinks) {
 TEST(Verify, CatchesAFlippedByteAnywhere) {
   ScratchDir d;
   write_fixture(d / "src", small(FixtureLayout::K3, 2));
-  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "dst").result, Outcome::Ok);
   const auto files = snapshot(d / "dst");
   int cases = 0;
   for (const auto& [rel, bytes] : files) {
+    if (rel.starts_with(".mx2nv/")) continue;  // mx2nv's record of the run, not part of the checkpoint
     std::vector<std::size_t> positions = {0, bytes.size() / 7, bytes.size() / 3, bytes.size() / 2,
                                           bytes.size() * 5 / 6, bytes.size() - 1};
     if (rel.ends_with(".safetensors")) {
@@ -288,25 +289,25 @@ TEST(Verify, CatchesAFlippedByteAnywhere) {
           errored = true;  // only acceptable for the source; DST damage must be a mismatch
         }
         EXPECT_FALSE(errored) << rel << " byte " << pos;
-        EXPECT_EQ(v.result, "mismatch") << rel << " byte " << pos << " mask " << int(mask);
+        EXPECT_EQ(v.result, Outcome::Mismatch) << rel << " byte " << pos << " mask " << int(mask);
         ++cases;
       }
     }
     write_file(d / "dst" / rel, bytes);
   }
   EXPECT_GT(cases, 100);
-  EXPECT_EQ(verify(d / "src", d / "dst").result, "ok");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, Outcome::Ok);
 }
 
 TEST(Verify, ExtraOrMissingFilesAreDifferences) {
   ScratchDir d;
   write_fixture(d / "src", small(FixtureLayout::Flat, 2));
-  ASSERT_EQ(convert(d / "src", d / "dst").result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "dst").result, Outcome::Ok);
   write_file(d / "dst/extra.txt", "x");
-  EXPECT_EQ(verify(d / "src", d / "dst").result, "mismatch");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, Outcome::Mismatch);
   fs::remove(d / "dst/extra.txt");
   fs::remove(d / "dst/generation_config.json");
-  EXPECT_EQ(verify(d / "src", d / "dst").result, "mismatch");
+  EXPECT_EQ(verify(d / "src", d / "dst").result, Outcome::Mismatch);
 }
 
 }  // namespace

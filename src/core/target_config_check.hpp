@@ -1,0 +1,18 @@
+// verify's check of DST's config.json: the quantization_config is checked field
+// by field against what compressed-tensors' NVFP4A16 scheme needs (not against
+// convert's output), and everything outside it must equal the source's. DST is
+// untrusted like SRC: any shape of JSON yields differences, never an exception.
+#pragma once
+
+#include "core/quant_config.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+// Every difference found (empty when the config is exactly what it must be).
+std::vector<std::string> check_target_config(const SourceQuantConfig& source, std::string_view target_config_text);
+
+}  // namespace mx2nv

@@ -1,0 +1,365 @@
+#include "io/destination.hpp"
+
+#include "core/error.hpp"
+#include "core/printable.hpp"
+#include "core/shard_index.hpp"
+#include "io/stream_hash.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace mx2nv {
+namespace {
+
+constexpr std::uint64_t kMaxRecordBytes = 1 << 20;
+constexpr std::uint64_t kMaxFinishedRecordBytes = 256 << 20;  // ~250 bytes a shard record
+
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
+std::string state_path(std::string_view name) { return fmt::format("{}/{}", kStateDirName, name); }
+std::string records_path() { return state_path(kRecordsDirName); }
+
+// (parent, name) of a '/'-separated relative path.
+std::pair<std::string, std::string> split(const std::string& relative) {
+  const auto slash = relative.rfind('/');
+  if (slash == std::string::npos) return {"", relative};
+  return {relative.substr(0, slash), relative.substr(slash + 1)};
+}
+
+}  // namespace
+
+Destination::Destination(const fs::path& source, fs::path root, bool resume) : root_(std::move(root)), resume_(resume) {
+  std::error_code ec;
+  const fs::path s = fs::weakly_canonical(source, ec);
+  if (ec) fail(ErrorKind::Io, "{}: {}", source.string(), ec.message());
+  const fs::path d = fs::weakly_canonical(root_, ec);
+  if (ec) fail(ErrorKind::Io, "{}: {}", root_.string(), ec.message());
+  if (s == d) fail(ErrorKind::Usage, "DST {} is SRC", root_.string());
+  if (is_within(d, s)) fail(ErrorKind::Usage, "DST {} is inside SRC {}", root_.string(), source.string());
+  if (is_within(s, d)) fail(ErrorKind::Usage, "DST {} contains SRC {}", root_.string(), source.string());
+
+  struct stat st {};
+  if (::stat(root_.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;  // created by open_for_writing
+    fail_io(root_, "stat", errno);
+  }
+  if (!S_ISDIR(st.st_mode)) fail(ErrorKind::Usage, "DST {} exists and is not a directory", root_.string());
+  const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_io(root_, "open directory", errno);
+  root_fd_ = UniqueFd(fd);
+  check_tree();
+  if (fs::is_empty(root_)) return;
+
+  const bool has_state = fs::exists(fs::symlink_status(root_ / kStateDirName));
+  if (!resume) {
+    fail(ErrorKind::Usage, "DST {} is not empty; refusing to mix outputs{}", root_.string(),
+         has_state ? " (it holds an mx2nv conversion: add --resume to continue or confirm it)" : "");
+  }
+  if (!has_state) {
+    const bool finished = fs::exists(fs::symlink_status(root_ / kIndexFileName)) ||
+                          fs::exists(fs::symlink_status(root_ / kConfigFileName));
+    fail(ErrorKind::Usage, "DST {} {}", root_.string(),
+         finished ? "holds a checkpoint with no mx2nv record of its conversion; nothing to resume (check it with "
+                    "mx2nv verify)"
+                  : "is not empty and holds no interrupted mx2nv conversion to resume");
+  }
+  if (!fs::is_directory(fs::symlink_status(root_ / kStateDirName))) {
+    fail(ErrorKind::Usage, "DST {}: {} is not a directory", root_.string(), kStateDirName);
+  }
+  state_ = DestinationState::Interrupted;
+  const fs::path finished_path = root_ / state_path(kFinishedFileName);
+  if (!fs::exists(fs::symlink_status(finished_path))) return;
+  std::optional<FinishedRecord> record;
+  try {
+    record = finished_record_from_text(read_text_file(finished_path, kMaxFinishedRecordBytes));
+  } catch (const Error&) {
+  }
+  if (!record) {
+    fail(ErrorKind::Usage, "DST {}: {} is unreadable; refusing to guess what DST holds (check it with mx2nv verify)",
+         root_.string(), state_path(kFinishedFileName));
+  }
+  const fs::path commit = root_ / (record->index_hash != 0 ? kIndexFileName : kConfigFileName);
+  if (fs::is_regular_file(fs::symlink_status(commit))) {
+    state_ = DestinationState::Finished;
+    finished_ = std::move(record);
+  }
+}
+
+Destination::~Destination() {
+  if (!finalized_) abandon();
+}
+
+// Refuses a DST tree holding a symlink (a write through it could land
+// anywhere) or a special file (opening a FIFO blocks).
+void Destination::check_tree() const {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root_, ec); it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (ec) break;
+    const fs::file_status st = it->symlink_status(ec);
+    const std::string rel = it->path().lexically_relative(root_).generic_string();
+    if (fs::is_symlink(st)) {
+      fail(ErrorKind::Usage, "DST {} holds a symbolic link, {}; refusing to write where links could lead elsewhere",
+           root_.string(), rel);
+    }
+    if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
+      fail(ErrorKind::Usage, "DST {} holds {}, which is not a regular file or directory", root_.string(), rel);
+    }
+  }
+  if (ec) fail(ErrorKind::Io, "{}: list directory: {}", root_.string(), ec.message());
+}
+
+UniqueFd Destination::open_directory(const std::string& relative, bool create) {
+  UniqueFd dir(::fcntl(root_fd_.get(), F_DUPFD_CLOEXEC, 0));
+  if (!dir) fail_io(root_, "dup", errno);
+  if (relative.empty()) return dir;
+  if (!is_confined_relative_path(relative)) {
+    fail(ErrorKind::InvalidInput, "{}: not a plain relative path inside DST", relative);
+  }
+  std::string so_far;
+  std::size_t start = 0;
+  while (start <= relative.size()) {
+    const auto slash = relative.find('/', start);
+    const std::string part = relative.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    so_far += (so_far.empty() ? "" : "/") + part;
+    if (create) {
+      if (::mkdirat(dir.get(), part.c_str(), 0755) == 0) {
+        std::lock_guard lock(mutex_);
+        created_dirs_.push_back(so_far);
+      } else if (errno != EEXIST) {
+        fail_io(root_ / so_far, "create directory", errno);
+      }
+    }
+    const int fd = ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ELOOP || errno == ENOTDIR) {
+        fail(ErrorKind::Usage, "DST {}: {} is not a directory (a symbolic link?); refusing to write through it",
+             root_.string(), so_far);
+      }
+      fail_io(root_ / so_far, "open directory", errno);
+    }
+    dir = UniqueFd(fd);
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return dir;
+}
+
+void Destination::open_for_writing(const std::set<std::string>& expected) {
+  writing_ = true;
+  if (!root_fd_) {
+    if (::mkdir(root_.c_str(), 0755) == 0) {
+      created_root_ = true;  // another converter may create it at the same moment: only ours is ours to remove
+    } else if (errno != EEXIST) {
+      fail_io(root_, "create directory", errno);
+    }
+    const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fail_io(root_, "open directory", errno);
+    root_fd_ = UniqueFd(fd);
+  }
+
+  if (::mkdirat(root_fd_.get(), std::string(kStateDirName).c_str(), 0755) == 0) {
+    created_state_dir_ = true;
+  } else if (errno != EEXIST) {
+    fail_io(root_ / kStateDirName, "create directory", errno);
+  }
+  const UniqueFd state = open_directory(std::string(kStateDirName), false);
+  const fs::path lock_path = root_ / state_path(kLockFileName);
+  const int lfd = ::openat(state.get(), std::string(kLockFileName).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+                           0644);
+  if (lfd < 0) fail_io(lock_path, "open lock", errno);
+  UniqueFd lock(lfd);
+  struct stat st {};
+  if (::fstat(lock.get(), &st) != 0) fail_io(lock_path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "{}: not a regular file", lock_path.string());
+  // flock(2): the kernel drops it when its holder dies, however it dies, so a
+  // lock file left by a killed run is stale and taken over.
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(lock.get(), pid, sizeof pid - 1, 0);
+    if (err == EWOULDBLOCK) {
+      fail(ErrorKind::Usage, "{} is being written by another mx2nv (pid {}); refusing to run concurrently",
+           root_.string(), n > 0 ? printable(std::string_view(pid, static_cast<std::size_t>(n))) : "unknown");
+    }
+    fail_io(lock_path, "lock", err);
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(lock.get(), 0) != 0 || ::pwrite(lock.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    fail_io(lock_path, "write lock", errno);
+  }
+  lock_fd_ = std::move(lock);
+
+  // What we checked before planning may have changed; we hold the lock now.
+  check_tree();
+  std::vector<fs::path> stale;
+  const std::string state_prefix = std::string(kStateDirName) + "/";
+  for (auto it = fs::recursive_directory_iterator(root_); it != fs::recursive_directory_iterator(); ++it) {
+    const std::string rel = it->path().lexically_relative(root_).generic_string();
+    if (it->path().filename().string().starts_with(kTempPrefix)) {
+      stale.push_back(it->path());
+      continue;
+    }
+    if (rel == kStateDirName || it->is_directory()) continue;
+    if (rel.starts_with(state_prefix)) {
+      // A fresh run's state directory holds our lock and nothing else: anything
+      // more is another run's state.
+      if (!resume_ && rel != state_path(kLockFileName)) {
+        fail(ErrorKind::Usage, "DST {} changed while planning; refusing to mix outputs", root_.string());
+      }
+      continue;
+    }
+    if (!resume_) fail(ErrorKind::Usage, "DST {} changed while planning; refusing to mix outputs", root_.string());
+    // Resuming into a DST that holds files this conversion would never write
+    // (another model's shards, say) would mix outputs: refuse instead.
+    if (!expected.count(rel)) {
+      fail(ErrorKind::Usage, "DST {} holds {}, which this conversion would not write; refusing to resume into it",
+           root_.string(), rel);
+    }
+  }
+  for (const auto& p : stale) fs::remove(p);
+}
+
+Destination::Pending Destination::begin(const std::string& relative) {
+  auto [parent, name] = split(relative);
+  Pending p;
+  p.parent = open_directory(parent, true);
+  p.final_name = name;
+  p.relative = relative;
+  {
+    std::lock_guard lock(mutex_);
+    p.temp_name = fmt::format("{}{}.{}", kTempPrefix, counter_++, name);
+    temps_.push_back(parent.empty() ? p.temp_name : parent + "/" + p.temp_name);
+  }
+  p.file = File::create_new_at(p.parent.get(), p.temp_name, root_ / relative);
+  return p;
+}
+
+void Destination::commit(Pending& p) {
+  p.file.sync();
+  p.file.close();
+  if (::renameat(p.parent.get(), p.temp_name.c_str(), p.parent.get(), p.final_name.c_str()) != 0) {
+    fail_io(root_ / p.relative, "rename into place", errno);
+  }
+  fsync_directory(p.parent.get(), root_ / p.relative);
+  const auto [parent, name] = split(p.relative);
+  std::lock_guard lock(mutex_);
+  std::erase(temps_, parent.empty() ? p.temp_name : parent + "/" + p.temp_name);
+  committed_.push_back(p.relative);
+}
+
+void Destination::write_file(const std::string& relative, std::string_view contents) {
+  Pending p = begin(relative);
+  p.file.write_at(0, std::as_bytes(std::span(contents)));
+  commit(p);
+}
+
+void Destination::discard(const std::string& relative) {
+  const auto [parent, name] = split(relative);
+  const UniqueFd dir = open_directory(parent, false);
+  if (::unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT) fail_io(root_ / relative, "remove", errno);
+}
+
+std::optional<FileStamp> Destination::stamp(const std::string& relative) const {
+  const auto [parent, name] = split(relative);
+  try {
+    const UniqueFd dir = const_cast<Destination*>(this)->open_directory(parent, false);
+    struct stat st {};
+    if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    return FileStamp{relative, static_cast<std::uint64_t>(st.st_size)};
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::uint64_t Destination::hash(const std::string& relative) const {
+  const auto [parent, name] = split(relative);
+  const UniqueFd dir = const_cast<Destination*>(this)->open_directory(parent, false);
+  const File f = File::open_read_at(dir.get(), name, root_ / relative);
+  StreamHash h;
+  std::vector<std::byte> buffer(4 << 20);
+  read_in_chunks(f, 0, f.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t) { h.update(chunk); });
+  return h.digest();
+}
+
+std::optional<ShardRecord> Destination::read_record(const std::string& shard) const {
+  try {
+    const UniqueFd dir = const_cast<Destination*>(this)->open_directory(records_path(), false);
+    const std::string name = record_file_name(shard);
+    const File f = File::open_read_at(dir.get(), name, root_ / records_path() / name);
+    return shard_record_from_text(read_text_file(f, kMaxRecordBytes));
+  } catch (const Error&) {
+    return std::nullopt;  // absent or unreadable: redo the shard
+  }
+}
+
+void Destination::write_record(const ShardRecord& record) {
+  write_file(records_path() + "/" + record_file_name(record.shard), shard_record_to_text(record));
+}
+
+void Destination::finish(const FinishedRecord& record, const std::string& commit_point,
+                         std::string_view commit_contents) {
+  write_file(state_path(kFinishedFileName), finished_record_to_text(record));
+  write_file(commit_point, commit_contents);
+  // Complete: the per-shard records and the lock have served their purpose.
+  const UniqueFd state = open_directory(std::string(kStateDirName), false);
+  const int rfd = ::openat(state.get(), std::string(kRecordsDirName).c_str(),
+                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (rfd >= 0) {
+    if (DIR* d = ::fdopendir(rfd)) {
+      std::vector<std::string> names;
+      while (const dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") names.push_back(n);
+      }
+      for (const auto& n : names) ::unlinkat(::dirfd(d), n.c_str(), 0);
+      ::closedir(d);  // closes rfd
+    } else {
+      ::close(rfd);
+    }
+    ::unlinkat(state.get(), std::string(kRecordsDirName).c_str(), AT_REMOVEDIR);
+  }
+  ::unlinkat(state.get(), std::string(kLockFileName).c_str(), 0);
+  fsync_directory(state.get(), root_ / kStateDirName);
+  fsync_directory(root_fd_.get(), root_);
+  lock_fd_ = UniqueFd();
+  finalized_ = true;
+}
+
+void Destination::abandon() noexcept {
+  if (!writing_ || !root_fd_) return;  // never opened for writing: nothing of ours is there
+  try {
+    for (const auto& rel : temps_) {
+      const auto [parent, name] = split(rel);
+      const UniqueFd dir = open_directory(parent, false);
+      ::unlinkat(dir.get(), name.c_str(), 0);
+    }
+    if (!committed_.empty()) return;  // finished files (and their records) serve --resume
+    if (lock_fd_ && created_state_dir_) {
+      // Our own state directory: the lock inside it goes with it.
+      const UniqueFd state = open_directory(std::string(kStateDirName), false);
+      ::unlinkat(state.get(), std::string(kLockFileName).c_str(), 0);
+    }
+    // Non-recursive removes: a directory someone else has written into stays.
+    for (auto it = created_dirs_.rbegin(); it != created_dirs_.rend(); ++it) {
+      ::unlinkat(root_fd_.get(), it->c_str(), AT_REMOVEDIR);
+    }
+    if (created_state_dir_ && lock_fd_) ::unlinkat(root_fd_.get(), std::string(kStateDirName).c_str(), AT_REMOVEDIR);
+    lock_fd_ = UniqueFd();
+    root_fd_ = UniqueFd();
+    if (created_root_) ::rmdir(root_.c_str());
+  } catch (...) {
+    // Best effort: leftovers are temporary files the next run removes.
+  }
+}
+
+}  // namespace mx2nv

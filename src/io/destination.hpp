@@ -1,0 +1,110 @@
+// DST's lifecycle, in one place: check it against SRC, lock it, keep the state
+// directory and its records, refuse foreign files, detect a finished
+// conversion, write files atomically, finalize, and abandon on failure.
+//
+// DST is hostile ground: whatever is already in it may be a symlink planted to
+// redirect a write. Everything inside DST is opened relative to a directory
+// descriptor opened once (openat, mkdirat, renameat, unlinkat) with
+// O_NOFOLLOW, and a DST whose tree holds a symlink or a special file is
+// refused before any work. (DST itself may be given as a symlink to a
+// directory: that is the user's own path, resolved once and checked against
+// SRC.)
+//
+// Files are written as ".mx2nv-tmp.<n>.<name>" in their final directory,
+// fsynced, renamed into place, and the directory fsynced. A run that finished
+// nothing leaves DST as it found it; finished shards and their records stay
+// for --resume. A conversion is complete once its commit point (the index, or
+// config.json for a single-file model) exists next to .mx2nv/finished.json.
+#pragma once
+
+#include "core/checkpoint_names.hpp"
+#include "io/file.hpp"
+#include "io/shard_record.hpp"
+
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+enum class DestinationState {
+  Empty,        // absent or an empty directory
+  Interrupted,  // holds an unfinished run's state
+  Finished,     // holds a finished conversion and its record
+};
+
+class Destination {
+ public:
+  // Checks, without writing anything (usage errors, exit 2): DST is not SRC,
+  // inside it or containing it; it is a directory or absent; its tree holds no
+  // symlink or special file; without `resume` it is empty; with `resume` it is
+  // empty or holds an mx2nv run (interrupted or finished).
+  Destination(const fs::path& source, fs::path root, bool resume);
+  ~Destination();  // abandons unless finalized
+  Destination(const Destination&) = delete;
+  Destination& operator=(const Destination&) = delete;
+
+  DestinationState state() const { return state_; }
+  const fs::path& root() const { return root_; }
+  // The finished conversion's record (state() == Finished).
+  const std::optional<FinishedRecord>& finished() const { return finished_; }
+  // Name and size of a regular file in DST, never following a symlink.
+  std::optional<FileStamp> stamp(const std::string& relative) const;
+  // XXH3-64 of a whole file in DST.
+  std::uint64_t hash(const std::string& relative) const;
+
+  // Starts writing: creates DST if absent, takes the lock (exit 2 while another
+  // mx2nv holds it), re-checks that nothing appeared meanwhile (fresh runs),
+  // refuses files a conversion would not write (resumed runs: `expected` lists
+  // every file the conversion writes), removes stale temporary files.
+  void open_for_writing(const std::set<std::string>& expected);
+
+  struct Pending {
+    File file;
+    UniqueFd parent;
+    std::string temp_name;
+    std::string final_name;
+    std::string relative;
+  };
+  // Opens `relative` for writing under a temporary name. Thread-safe.
+  Pending begin(const std::string& relative);
+  // fsync, close, rename into place, fsync the directory. Thread-safe.
+  void commit(Pending& pending);
+  // Whole small file in one step.
+  void write_file(const std::string& relative, std::string_view contents);
+  // Removes a finished file of an earlier run that is about to be redone.
+  void discard(const std::string& relative);
+
+  // Resume records (DST/.mx2nv/state/).
+  std::optional<ShardRecord> read_record(const std::string& shard) const;
+  void write_record(const ShardRecord& record);
+
+  // Finalize: writes .mx2nv/finished.json, then the commit point, then removes
+  // the records and the lock. After this the destructor keeps everything.
+  void finish(const FinishedRecord& record, const std::string& commit_point, std::string_view commit_contents);
+
+ private:
+  UniqueFd open_directory(const std::string& relative, bool create);
+  void check_tree() const;
+  void abandon() noexcept;
+
+  fs::path root_;
+  DestinationState state_ = DestinationState::Empty;
+  std::optional<FinishedRecord> finished_;
+  bool resume_ = false;
+  bool created_root_ = false;
+  bool created_state_dir_ = false;
+  bool finalized_ = false;
+  bool writing_ = false;
+  UniqueFd root_fd_;
+  UniqueFd lock_fd_;
+  std::mutex mutex_;
+  std::vector<std::string> temps_;          // relative paths of files being written
+  std::vector<std::string> committed_;
+  std::vector<std::string> created_dirs_;   // relative, in creation order
+  std::uint64_t counter_ = 0;
+};
+
+}  // namespace mx2nv

@@ -1,0 +1,94 @@
+#include "io/report_file.hpp"
+
+#include "core/error.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace mx2nv {
+namespace {
+
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
+bool under_device_or_proc(const fs::path& absolute) {
+  const auto first = ++absolute.begin();  // the component after "/"
+  return first != absolute.end() && (*first == "dev" || *first == "proc");
+}
+
+}  // namespace
+
+ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protected_trees) : path_(path) {
+  if (path.empty()) fail(ErrorKind::Usage, "--report: empty path");
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec).lexically_normal();
+  if (ec) fail(ErrorKind::Usage, "--report {}: {}", path.string(), ec.message());
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;  // follows symlinks
+  if (exists && S_ISDIR(st.st_mode)) fail(ErrorKind::Usage, "--report {}: is a directory", path.string());
+  write_through_ = under_device_or_proc(absolute) || (exists && !S_ISREG(st.st_mode));
+  resolved_ = write_through_ ? absolute : fs::weakly_canonical(absolute, ec);
+  if (ec) fail(ErrorKind::Usage, "--report {}: {}", path.string(), ec.message());
+  if (!write_through_) {
+    const fs::path parent = resolved_.parent_path();
+    if (!fs::is_directory(parent, ec)) {
+      fail(ErrorKind::Usage, "--report {}: the directory {} does not exist", path.string(), parent.string());
+    }
+  }
+  for (const auto& tree : protected_trees) {
+    const fs::path t = fs::weakly_canonical(tree, ec);
+    if (ec) continue;
+    if (is_within(resolved_, t) || is_within(absolute, fs::absolute(tree).lexically_normal())) {
+      fail(ErrorKind::Usage, "--report {}: inside {}; mx2nv never writes a report into SRC or DST", path.string(),
+           tree.string());
+    }
+  }
+}
+
+void ReportFile::write(std::string_view text) const {
+  if (write_through_) {
+    // O_APPEND: /dev/stdout redirected to a file must not overwrite what was
+    // printed before the report.
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) fail_io(path_, "open report", errno);
+    UniqueFd owned(fd);
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail_io(path_, "write report", errno);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    return;
+  }
+  const fs::path dir = resolved_.parent_path();
+  const fs::path temp = dir / fmt::format(".{}.mx2nv-report.{}", resolved_.filename().string(), ::getpid());
+  ::unlink(temp.c_str());  // a leftover of a killed run with our pid
+  {
+    File f = File::create_new(temp);
+    try {
+      f.write_at(0, std::as_bytes(std::span(text)));
+      f.sync();
+      f.close();
+    } catch (...) {
+      ::unlink(temp.c_str());
+      throw;
+    }
+  }
+  if (::rename(temp.c_str(), resolved_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    fail_io(resolved_, "rename report into place", err);
+  }
+  fsync_directory(dir);
+}
+
+}  // namespace mx2nv

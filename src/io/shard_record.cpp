@@ -1,0 +1,142 @@
+#include "io/shard_record.hpp"
+
+#include "core/error.hpp"
+#include "core/printable.hpp"
+#include "core/strict_json.hpp"
+#include "core/target_layout.hpp"
+
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <vector>
+
+namespace mx2nv {
+namespace {
+
+Json to_json(const ShardRecord& r) {
+  return {{"shard", r.shard},
+          {"source_size", r.source_size},
+          {"source_mtime_ns", r.source_mtime_ns},
+          {"source_header_hash", r.source_header_hash},
+          {"plan_hash", r.plan_hash},
+          {"output_size", r.output_size},
+          {"output_hash", r.output_hash},
+          {"zero_groups", r.zero_groups},
+          {"groups", r.groups},
+          {"passthrough_tensors", r.passthrough_tensors},
+          {"target_bytes", r.target_bytes}};
+}
+
+// Throws Json::exception on a missing key or a wrong type; callers turn that
+// into "no record".
+ShardRecord shard_from_json(const Json& j) {
+  ShardRecord r;
+  r.shard = j.at("shard").get<std::string>();
+  r.source_size = j.at("source_size").get<std::uint64_t>();
+  r.source_mtime_ns = j.at("source_mtime_ns").get<std::int64_t>();
+  r.source_header_hash = j.at("source_header_hash").get<std::uint64_t>();
+  r.plan_hash = j.at("plan_hash").get<std::uint64_t>();
+  r.output_size = j.at("output_size").get<std::uint64_t>();
+  r.output_hash = j.at("output_hash").get<std::uint64_t>();
+  r.zero_groups = j.at("zero_groups").get<std::uint64_t>();
+  r.groups = j.at("groups").get<std::uint64_t>();
+  r.passthrough_tensors = j.at("passthrough_tensors").get<std::uint64_t>();
+  r.target_bytes = j.at("target_bytes").get<std::uint64_t>();
+  return r;
+}
+
+template <typename Parse>
+auto parse_record(std::string_view text, Parse&& parse) -> std::optional<decltype(parse(Json()))> {
+  try {
+    const Json j = parse_strict_json(text, "record").value;
+    if (!j.is_object()) return std::nullopt;
+    return parse(j);
+  } catch (const Error&) {
+    return std::nullopt;
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::int64_t mtime_ns(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+std::string record_file_name(const std::string& shard) {
+  return fmt::format("{:016x}.json", XXH3_64bits(shard.data(), shard.size()));
+}
+
+ShardRecord source_identity(const Checkpoint& source, std::size_t shard) {
+  const OpenShard& s = source.shards[shard];
+  ShardRecord r;
+  r.shard = s.file;
+  r.source_size = s.size;
+  struct stat st {};
+  const fs::path path = source.root / s.file;
+  if (::stat(path.c_str(), &st) != 0) fail_io(path, "stat", errno);
+  r.source_mtime_ns = mtime_ns(st);
+  std::vector<std::byte> header(static_cast<std::size_t>(s.header.data_start()));
+  s.handle.read_at(0, header);
+  r.source_header_hash = XXH3_64bits(header.data(), header.size());
+  return r;
+}
+
+ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard) {
+  ShardRecord r = source_identity(source.checkpoint, shard);
+  // A new version may write different bytes, hence the version.
+  std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION, window_name(plan.window));
+  const OpenShard& s = source.checkpoint.shards[shard];
+  for (const auto& t : make_target_layout(s.header, shard, source.modules).tensors) {
+    if (t.role != TensorRole::Scale) continue;
+    const ModulePlan& p = plan.modules[t.module];
+    fingerprint += fmt::format("{}:{}:{};", t.info.name, p.m, p.zero_scales ? 1 : 0);
+  }
+  r.plan_hash = XXH3_64bits(fingerprint.data(), fingerprint.size());
+  return r;
+}
+
+std::string shard_record_to_text(const ShardRecord& record) { return dump_json(to_json(record)) + "\n"; }
+
+std::optional<ShardRecord> shard_record_from_text(std::string_view text) {
+  return parse_record(text, [](const Json& j) { return shard_from_json(j); });
+}
+
+std::string finished_record_to_text(const FinishedRecord& f) {
+  Json shards = Json::array();
+  for (const auto& r : f.shards) shards.push_back(to_json(r));
+  Json companions = Json::array();
+  for (const auto& c : f.companions) {
+    companions.push_back({{"name", json_text(c.name)}, {"size", c.size}});
+  }
+  const Json j = {{"tool_version", f.tool_version},
+                  {"window", f.window},
+                  {"shards", shards},
+                  {"companions", companions},
+                  {"config_hash", f.config_hash},
+                  {"index_hash", f.index_hash},
+                  {"canonicalised_zero_groups", f.canonicalised_zero_groups},
+                  {"marlin_zeroed_groups", f.marlin_zeroed_groups}};
+  return dump_json(j) + "\n";
+}
+
+std::optional<FinishedRecord> finished_record_from_text(std::string_view text) {
+  return parse_record(text, [](const Json& j) {
+    FinishedRecord f;
+    f.tool_version = j.at("tool_version").get<std::string>();
+    f.window = j.at("window").get<std::string>();
+    for (const Json& r : j.at("shards")) f.shards.push_back(shard_from_json(r));
+    for (const Json& c : j.at("companions")) {
+      f.companions.push_back({c.at("name").get<std::string>(), c.at("size").get<std::uint64_t>()});
+    }
+    f.config_hash = j.at("config_hash").get<std::uint64_t>();
+    f.index_hash = j.at("index_hash").get<std::uint64_t>();
+    f.canonicalised_zero_groups = j.at("canonicalised_zero_groups").get<std::uint64_t>();
+    f.marlin_zeroed_groups = j.at("marlin_zeroed_groups").get<std::uint64_t>();
+    return f;
+  });
+}
+
+}  // namespace mx2nv

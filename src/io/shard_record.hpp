@@ -1,0 +1,80 @@
+// What DST remembers about a run, so that retrying is safe and cheap.
+// - A ShardRecord is written after each output shard's rename: the source
+//   shard's identity (size, mtime, hash of its header), the plan for that
+//   shard, and the output file's size and checksum. `--resume` reuses a
+//   finished shard only when its record still matches; anything else is redone.
+// - The FinishedRecord is written when a conversion completes (just before its
+//   commit point, the index): every shard record plus the companions' sizes
+//   and the config's and index's checksums. `convert --resume` on a finished
+//   DST compares it with SRC and DST without reading tensor data. It holds no
+//   timestamp of DST's files, so the same input gives a byte-identical DST,
+//   this record included.
+// Records live in DST, which is untrusted: parsing one that is malformed
+// yields nothing (the shard is redone), never an exception.
+#pragma once
+
+#include "core/plan.hpp"
+#include "io/checkpoint_reader.hpp"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+struct ShardRecord {
+  std::string shard;
+  std::uint64_t source_size = 0;
+  std::int64_t source_mtime_ns = 0;
+  std::uint64_t source_header_hash = 0;
+  std::uint64_t plan_hash = 0;
+  std::uint64_t output_size = 0;
+  std::uint64_t output_hash = 0;
+  // What the shard contributed to the report, so a resumed run reports the same.
+  std::uint64_t zero_groups = 0;
+  std::uint64_t groups = 0;
+  std::uint64_t passthrough_tensors = 0;
+  std::uint64_t target_bytes = 0;
+
+  bool same_source(const ShardRecord& other) const {
+    return shard == other.shard && source_size == other.source_size && source_mtime_ns == other.source_mtime_ns &&
+           source_header_hash == other.source_header_hash;
+  }
+};
+
+struct FileStamp {
+  std::string name;  // relative to DST
+  std::uint64_t size = 0;
+};
+
+struct FinishedRecord {
+  std::string tool_version;
+  std::string window;
+  std::vector<ShardRecord> shards;     // in the source's shard order
+  std::vector<FileStamp> companions;   // DST's copies, sorted by name
+  std::uint64_t config_hash = 0;       // XXH3-64 of DST's config.json
+  std::uint64_t index_hash = 0;        // of DST's index (0 for a single-file model)
+  std::uint64_t canonicalised_zero_groups = 0;
+  std::uint64_t marlin_zeroed_groups = 0;
+};
+
+// The source shard's identity (no plan): name, size, mtime, header hash.
+ShardRecord source_identity(const Checkpoint& source, std::size_t shard);
+// Identity plus the plan's fingerprint for this shard: every scale's global
+// exponent and mode, the window and the tool version.
+ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard);
+
+std::string shard_record_to_text(const ShardRecord& record);
+std::optional<ShardRecord> shard_record_from_text(std::string_view text);
+std::string finished_record_to_text(const FinishedRecord& record);
+std::optional<FinishedRecord> finished_record_from_text(std::string_view text);
+
+// The record's file name inside DST/.mx2nv/state/ (shard names may hold '/').
+std::string record_file_name(const std::string& shard);
+
+std::int64_t mtime_ns(const struct stat& st);
+
+}  // namespace mx2nv
