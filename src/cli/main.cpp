@@ -40,7 +40,9 @@ std::string human_bytes(std::uint64_t n) {
 }
 
 void write_report(const std::optional<ReportFile>& file, const Report& report) {
-  if (file) file->write(dump_json(report_to_json(report)) + "\n");
+  if (!file) return;
+  std::fflush(stdout);  // the summary first, when the report goes to /dev/stdout too
+  file->write(dump_json(report_to_json(report)) + "\n");
 }
 
 void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream) {

@@ -35,18 +35,18 @@ ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protec
   write_through_ = under_device_or_proc(absolute) || (exists && !S_ISREG(st.st_mode));
   resolved_ = write_through_ ? absolute : fs::weakly_canonical(absolute, ec);
   if (ec) fail(ErrorKind::Usage, "--report {}: {}", path.string(), ec.message());
-  if (!write_through_) {
-    const fs::path parent = resolved_.parent_path();
-    if (!fs::is_directory(parent, ec)) {
-      fail(ErrorKind::Usage, "--report {}: the directory {} does not exist", path.string(), parent.string());
-    }
-  }
   for (const auto& tree : protected_trees) {
     const fs::path t = fs::weakly_canonical(tree, ec);
     if (ec) continue;
     if (is_within(resolved_, t) || is_within(absolute, fs::absolute(tree).lexically_normal())) {
       fail(ErrorKind::Usage, "--report {}: inside {}; mx2nv never writes a report into SRC or DST", path.string(),
            tree.string());
+    }
+  }
+  if (!write_through_) {
+    const fs::path parent = resolved_.parent_path();
+    if (!fs::is_directory(parent, ec)) {
+      fail(ErrorKind::Usage, "--report {}: the directory {} does not exist", path.string(), parent.string());
     }
   }
 }

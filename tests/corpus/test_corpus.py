@@ -151,6 +151,7 @@ def mutate(ck: Path, do: dict) -> None:
         raw[at] = arg[1]
         path.write_bytes(bytes(raw))
     elif op == "add_file":
+        (ck / arg[0]).parent.mkdir(parents=True, exist_ok=True)
         (ck / arg[0]).write_text(arg[1])
     elif op == "fifo":
         (ck / arg).unlink()
