@@ -1,0 +1,170 @@
+// The destination module on its own: states, atomic writes, abandon, lock,
+// records, finish. (End-to-end behaviour through the CLI is in tests/e2e.)
+#include "io/destination.hpp"
+
+#include "core/error.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace mx2nv {
+namespace {
+
+class Scratch {
+ public:
+  Scratch() {
+    std::string tmpl = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/mx2nv-io-XXXXXX";
+    root_ = ::mkdtemp(tmpl.data());
+    fs::create_directories(root_ / "src");
+  }
+  ~Scratch() { fs::remove_all(root_); }
+  fs::path operator/(const std::string& p) const { return root_ / p; }
+
+ private:
+  fs::path root_;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+ErrorKind kind_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "no error";
+  return ErrorKind::Io;
+}
+
+TEST(Destination, AnAbandonedRunThatFinishedNothingLeavesNothing) {
+  Scratch s;
+  {
+    Destination d(s / "src", s / "dst", false);
+    EXPECT_EQ(d.state(), DestinationState::Empty);
+    EXPECT_FALSE(fs::exists(s / "dst"));  // checking writes nothing
+    d.open_for_writing({});
+    Destination::Pending p = d.begin("sub/dir/file.bin");
+    p.file.write_at(0, std::as_bytes(std::span("abc", 3)));
+  }
+  EXPECT_FALSE(fs::exists(s / "dst"));
+}
+
+TEST(Destination, CommittedFilesStayTemporariesGo) {
+  Scratch s;
+  {
+    Destination d(s / "src", s / "dst", false);
+    d.open_for_writing({});
+    d.write_file("a.txt", "hello");
+    Destination::Pending p = d.begin("b.txt");
+  }
+  EXPECT_EQ(slurp(s / "dst/a.txt"), "hello");
+  for (const auto& e : fs::recursive_directory_iterator(s / "dst")) {
+    EXPECT_FALSE(e.path().filename().string().starts_with(kTempPrefix)) << e.path();
+  }
+  // The state directory stays for --resume, with the (now stale) lock.
+  EXPECT_TRUE(fs::exists(s / "dst/.mx2nv/lock"));
+}
+
+TEST(Destination, RelationToSourceAndEmptinessAreUsageErrors) {
+  Scratch s;
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "src", false); }), ErrorKind::Usage);
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "src/inner", false); }), ErrorKind::Usage);
+  EXPECT_EQ(kind_of([&] { Destination(s / "src/..", s / "x", false); }), ErrorKind::Usage);  // contains SRC
+  std::ofstream(s / "file") << "x";
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "file", false); }), ErrorKind::Usage);
+  fs::create_directories(s / "full");
+  std::ofstream(s / "full/x") << "x";
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "full", false); }), ErrorKind::Usage);
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "full", true); }), ErrorKind::Usage);  // no mx2nv state
+}
+
+TEST(Destination, ATreeWithSymlinksOrSpecialFilesIsRefused) {
+  Scratch s;
+  fs::create_directories(s / "a/.mx2nv/state");
+  fs::create_symlink("/etc/passwd", s / "a/.mx2nv/state/x.json");
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "a", true); }), ErrorKind::Usage);
+  fs::create_directories(s / "b/.mx2nv");
+  ASSERT_EQ(::mkfifo((s / "b/pipe").c_str(), 0644), 0);
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "b", true); }), ErrorKind::Usage);
+}
+
+TEST(Destination, RecordsSurviveAnInterruptedRunAndFinishKeepsOnlyTheFinishedRecord) {
+  Scratch s;
+  ShardRecord r;
+  r.shard = "shards/one.safetensors";
+  r.source_size = 10;
+  r.plan_hash = 7;
+  r.output_size = 5;
+  {
+    Destination d(s / "src", s / "dst", false);
+    d.open_for_writing({});
+    d.write_file(r.shard, "bytes");
+    d.write_record(r);
+  }
+  Destination again(s / "src", s / "dst", true);
+  EXPECT_EQ(again.state(), DestinationState::Interrupted);
+  const auto back = again.read_record(r.shard);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(back->same_source(r));
+  EXPECT_EQ(back->plan_hash, 7u);
+  EXPECT_FALSE(again.read_record("another").has_value());
+
+  again.open_for_writing({r.shard, "config.json", "model.safetensors.index.json"});
+  FinishedRecord f;
+  f.tool_version = "test";
+  f.window = "marlin";
+  f.shards = {r};
+  f.index_hash = 1;
+  again.write_file("config.json", "{}");
+  again.finish(f, "model.safetensors.index.json", "{}");
+  std::vector<std::string> state;
+  for (const auto& e : fs::directory_iterator(s / "dst/.mx2nv")) state.push_back(e.path().filename().string());
+  EXPECT_EQ(state, std::vector<std::string>{"finished.json"});
+
+  Destination finished(s / "src", s / "dst", true);
+  EXPECT_EQ(finished.state(), DestinationState::Finished);
+  ASSERT_TRUE(finished.finished().has_value());
+  EXPECT_EQ(finished.finished()->shards.at(0).shard, r.shard);
+  EXPECT_EQ(finished.stamp(r.shard)->size, 5u);
+  EXPECT_FALSE(finished.stamp("absent").has_value());
+}
+
+TEST(Destination, ForeignFilesRefuseAResume) {
+  Scratch s;
+  {
+    Destination d(s / "src", s / "dst", false);
+    d.open_for_writing({});
+    d.write_file("mine.safetensors", "x");
+  }
+  std::ofstream(s / "dst/theirs.safetensors") << "y";
+  Destination d(s / "src", s / "dst", true);
+  EXPECT_EQ(kind_of([&] { d.open_for_writing({"mine.safetensors"}); }), ErrorKind::Usage);
+  EXPECT_EQ(slurp(s / "dst/theirs.safetensors"), "y");
+}
+
+TEST(Destination, OneWriterAtATime) {
+  Scratch s;
+  Destination a(s / "src", s / "dst", false);
+  a.open_for_writing({});
+  Destination b(s / "src", s / "dst", true);
+  EXPECT_EQ(kind_of([&] { b.open_for_writing({}); }), ErrorKind::Usage);
+}
+
+TEST(Destination, RelativePathsThatEscapeAreRefused) {
+  Scratch s;
+  Destination d(s / "src", s / "dst", false);
+  d.open_for_writing({});
+  EXPECT_EQ(kind_of([&] { d.write_file("../escape.txt", "x"); }), ErrorKind::InvalidInput);
+  EXPECT_EQ(kind_of([&] { d.write_file("a//b.txt", "x"); }), ErrorKind::InvalidInput);
+  EXPECT_FALSE(fs::exists(s / "escape.txt"));
+}
+
+}  // namespace
+}  // namespace mx2nv
