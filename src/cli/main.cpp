@@ -3,10 +3,12 @@
 #include "core/error.hpp"
 #include "core/printable.hpp"
 #include "core/report.hpp"
+#include "core/report_merge.hpp"
 #include "fixture/fixture.hpp"
 #include "io/cancel.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/convert.hpp"
+#include "io/distributed.hpp"
 #include "io/inspect.hpp"
 #include "io/report_file.hpp"
 #include "io/verify.hpp"
@@ -120,6 +122,63 @@ int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_p
   return finish(r, report_path);
 }
 
+int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path) {
+  fs::path written;
+  const Report r = plan_checkpoint(o, written);
+  if (r.result == Outcome::Refused) {
+    fmt::print("mx2nv plan: refused under window {}; no plan written\n", window_name(o.window));
+    print_over_span(r.over_span, stdout);
+    return finish(r, report_path);
+  }
+  if (r.already_complete) {
+    fmt::print("mx2nv plan: already complete: {} holds this conversion of {}\n", printable(o.target.string()),
+               printable(o.source.string()));
+    return finish(r, report_path);
+  }
+  fmt::print("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
+             printable(written.string()));
+  fmt::print("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
+             printable(written.string()));
+  fmt::print("  then     mx2nv convert --plan {} --finalize\n", printable(written.string()));
+  return finish(r, report_path);
+}
+
+int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& selection,
+                const std::optional<ReportFile>& report_path) {
+  const Report r = selection ? convert_planned_shards(o, *selection) : finalize_planned(o);
+  if (r.already_complete) {
+    fmt::print("mx2nv convert: already complete: {} holds the finished conversion\n", printable(r.provenance.target));
+  } else if (selection) {
+    fmt::print("mx2nv convert: ok, {} shards ({} already done), {:.2f} s\n", r.shards, r.resumed_shards, r.seconds);
+  } else {
+    fmt::print("mx2nv convert: finalized, {:.2f} s\n", r.seconds);
+    print_counts(r);
+  }
+  return finish(r, report_path);
+}
+
+int run_merge(const std::vector<std::string>& parts, const std::optional<ReportFile>& report_path) {
+  std::vector<Json> reports;
+  for (const auto& p : parts) {
+    try {
+      reports.push_back(parse_strict_json(read_text_file(p, 256 << 20), p).value);
+    } catch (const Error& e) {
+      fail(ErrorKind::Usage, "--merge: {}", e.what());
+    }
+  }
+  const Json merged = merge_verify_reports(reports);
+  const std::string result = merged["result"].get<std::string>();
+  fmt::print("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts.size(),
+             result == "ok" ? "ok, every value identical" : result, merged["values_compared"].get<std::uint64_t>(),
+             merged["mismatches"].get<std::uint64_t>(), merged["differences"].size());
+  for (const auto& d : merged["differences"]) fmt::print(stderr, "mx2nv verify: {}\n", printable(d.get<std::string>()));
+  if (report_path) {
+    std::fflush(stdout);
+    report_path->write(dump_json(merged) + "\n");
+  }
+  return merged["exit_code"].get<int>();
+}
+
 int run_inspect(const fs::path& src, Window window, bool json, unsigned threads) {
   const Inspection in = inspect_checkpoint(src, window, threads);
   if (json) {
@@ -173,7 +232,8 @@ int run_demo(const fs::path& dir, unsigned threads) {
   if (rc != kExitOk) return rc;
   fmt::print("\n");
   const int vrc =
-      run_verify({c.source, c.target, Window::Marlin, threads}, ReportFile(dir / "verify-report.json", {c.source, c.target}));
+      run_verify({c.source, c.target, Window::Marlin, threads, std::nullopt},
+                 ReportFile(dir / "verify-report.json", {c.source, c.target}));
   if (vrc == kExitOk) {
     fmt::print("\nmx2nv demo: done. Reports: {}, {}\n", (dir / "convert-report.json").string(),
                (dir / "verify-report.json").string());
@@ -233,8 +293,17 @@ int main(int argc, char** argv) {
   };
 
   auto* convert = app.add_subcommand("convert", "transcode SRC (MXFP4) into an empty DST (NVFP4A16)");
-  convert->add_option("SRC", src, "source checkpoint directory")->required();
-  convert->add_option("DST", dst, "target directory (created; must be empty)")->required();
+  convert->add_option("SRC", src, "source checkpoint directory (with --plan: default the plan's)");
+  convert->add_option("DST", dst, "target directory (created; must be empty) (with --plan: default the plan's)");
+  std::string plan_path, shard_text, shards_text;
+  bool finalize = false;
+  auto* plan_opt = convert->add_option("--plan", plan_path, "run steps of a plan made by `mx2nv plan` (see --shard, --shards, --finalize)");
+  auto* shard_opt = convert->add_option("--shard", shard_text, "with --plan: convert shard I only")->needs(plan_opt);
+  auto* shards_opt = convert->add_option("--shards", shards_text, "with --plan: convert shards I, I+N, I+2N, ... (I/N)")
+                         ->needs(plan_opt)->excludes(shard_opt);
+  convert->add_flag("--finalize", finalize,
+                    "with --plan: check every shard is finished, then write companions, config and the index last")
+      ->needs(plan_opt)->excludes(shard_opt)->excludes(shards_opt);
   add_window(convert);
   add_threads(convert);
   add_report(convert);
@@ -245,11 +314,27 @@ int main(int argc, char** argv) {
                     "without writing. Safe to repeat");
 
   auto* verify = app.add_subcommand("verify", "prove every value of DST equals the value in SRC");
-  verify->add_option("SRC", src, "source checkpoint directory")->required();
-  verify->add_option("DST", dst, "converted checkpoint directory")->required();
+  verify->add_option("SRC", src, "source checkpoint directory");
+  verify->add_option("DST", dst, "converted checkpoint directory");
+  std::string verify_shards;
+  std::vector<std::string> merge_parts;
+  auto* verify_shards_opt = verify->add_option("--shards", verify_shards,
+                                               "verify shards I, I+N, ... only (I/N) and write a partial report");
+  verify->add_option("--merge", merge_parts, "join the partial reports of verify --shards I/N into one")
+      ->excludes(verify_shards_opt)->expected(1, -1);
   add_window(verify);
   add_threads(verify);
   add_report(verify);
+
+  PlanOptions plan_options;
+  std::string plan_out;
+  auto* plan = app.add_subcommand("plan", "plan a conversion once for many processes or machines: refusals happen here");
+  plan->add_option("SRC", src, "source checkpoint directory")->required();
+  plan->add_option("DST", dst, "target directory")->required();
+  plan->add_option("--plan-out", plan_out, "write the plan here instead of DST/.mx2nv/plan.json");
+  add_window(plan);
+  add_threads(plan);
+  add_report(plan);
 
   auto* inspect = app.add_subcommand("inspect", "dry run: spans, predicted outcome under both windows, sizes");
   inspect->add_option("SRC", src, "source checkpoint directory")->required();
@@ -297,8 +382,37 @@ int main(int argc, char** argv) {
   try {
     // Where the report goes is checked before any work.
     if (!report_path.empty()) report_file.emplace(report_path, std::vector<fs::path>{src, dst});
+    if (*convert && !plan_path.empty()) {
+      if (resume) fail(ErrorKind::Usage, "--resume is implied with --plan");
+      if (shard_text.empty() && shards_text.empty() && !finalize) {
+        fail(ErrorKind::Usage, "--plan needs --shard I, --shards I/N or --finalize");
+      }
+      std::optional<ShardSelection> selection;
+      if (!shards_text.empty()) selection = parse_shard_selection(shards_text);
+      if (!shard_text.empty()) selection = parse_shard_index(shard_text);
+      PlannedOptions po{plan_path, std::nullopt, std::nullopt, threads};
+      if (!src.empty()) po.source = src;
+      if (!dst.empty()) po.target = dst;
+      return run_planned(po, selection, report_file);
+    }
+    if ((*convert || (*verify && merge_parts.empty())) && (src.empty() || dst.empty())) {
+      fail(ErrorKind::Usage, "SRC and DST are required");
+    }
     if (*convert) return run_convert({src, dst, window, threads, resume}, report_file);
-    if (*verify) return run_verify({src, dst, window, threads}, report_file);
+    if (*verify && !merge_parts.empty()) return run_merge(merge_parts, report_file);
+    if (*verify) {
+      std::optional<ShardSelection> selection;
+      if (!verify_shards.empty()) selection = parse_shard_selection(verify_shards);
+      return run_verify({src, dst, window, threads, selection}, report_file);
+    }
+    if (*plan) {
+      if (!plan_out.empty()) plan_options.plan_out = plan_out;
+      plan_options.source = src;
+      plan_options.target = dst;
+      plan_options.window = window;
+      plan_options.threads = threads;
+      return run_plan(plan_options, report_file);
+    }
     if (*inspect) return run_inspect(src, window, json, threads);
     if (*demo) return run_demo(demo_dir, threads);
     if (*generate) {
@@ -329,11 +443,11 @@ int main(int argc, char** argv) {
   } catch (...) {
     const Error e = current_exception_as_error();
     fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what()));
-    if (report_file && (*convert || *verify)) {
+    if (report_file && (*convert || *verify || *plan)) {
       // The error path's report is the success path's, with result "error".
       try {
         const fs::path target(dst);
-        Report r = start_report(convert->parsed() ? "convert" : "verify", window, src, &target);
+        Report r = start_report(convert->parsed() ? "convert" : plan->parsed() ? "plan" : "verify", window, src, &target);
         r.set_error(e);
         write_report(report_file, r);
       } catch (...) {

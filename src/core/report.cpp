@@ -48,6 +48,7 @@ Json report_to_json(const Report& r) {
                  {"passthrough_tensors", r.passthrough_tensors},
                  {"companion_files", r.companion_files}};
   if (r.command == "convert") j["already_complete"] = r.already_complete;
+  if (!r.shard_subset.empty()) j["shard_subset"] = r.shard_subset;
   j["source_tensor_bytes"] = r.source_tensor_bytes;
   j["target_tensor_bytes"] = r.target_tensor_bytes;
   j["size_change_percent"] = std::round(r.size_change_percent() * 1e4) / 1e4;

@@ -41,6 +41,7 @@ struct Report {
   std::uint64_t companion_files = 0;
   std::uint64_t shards = 0;
   std::uint64_t resumed_shards = 0;  // convert --resume: finished shards reused
+  std::string shard_subset;          // verify --shards I/N: the part this report covers ("" = all)
   bool already_complete = false;     // convert --resume: DST already held this conversion; nothing was written
 
   std::uint64_t source_tensor_bytes = 0;

@@ -1,21 +1,14 @@
 #include "io/convert.hpp"
 
 #include "core/error.hpp"
-#include "core/printable.hpp"
-#include "core/target_layout.hpp"
 #include "io/cancel.hpp"
 #include "io/checkpoint_reader.hpp"
+#include "io/convert_steps.hpp"
 #include "io/destination.hpp"
-#include "io/parallel.hpp"
 #include "io/planner.hpp"
-#include "io/shard_writer.hpp"
 
-#include <xxhash.h>
-
-#include <atomic>
 #include <chrono>
-#include <map>
-#include <set>
+#include <numeric>
 #include <vector>
 
 namespace mx2nv {
@@ -23,149 +16,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
-
-// Every file a conversion of `ck` writes, relative to DST.
-std::set<std::string> files_written(const Checkpoint& ck) {
-  std::set<std::string> out(ck.companions.begin(), ck.companions.end());
-  out.insert(std::string(kConfigFileName));
-  if (ck.index) out.insert(std::string(kIndexFileName));
-  for (const auto& s : ck.shards) out.insert(s.file);
-  return out;
-}
-
-// The record of an earlier run's shard, if it still describes this shard of
-// this plan and the output file on disk.
-std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected) {
-  auto record = dst.read_record(expected.shard);
-  if (!record || !record->same_source(expected) || record->plan_hash != expected.plan_hash) return std::nullopt;
-  const auto stamp = dst.stamp(expected.shard);
-  if (!stamp || stamp->size != record->output_size) return std::nullopt;
-  if (dst.hash(expected.shard) != record->output_hash) return std::nullopt;
-  return record;
-}
-
-// Is DST, finished by an earlier run, the conversion of this SRC under these
-// options? Decided from the records it keeps and the files' stamps, without
-// reading tensor data: the source shards' identities (size, mtime, header
-// hash), the window and tool version (with the source, they determine the
-// plan), the output shards' and companions' sizes, the config's and index's
-// checksums. (`mx2nv verify` is the full proof; this is the retry check.)
-std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window) {
-  const FinishedRecord& f = *dst.finished();
-  if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", f.tool_version);
-  if (f.window != window_name(window)) return fmt::format("it was converted under window {}", f.window);
-  if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
-  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    const ShardRecord& r = f.shards[s];
-    if (!r.same_source(source_identity(ck, s))) return fmt::format("SRC's {} changed since", ck.shards[s].file);
-    const auto stamp = dst.stamp(r.shard);
-    if (!stamp || stamp->size != r.output_size) {
-      return fmt::format("DST's {} changed since", r.shard);
-    }
-  }
-  if (f.companions.size() != ck.companions.size()) return "SRC's companion files changed since";
-  for (std::size_t i = 0; i < f.companions.size(); ++i) {
-    const auto stamp = dst.stamp(ck.companions[i]);
-    const FileStamp& was = f.companions[i];  // names as json_text() recorded them
-    if (!stamp || was.name != json_text(ck.companions[i]) || was.size != stamp->size) {
-      return fmt::format("DST's {} changed since", ck.companions[i]);
-    }
-  }
-  if (dst.hash(std::string(kConfigFileName)) != f.config_hash) return "DST's config.json changed since";
-  if (ck.index.has_value() != (f.index_hash != 0) ||
-      (ck.index && dst.hash(std::string(kIndexFileName)) != f.index_hash)) {
-    return "DST's index changed since";
-  }
-  return std::nullopt;
-}
-
-void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
-  std::uint64_t groups = 0;
-  for (const auto& r : records) {
-    report.target_tensor_bytes += r.target_bytes;
-    report.zero_groups += r.zero_groups;
-    report.passthrough_tensors += r.passthrough_tensors;
-    groups += r.groups;
-  }
-  report.active_groups = groups - report.zero_groups;
-}
-
-void copy_companion(const fs::path& from, Destination& out, const std::string& relative) {
-  const File in = File::open_read(from);
-  Destination::Pending target = out.begin(relative);
-  std::vector<std::byte> buffer(kCopyBufferBytes);
-  read_in_chunks(in, 0, in.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
-    target.file.write_at(done, chunk);
-    throw_if_stopped();
-  });
-  out.commit(target);
-}
-
-// Execute: every shard, independently; records let a retry skip finished ones.
-std::vector<ShardRecord> execute(const SourceCheckpoint& source, const Plan& plan, Destination& out, bool resume,
-                                 unsigned threads, std::uint64_t& resumed_shards) {
-  const Checkpoint& ck = source.checkpoint;
-  std::vector<ShardRecord> records(ck.shards.size());
-  std::atomic<std::uint64_t> resumed{0};
-  parallel_for(ck.shards.size(), threads, [&](std::size_t s) {
-    ShardRecord r = expected_record(source, plan, s);
-    if (const auto earlier = resume ? reusable_record(out, r) : std::nullopt) {
-      records[s] = *earlier;
-      ++resumed;
-      return;
-    }
-    if (resume) out.discard(r.shard);  // a stale or partial output from an earlier run
-    const ShardWriteResult w = write_shard(source, plan, s, out);
-    r.output_size = w.output_size;
-    r.output_hash = w.output_hash;
-    r.zero_groups = w.zero_groups;
-    r.groups = w.groups;
-    r.passthrough_tensors = w.passthrough_tensors;
-    r.target_bytes = w.target_bytes;
-    out.write_record(r);
-    records[s] = r;
-  });
-  resumed_shards = resumed;
-  return records;
-}
-
-// Finalize: companions and config, then the finished record, then the commit
-// point (the index; for a single-file model config.json, which is what makes
-// model.safetensors loadable).
-void finalize(const SourceCheckpoint& source, const Plan& plan, const Report& report,
-              std::vector<ShardRecord> records, Destination& out) {
-  const Checkpoint& ck = source.checkpoint;
-  FinishedRecord finished;
-  finished.tool_version = MX2NV_VERSION;
-  finished.window = window_name(plan.window);
-  finished.shards = std::move(records);
-  finished.canonicalised_zero_groups = report.canonicalised_zero_groups;
-  finished.marlin_zeroed_groups = report.marlin_zeroed_groups;
-  for (const auto& rel : ck.companions) {
-    copy_companion(ck.root / rel, out, rel);
-    const auto stamp = out.stamp(rel);
-    if (!stamp) fail(ErrorKind::Io, "{}: vanished after it was written", (out.root() / rel).string());
-    finished.companions.push_back(*stamp);
-  }
-  const std::string config = rewrite_config_text(ck.config_text, source.quant);
-  finished.config_hash = text_hash(config);
-  if (!ck.index) {
-    out.finish(finished, std::string(kConfigFileName), config);
-    return;
-  }
-  out.write_file(std::string(kConfigFileName), config);
-  std::map<std::string, std::string> weight_map;
-  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    for (const auto& t : make_target_layout(ck.shards[s].header, s, source.modules).tensors) {
-      weight_map.emplace(t.info.name, ck.shards[s].file);
-    }
-  }
-  const std::string index = render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes);
-  finished.index_hash = text_hash(index);
-  out.finish(finished, std::string(kIndexFileName), index);
 }
 
 }  // namespace
@@ -178,34 +28,21 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // --- plan: nothing is written until every module has been decided.
   const SourceCheckpoint source = open_source_checkpoint(options.source);
   const Checkpoint& ck = source.checkpoint;
-  report.shards = ck.shards.size();
-  report.modules = source.modules.modules.size();
-  report.scale_groups = source.modules.scale_groups.size();
-  report.companion_files = ck.companions.size();
-  report.source_tensor_bytes = ck.tensor_bytes();
-
+  add_source_counts(report, source);
   if (out.state() == DestinationState::Finished) {
     // A retried job (Slurm --requeue, a Kubernetes Job retry) lands here.
     if (const auto why = finished_mismatch(out, ck, options.window)) {
       fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
            options.target.string(), *why);
     }
-    const FinishedRecord& f = *out.finished();
-    report.already_complete = true;
-    report.resumed_shards = f.shards.size();
-    report.canonicalised_zero_groups = f.canonicalised_zero_groups;
-    report.marlin_zeroed_groups = f.marlin_zeroed_groups;
-    add_shard_counts(report, f.shards);
+    report_already_complete(report, out);
     report.seconds = seconds_since(started);
     return report;
   }
 
   const ScanResult scan = scan_modules(source, options.threads);
   const Plan plan = plan_conversion(source, scan, options.window);
-  for (const auto& mp : plan.modules) {
-    report.canonicalised_zero_groups += mp.canonical_zero_groups;
-    report.marlin_zeroed_groups += mp.marlin_zeroed_groups;
-  }
+  add_plan_counts(report, plan);
   if (plan.refused()) {
     report.result = Outcome::Refused;
     report.over_span = plan.over_span;
@@ -215,11 +52,14 @@ Report convert_checkpoint(const ConvertOptions& options) {
   }
   throw_if_stopped();
 
-  // --- execute, then finalize.
+  // --- execute every shard, then finalize.
   out.open_for_writing(files_written(ck));
-  std::vector<ShardRecord> records = execute(source, plan, out, options.resume, options.threads, report.resumed_shards);
+  std::vector<std::size_t> all(ck.shards.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::vector<ShardRecord> records =
+      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards);
   add_shard_counts(report, records);
-  finalize(source, plan, report, std::move(records), out);
+  finalize_conversion(source, plan, report, std::move(records), out);
   report.seconds = seconds_since(started);
   return report;
 }

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/printable.hpp"
 #include "core/shard_index.hpp"
+#include "io/cancel.hpp"
 #include "io/stream_hash.hpp"
 
 #include <dirent.h>
@@ -23,6 +24,31 @@ constexpr std::uint64_t kMaxFinishedRecordBytes = 256 << 20;  // ~250 bytes a sh
 bool is_within(const fs::path& inner, const fs::path& outer) {
   const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
   return o == outer.end();
+}
+
+// Removes every entry of the directory `dir_fd` but `keep`, recursively,
+// never following a symlink.
+void remove_entries_except(int dir_fd, const std::string& keep) {
+  const int scan = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr;
+  if (d == nullptr) {
+    if (scan >= 0) ::close(scan);
+    return;
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != ".." && n != keep) names.push_back(n);
+  }
+  ::closedir(d);
+  for (const auto& n : names) {
+    if (::unlinkat(dir_fd, n.c_str(), 0) == 0) continue;
+    const int sub = ::openat(dir_fd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) continue;
+    remove_entries_except(sub, "");
+    ::close(sub);
+    ::unlinkat(dir_fd, n.c_str(), AT_REMOVEDIR);
+  }
 }
 
 std::string state_path(std::string_view name) { return fmt::format("{}/{}", kStateDirName, name); }
@@ -154,7 +180,7 @@ UniqueFd Destination::open_directory(const std::string& relative, bool create) {
   return dir;
 }
 
-void Destination::open_for_writing(const std::set<std::string>& expected) {
+void Destination::create_root_and_lock(int operation) {
   writing_ = true;
   if (!root_fd_) {
     if (::mkdir(root_.c_str(), 0755) == 0) {
@@ -182,8 +208,9 @@ void Destination::open_for_writing(const std::set<std::string>& expected) {
   if (::fstat(lock.get(), &st) != 0) fail_io(lock_path, "stat", errno);
   if (!S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "{}: not a regular file", lock_path.string());
   // flock(2): the kernel drops it when its holder dies, however it dies, so a
-  // lock file left by a killed run is stale and taken over.
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+  // lock file left by a killed run is stale and taken over. Whole-DST writers
+  // hold it exclusively, per-shard workers shared.
+  if (::flock(lock.get(), operation | LOCK_NB) != 0) {
     const int err = errno;
     char pid[32] = {};
     const ssize_t n = ::pread(lock.get(), pid, sizeof pid - 1, 0);
@@ -193,11 +220,54 @@ void Destination::open_for_writing(const std::set<std::string>& expected) {
     }
     fail_io(lock_path, "lock", err);
   }
-  const std::string me = std::to_string(::getpid());
-  if (::ftruncate(lock.get(), 0) != 0 || ::pwrite(lock.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
-    fail_io(lock_path, "write lock", errno);
+  if (operation == LOCK_EX) {
+    const std::string me = std::to_string(::getpid());
+    if (::ftruncate(lock.get(), 0) != 0 ||
+        ::pwrite(lock.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      fail_io(lock_path, "write lock", errno);
+    }
   }
   lock_fd_ = std::move(lock);
+}
+
+void Destination::open_for_shards() {
+  create_root_and_lock(LOCK_SH);
+  shared_ = true;
+  check_tree();
+}
+
+Destination::ShardLock Destination::lock_shard(const std::string& shard) {
+  if (!shared_) return {};
+  const std::string locks = state_path("locks");
+  const UniqueFd dir = open_directory(locks, true);
+  const std::string name = record_file_name(shard) + ".lock";
+  const int fd = ::openat(dir.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io(root_ / locks / name, "open lock", errno);
+  UniqueFd lock(fd);
+  while (::flock(lock.get(), LOCK_EX) != 0) {  // another worker on the same shard: wait for it
+    if (errno != EINTR) fail_io(root_ / locks / name, "lock", errno);
+    throw_if_stopped();
+  }
+  // That shard is ours now: whatever temporary file of it exists is stale.
+  const auto [parent, file] = split(shard);
+  const UniqueFd pdir = open_directory(parent, true);
+  const int scan = ::fcntl(pdir.get(), F_DUPFD_CLOEXEC, 0);
+  if (DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr) {
+    std::vector<std::string> stale;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.starts_with(kTempPrefix) && n.ends_with("." + file)) stale.push_back(n);
+    }
+    for (const auto& n : stale) ::unlinkat(pdir.get(), n.c_str(), 0);
+    ::closedir(d);
+  } else if (scan >= 0) {
+    ::close(scan);
+  }
+  return ShardLock(std::move(lock));
+}
+
+void Destination::open_for_writing(const std::set<std::string>& expected) {
+  create_root_and_lock(LOCK_EX);
 
   // What we checked before planning may have changed; we hold the lock now.
   check_tree();
@@ -310,25 +380,9 @@ void Destination::finish(const FinishedRecord& record, const std::string& commit
                          std::string_view commit_contents) {
   write_file(state_path(kFinishedFileName), finished_record_to_text(record));
   write_file(commit_point, commit_contents);
-  // Complete: the per-shard records and the lock have served their purpose.
+  // Complete: records, locks and a plan kept here have served their purpose.
   const UniqueFd state = open_directory(std::string(kStateDirName), false);
-  const int rfd = ::openat(state.get(), std::string(kRecordsDirName).c_str(),
-                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (rfd >= 0) {
-    if (DIR* d = ::fdopendir(rfd)) {
-      std::vector<std::string> names;
-      while (const dirent* e = ::readdir(d)) {
-        const std::string n = e->d_name;
-        if (n != "." && n != "..") names.push_back(n);
-      }
-      for (const auto& n : names) ::unlinkat(::dirfd(d), n.c_str(), 0);
-      ::closedir(d);  // closes rfd
-    } else {
-      ::close(rfd);
-    }
-    ::unlinkat(state.get(), std::string(kRecordsDirName).c_str(), AT_REMOVEDIR);
-  }
-  ::unlinkat(state.get(), std::string(kLockFileName).c_str(), 0);
+  remove_entries_except(state.get(), std::string(kFinishedFileName));
   fsync_directory(state.get(), root_ / kStateDirName);
   fsync_directory(root_fd_.get(), root_);
   lock_fd_ = UniqueFd();
@@ -343,7 +397,7 @@ void Destination::abandon() noexcept {
       const UniqueFd dir = open_directory(parent, false);
       ::unlinkat(dir.get(), name.c_str(), 0);
     }
-    if (!committed_.empty()) return;  // finished files (and their records) serve --resume
+    if (!committed_.empty() || shared_) return;  // finished files serve --resume; other workers' are theirs
     if (lock_fd_ && created_state_dir_) {
       // Our own state directory: the lock inside it goes with it.
       const UniqueFd state = open_directory(std::string(kStateDirName), false);

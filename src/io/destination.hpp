@@ -61,6 +61,22 @@ class Destination {
   // every file the conversion writes), removes stale temporary files.
   void open_for_writing(const std::set<std::string>& expected);
 
+  // The per-shard step of a planned conversion (`convert --plan P --shards
+  // I/N`), which runs in many processes at once: a shared lock on DST (a
+  // whole-DST writer or finalize holds it exclusively) and no tree-wide
+  // clean-up; each shard is then taken with lock_shard().
+  void open_for_shards();
+  class ShardLock {
+   public:
+    ShardLock() = default;
+    explicit ShardLock(UniqueFd fd) : fd_(std::move(fd)) {}
+   private:
+    UniqueFd fd_;
+  };
+  // Waits until no other process works on `shard`, then removes that shard's
+  // stale temporary files. A no-op lock when DST is held exclusively.
+  ShardLock lock_shard(const std::string& shard);
+
   struct Pending {
     File file;
     UniqueFd parent;
@@ -82,11 +98,13 @@ class Destination {
   void write_record(const ShardRecord& record);
 
   // Finalize: writes .mx2nv/finished.json, then the commit point, then removes
-  // the records and the lock. After this the destructor keeps everything.
+  // everything else in .mx2nv (records, locks, a plan kept there). After this
+  // the destructor keeps everything.
   void finish(const FinishedRecord& record, const std::string& commit_point, std::string_view commit_contents);
 
  private:
   UniqueFd open_directory(const std::string& relative, bool create);
+  void create_root_and_lock(int operation);
   void check_tree() const;
   void abandon() noexcept;
 
@@ -98,6 +116,7 @@ class Destination {
   bool created_state_dir_ = false;
   bool finalized_ = false;
   bool writing_ = false;
+  bool shared_ = false;  // open_for_shards: many writers, each on its own shards
   UniqueFd root_fd_;
   UniqueFd lock_fd_;
   std::mutex mutex_;

@@ -36,6 +36,7 @@ ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protec
   resolved_ = write_through_ ? absolute : fs::weakly_canonical(absolute, ec);
   if (ec) fail(ErrorKind::Usage, "--report {}: {}", path.string(), ec.message());
   for (const auto& tree : protected_trees) {
+    if (tree.empty()) continue;
     const fs::path t = fs::weakly_canonical(tree, ec);
     if (ec) continue;
     if (is_within(resolved_, t) || is_within(absolute, fs::absolute(tree).lexically_normal())) {

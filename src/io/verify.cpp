@@ -96,6 +96,14 @@ Report verify_checkpoint(const VerifyOptions& options) {
     diff.add("DST is not a valid checkpoint: {}", e.what());
   }
   report.shards = src.shards.size();
+  std::vector<bool> selected(src.shards.size(), true);
+  if (options.shards) {
+    std::fill(selected.begin(), selected.end(), false);
+    for (const std::size_t s : selected_shards(*options.shards, src.shards.size())) selected[s] = true;
+    report.shard_subset = options.shards->stride == 0
+                              ? fmt::format("{}", options.shards->index)
+                              : fmt::format("{}/{}", options.shards->index, options.shards->stride);
+  }
   report.modules = source.modules.modules.size();
   report.scale_groups = source.modules.scale_groups.size();
   report.companion_files = src.companions.size();
@@ -139,7 +147,8 @@ Report verify_checkpoint(const VerifyOptions& options) {
     // Tensors: every source tensor where it belongs, nothing else.
     const auto dst_tensors = tensors_by_name(dst);
     std::set<std::string> accounted;
-    for (const auto& shard : src.shards) {
+    for (std::size_t si = 0; si < src.shards.size(); ++si) {
+      const OpenShard& shard = src.shards[si];
       // Header order is kept: the target's order minus inserted globals.
       for (const auto& peer : dst.shards) {
         if (peer.file != shard.file) continue;
@@ -159,7 +168,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
         accounted.insert(t.name);
         const Located& d = it->second;
         if (d.shard->file != shard.file) diff.add("tensor \"{}\" moved from {} to {}", t.name, shard.file, d.shard->file);
-        if (source.modules.is_module_tensor(t.name)) continue;  // compared by value below
+        if (source.modules.is_module_tensor(t.name) || !selected[si]) continue;  // modules: by value below
         ++report.passthrough_tensors;
         if (d.info->dtype != t.dtype || d.info->shape != t.shape) {
           diff.add("{}: tensor \"{}\" is {} {} in DST, {} {} in SRC", d.shard->file, t.name, dtype_name(d.info->dtype),
@@ -213,7 +222,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
 
     parallel_for(modules.size(), options.threads, [&](std::size_t i) {
       const QuantModule& m = modules[i];
-      if (!globals[i]) return;
+      if (!globals[i] || !selected[m.packed_shard]) return;
       const auto dp = dst_tensors.find(m.packed.name);
       const auto ds = dst_tensors.find(m.scale.name);
       if (dp == dst_tensors.end() || ds == dst_tensors.end()) return;  // reported above

@@ -8,7 +8,10 @@
 
 #include "core/numerics.hpp"
 #include "core/report.hpp"
+#include "io/distributed.hpp"
 #include "io/file.hpp"
+
+#include <optional>
 
 namespace mx2nv {
 
@@ -17,6 +20,11 @@ struct VerifyOptions {
   fs::path target;
   Window window = Window::Marlin;
   unsigned threads = 1;
+  // --shards I/N: compare the bytes and values of shards I, I+N, ... only (a
+  // module belongs to its packed tensor's shard); the whole-checkpoint checks
+  // (files, config, index, globals) run in every part. `verify --merge`
+  // joins the partial reports.
+  std::optional<ShardSelection> shards;
 };
 
 inline constexpr std::size_t kMaxReportedDifferences = 200;

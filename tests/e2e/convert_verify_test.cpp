@@ -32,7 +32,7 @@ Report convert(const fs::path& src, const fs::path& dst, Window w = Window::Marl
 }
 
 Report verify(const fs::path& src, const fs::path& dst, Window w = Window::Marlin) {
-  return verify_checkpoint({src, dst, w, 2});
+  return verify_checkpoint({src, dst, w, 2, std::nullopt});
 }
 
 std::uint64_t expected_values(const FixtureSpec& s) {

@@ -1,0 +1,51 @@
+// The plan as a file (`mx2nv plan`), so that the per-shard execute step can
+// run in other processes and on other machines: a pure function of (source
+// shard, plan). It holds the source's identity (per shard: size, mtime, header
+// hash), every module's global exponent and scale mode, each output shard's
+// size and plan fingerprint, the window and tool version, and a checksum over
+// all of it. Reading validates everything (the file may have been edited or
+// damaged on shared storage): anything off is invalid input (exit 3).
+#pragma once
+
+#include "core/plan.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+inline constexpr std::string_view kPlanFormat = "mx2nv-plan/1";
+inline constexpr std::string_view kPlanFileName = "plan.json";  // inside DST/.mx2nv/ by default
+
+struct PlannedShard {
+  std::string file;
+  std::uint64_t source_size = 0;
+  std::int64_t source_mtime_ns = 0;
+  std::uint64_t source_header_hash = 0;
+  std::uint64_t plan_hash = 0;          // the shard record's plan fingerprint
+  std::uint64_t output_data_bytes = 0;  // tensor data of the output shard
+  std::uint64_t output_tensors = 0;
+};
+
+struct PlanFile {
+  std::string tool_version;
+  Window window = Window::Marlin;
+  std::string source;  // absolute paths when planned (informational: other machines may mount elsewhere)
+  std::string target;
+  std::vector<PlannedShard> shards;         // in the source's shard order
+  std::vector<std::string> module_names;    // ModuleSet order
+  std::vector<ModulePlan> modules;          // parallel to module_names
+  std::uint64_t fingerprint = 0;            // XXH3-64 of the canonical text of everything above
+};
+
+std::string plan_file_to_text(PlanFile& plan);  // fills plan.fingerprint
+// Throws Error(InvalidInput) naming `what` and the field.
+PlanFile plan_file_from_text(std::string_view text, std::string_view what);
+
+// The plan for `modules` (ModuleSet order) from the file; throws
+// Error(Usage) when the file plans other modules (SRC changed since).
+Plan plan_for_modules(const PlanFile& file, const std::vector<std::string>& module_names);
+
+}  // namespace mx2nv

@@ -1,0 +1,55 @@
+// The steps of a conversion, shared by `mx2nv convert` (plan, every shard and
+// finalize in one process) and the planned, per-shard commands that
+// schedulers run on many machines (`mx2nv plan`, `convert --plan P --shards
+// I/N`, `convert --plan P --finalize`). Each output shard is a pure function
+// of (source shard, plan), so every way of running them writes the same bytes.
+#pragma once
+
+#include "core/plan.hpp"
+#include "core/report.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/destination.hpp"
+#include "io/shard_record.hpp"
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+// Every file a conversion of `ck` writes, relative to DST.
+std::set<std::string> files_written(const Checkpoint& ck);
+
+// Counts a report gets from the source alone.
+void add_source_counts(Report& report, const SourceCheckpoint& source);
+// Counts a report gets from the plan (canonicalised and Marlin-zeroed groups).
+void add_plan_counts(Report& report, const Plan& plan);
+// Counts a report gets from finished shards.
+void add_shard_counts(Report& report, const std::vector<ShardRecord>& records);
+
+// Execute: the given shards, independently and in parallel; a shard whose
+// record still matches (and whose output is intact) is reused when `reuse`.
+// Returns their records, in the order of `shards`.
+std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
+                                        const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
+                                        std::uint64_t& reused);
+
+// The record of an earlier run's shard, if it still describes this shard of
+// this plan and the output file on disk.
+std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected);
+
+// Finalize: companions, config, then the finished record and the commit point
+// (the index; for a single-file model config.json).
+void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const Report& report,
+                         std::vector<ShardRecord> records, Destination& out);
+
+// Is DST, finished by an earlier run, the conversion of this SRC under this
+// window? nullopt when it is; else what differs. Decided without reading
+// tensor data (see shard_record.hpp).
+std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& source, Window window);
+
+// The report of a retried command that found its work already done.
+void report_already_complete(Report& report, const Destination& dst);
+
+}  // namespace mx2nv
