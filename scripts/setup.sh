@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev python3-venv)
+              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev python3-venv
+              slurm-wlm munge)  # slurm-wlm, munge: the Slurm recipe's test (a single-node cluster)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

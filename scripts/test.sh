@@ -11,5 +11,5 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 if [[ -d tests/conformance ]]; then  # Python suites: conformance oracles, hostile-input corpus
   scripts/python-env.sh
-  .venv/bin/python -m pytest -q tests/conformance tests/corpus
+  .venv/bin/python -m pytest -q tests/conformance tests/corpus tests/engines
 fi
