@@ -24,46 +24,32 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
   return n;
 }
 
+// Copies `text`, writing each byte that is not part of valid UTF-8 (and,
+// with `controls`, each ASCII control byte and DEL) as \xNN.
+std::string escaped(std::string_view text, bool controls) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80 && (!controls || (b >= 0x20 && b < 0x7F))) {
+      out += static_cast<char>(b);
+      ++i;
+    } else if (const std::size_t n = b >= 0x80 ? utf8_length(text, i) : 0; n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", b);
+      ++i;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    if (b >= 0x20 && b < 0x7F) {
-      out += static_cast<char>(b);
-      ++i;
-    } else if (b >= 0x80 && utf8_length(text, i) > 0) {
-      const std::size_t n = utf8_length(text, i);
-      out.append(text.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\x{:02x}", b);
-      ++i;
-    }
-  }
-  return out;
-}
+std::string printable(std::string_view text) { return escaped(text, true); }
 
-std::string json_text(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    if (b < 0x80) {
-      out += static_cast<char>(b);
-      ++i;
-    } else if (const std::size_t n = utf8_length(text, i); n > 0) {
-      out.append(text.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\x{:02x}", b);
-      ++i;
-    }
-  }
-  return out;
-}
+std::string json_text(std::string_view text) { return escaped(text, false); }
 
 std::string dump_json(const nlohmann::json& value, int indent) {
   // Every string we put into a document went through json_text() or came from

@@ -29,24 +29,14 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  if (out.state() == DestinationState::Finished) {
-    // A retried job (Slurm --requeue, a Kubernetes Job retry) lands here.
-    if (const auto why = finished_mismatch(out, ck, options.window)) {
-      fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
-           options.target.string(), *why);
-    }
-    report_already_complete(report, out);
+  if (answer_finished(report, out, ck, options.window)) {
     report.seconds = seconds_since(started);
     return report;
   }
-
   const ScanResult scan = scan_modules(source, options.threads);
   const Plan plan = plan_conversion(source, scan, options.window);
   add_plan_counts(report, plan);
-  if (plan.refused()) {
-    report.result = Outcome::Refused;
-    report.over_span = plan.over_span;
-    report.unrepresentable_globals = plan.bad_globals;
+  if (report_refusal(report, plan)) {
     report.seconds = seconds_since(started);
     return report;
   }

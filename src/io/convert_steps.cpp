@@ -28,6 +28,39 @@ void copy_companion(const fs::path& from, Destination& out, const std::string& r
   out.commit(target);
 }
 
+// Is DST, finished by an earlier run, the conversion of this SRC under this
+// window? nullopt when it is; else what differs. Decided from the records DST
+// keeps, without reading tensor data: the source shards' identities (size,
+// mtime, header hash), the window and tool version (with the source, they
+// determine the plan), the output shards' and companions' sizes, the
+// config's and index's checksums. (`mx2nv verify` is the full proof.)
+std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window) {
+  const FinishedRecord& f = *dst.finished();
+  if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", f.tool_version);
+  if (f.window != window_name(window)) return fmt::format("it was converted under window {}", f.window);
+  if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
+  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
+    const ShardRecord& r = f.shards[s];
+    if (!r.same_source(source_identity(ck, s))) return fmt::format("SRC's {} changed since", ck.shards[s].file);
+    const auto stamp = dst.stamp(r.shard);
+    if (!stamp || stamp->size != r.output_size) return fmt::format("DST's {} changed since", r.shard);
+  }
+  if (f.companions.size() != ck.companions.size()) return "SRC's companion files changed since";
+  for (std::size_t i = 0; i < f.companions.size(); ++i) {
+    const auto stamp = dst.stamp(ck.companions[i]);
+    const FileStamp& was = f.companions[i];  // names as json_text() recorded them
+    if (!stamp || was.name != json_text(ck.companions[i]) || was.size != stamp->size) {
+      return fmt::format("DST's {} changed since", ck.companions[i]);
+    }
+  }
+  if (dst.hash(std::string(kConfigFileName)) != f.config_hash) return "DST's config.json changed since";
+  if (ck.index.has_value() != (f.index_hash != 0) ||
+      (ck.index && dst.hash(std::string(kIndexFileName)) != f.index_hash)) {
+    return "DST's index changed since";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::set<std::string> files_written(const Checkpoint& ck) {
@@ -136,40 +169,27 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const
   out.finish(finished, std::string(kIndexFileName), index);
 }
 
-std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window) {
-  const FinishedRecord& f = *dst.finished();
-  if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", f.tool_version);
-  if (f.window != window_name(window)) return fmt::format("it was converted under window {}", f.window);
-  if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
-  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    const ShardRecord& r = f.shards[s];
-    if (!r.same_source(source_identity(ck, s))) return fmt::format("SRC's {} changed since", ck.shards[s].file);
-    const auto stamp = dst.stamp(r.shard);
-    if (!stamp || stamp->size != r.output_size) return fmt::format("DST's {} changed since", r.shard);
+bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window) {
+  if (dst.state() != DestinationState::Finished) return false;
+  if (const auto why = finished_mismatch(dst, source, window)) {
+    fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
+         dst.root().string(), *why);
   }
-  if (f.companions.size() != ck.companions.size()) return "SRC's companion files changed since";
-  for (std::size_t i = 0; i < f.companions.size(); ++i) {
-    const auto stamp = dst.stamp(ck.companions[i]);
-    const FileStamp& was = f.companions[i];  // names as json_text() recorded them
-    if (!stamp || was.name != json_text(ck.companions[i]) || was.size != stamp->size) {
-      return fmt::format("DST's {} changed since", ck.companions[i]);
-    }
-  }
-  if (dst.hash(std::string(kConfigFileName)) != f.config_hash) return "DST's config.json changed since";
-  if (ck.index.has_value() != (f.index_hash != 0) ||
-      (ck.index && dst.hash(std::string(kIndexFileName)) != f.index_hash)) {
-    return "DST's index changed since";
-  }
-  return std::nullopt;
-}
-
-void report_already_complete(Report& report, const Destination& dst) {
   const FinishedRecord& f = *dst.finished();
   report.already_complete = true;
   report.resumed_shards = f.shards.size();
   report.canonicalised_zero_groups = f.canonicalised_zero_groups;
   report.marlin_zeroed_groups = f.marlin_zeroed_groups;
   add_shard_counts(report, f.shards);
+  return true;
+}
+
+bool report_refusal(Report& report, const Plan& plan) {
+  if (!plan.refused()) return false;
+  report.result = Outcome::Refused;
+  report.over_span = plan.over_span;
+  report.unrepresentable_globals = plan.bad_globals;
+  return true;
 }
 
 }  // namespace mx2nv

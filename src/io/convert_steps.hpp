@@ -44,12 +44,13 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
 void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const Report& report,
                          std::vector<ShardRecord> records, Destination& out);
 
-// Is DST, finished by an earlier run, the conversion of this SRC under this
-// window? nullopt when it is; else what differs. Decided without reading
-// tensor data (see shard_record.hpp).
-std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& source, Window window);
+// A retried command (Slurm --requeue, a Kubernetes Job retry) on a DST that
+// already holds a finished conversion: true, with `report` filled as "already
+// complete", when it is this conversion of SRC under `window`; Error(Usage)
+// naming what differs when it is another; false when DST is not finished.
+bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window);
 
-// The report of a retried command that found its work already done.
-void report_already_complete(Report& report, const Destination& dst);
+// True, with the refusal in `report`, when the plan refuses a module.
+bool report_refusal(Report& report, const Plan& plan);
 
 }  // namespace mx2nv

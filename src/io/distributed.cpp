@@ -113,13 +113,10 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     Destination out(*options.source, *dst, true);
     if (out.state() == DestinationState::Finished) {
       const SourceCheckpoint source = open_source_checkpoint(*options.source);
-      if (const auto why = finished_mismatch(out, source.checkpoint, Window(parse_window(out.finished()->window).value_or(Window::Marlin)))) {
-        fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC: {}", dst->string(), *why);
-      }
-      Report report = start_report("convert", parse_window(out.finished()->window).value_or(Window::Marlin),
-                                   *options.source, &*dst);
+      const Window window = parse_window(out.finished()->window).value_or(Window::Marlin);
+      Report report = start_report("convert", window, *options.source, &*dst);
       add_source_counts(report, source);
-      report_already_complete(report, out);
+      answer_finished(report, out, source.checkpoint, window);
       report.seconds = seconds_since(started);
       return report;
     }
@@ -177,22 +174,14 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   Report report = start_report("plan", options.window, options.source, &options.target);
   const SourceCheckpoint source = open_source_checkpoint(options.source);
   add_source_counts(report, source);
-  if (out.state() == DestinationState::Finished) {
-    if (const auto why = finished_mismatch(out, source.checkpoint, options.window)) {
-      fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
-           options.target.string(), *why);
-    }
-    report_already_complete(report, out);
+  if (answer_finished(report, out, source.checkpoint, options.window)) {
     report.seconds = seconds_since(started);
     return report;
   }
   const ScanResult scan = scan_modules(source, options.threads);
   const Plan plan = plan_conversion(source, scan, options.window);
   add_plan_counts(report, plan);
-  if (plan.refused()) {
-    report.result = Outcome::Refused;
-    report.over_span = plan.over_span;
-    report.unrepresentable_globals = plan.bad_globals;
+  if (report_refusal(report, plan)) {
     report.seconds = seconds_since(started);
     return report;
   }
@@ -222,7 +211,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
       out.write_file(relative, text);
     }
   }
-  for (std::uint64_t bytes = 0; const auto& s : file.shards) report.target_tensor_bytes = bytes += s.output_data_bytes;
+  for (const auto& s : file.shards) report.target_tensor_bytes += s.output_data_bytes;
   report.seconds = seconds_since(started);
   return report;
 }
@@ -235,12 +224,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source);
   add_source_counts(report, source);
-  if (out.state() == DestinationState::Finished) {
-    if (const auto why = finished_mismatch(out, source.checkpoint, loaded->file.window)) {
-      fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this plan: {}", loaded->target.string(),
-           *why);
-    }
-    report_already_complete(report, out);
+  if (answer_finished(report, out, source.checkpoint, loaded->file.window)) {
     report.seconds = seconds_since(started);
     return report;
   }
@@ -264,12 +248,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(loaded->source);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  if (out.state() == DestinationState::Finished) {
-    if (const auto why = finished_mismatch(out, ck, loaded->file.window)) {
-      fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this plan: {}", loaded->target.string(),
-           *why);
-    }
-    report_already_complete(report, out);
+  if (answer_finished(report, out, ck, loaded->file.window)) {
     report.seconds = seconds_since(started);
     return report;
   }

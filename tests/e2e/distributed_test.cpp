@@ -17,8 +17,6 @@
 #include <random>
 #include <thread>
 
-extern char** environ;
-
 namespace mx2nv::e2e {
 namespace {
 
@@ -111,36 +109,16 @@ TEST_F(Distributed, RetriesAfterTheEndAreNoOps) {
 TEST_F(Distributed, TheSameShardTwiceAtOnceAndAKilledWorker) {
   const fs::path dst = d / "dst";
   ASSERT_EQ(run_cli("plan " + q(d / "src") + " " + q(dst)).exit_code, 0);
-  const auto spawn = [&](const std::vector<std::string>& args) {
-    std::vector<std::string> a{MX2NV_EXE};
-    a.insert(a.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    pid_t pid = 0;
-    EXPECT_EQ(posix_spawn(&pid, MX2NV_EXE, &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    return pid;
-  };
-  const auto wait_exit = [](pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  };
   const std::string plan = (dst / ".mx2nv/plan.json").string();
   for (int round = 0; round < 3; ++round) {
-    const pid_t a = spawn({"convert", "--plan", plan, "--shards", "0/2", "--threads", "1"});
-    const pid_t b = spawn({"convert", "--plan", plan, "--shards", "0/2", "--threads", "1"});
+    const pid_t a = spawn_cli({"convert", "--plan", plan, "--shards", "0/2", "--threads", "1"});
+    const pid_t b = spawn_cli({"convert", "--plan", plan, "--shards", "0/2", "--threads", "1"});
     EXPECT_EQ(wait_exit(a), 0);
     EXPECT_EQ(wait_exit(b), 0);
   }
   // A worker killed at some point of its part; the rerun completes it.
   for (int delay_ms = 0; delay_ms < 60; delay_ms += 15) {
-    const pid_t w = spawn({"convert", "--plan", plan, "--shards", "1/2", "--threads", "1"});
+    const pid_t w = spawn_cli({"convert", "--plan", plan, "--shards", "1/2", "--threads", "1"});
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     kill(w, SIGKILL);
     wait_exit(w);

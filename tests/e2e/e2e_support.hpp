@@ -14,8 +14,12 @@
 #include <string>
 
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
 
 namespace mx2nv::e2e {
 
@@ -95,6 +99,30 @@ inline CliResult run_cli(const std::string& args) {
   r.out = read_file(io / "out");
   r.err = read_file(io / "err");
   return r;
+}
+
+// Starts the CLI in the background (output discarded), for tests that kill
+// it or race two of it.
+inline pid_t spawn_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s{MX2NV_EXE};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, MX2NV_EXE, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
 }  // namespace mx2nv::e2e

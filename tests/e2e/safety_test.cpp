@@ -14,34 +14,10 @@
 #include <chrono>
 #include <thread>
 
-extern char** environ;
-
 namespace mx2nv::e2e {
 namespace {
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-
-pid_t spawn_cli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_s{MX2NV_EXE};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, MX2NV_EXE, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-}
 
 // The tree without an unfinished run's lock and records (a finished DST keeps
 // only .mx2nv/finished.json, which is part of the deterministic output).
