@@ -12,7 +12,15 @@ several repetitions (min and median):
 and prints ratios, GB/s and each command's peak RSS (wait4's ru_maxrss).
 Timings here are noisy: read ratios measured in the same run, not absolutes.
 
+Zero-copy section (--fs-images, needs root and loop devices; skipped with a
+message otherwise): the same 4-shard input on a loop-mounted XFS
+(mkfs.xfs -m reflink=1) and btrfs image, timing `cp -r --reflink=never`,
+`cp -r` (coreutils' default --reflink=auto), `mx2nv convert` (--copy auto and
+--copy copy) and `mx2nv verify`, each followed by sync so every row is durable,
+and the disk space each output really adds (df before/after).
+
 usage: python bench/benchmark.py [--reps N] [--experts N] [--work DIR]
+                                 [--fs-images xfs,btrfs] [--fs-images-only]
 """
 
 from __future__ import annotations
@@ -140,14 +148,111 @@ def report(rows) -> None:
               f"naive/convert {t['naive torch transcoder'] / best_convert:.1f}; source {size / 2**30:.2f} GiB")
 
 
+def used_bytes(path: Path) -> int:
+    subprocess.run(["sync", "-f", str(path)], check=True)
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def mount_image(work: Path, fs: str, size: int) -> Path | None:
+    """A fresh loop-mounted file system of type `fs` under work; None (with a
+    message) where this machine cannot make one."""
+    mkfs = {"xfs": ["mkfs.xfs", "-q", "-f", "-m", "reflink=1"], "btrfs": ["mkfs.btrfs", "-q", "-f"]}[fs]
+    if shutil.which(mkfs[0]) is None:
+        print(f"zero-copy bench: skipping {fs}: {mkfs[0]} not installed (scripts/setup.sh installs it)")
+        return None
+    image, mnt = work / f"{fs}.img", work / f"mnt-{fs}"
+    subprocess.run(["umount", str(mnt)], stderr=subprocess.DEVNULL, check=False)
+    image.unlink(missing_ok=True)
+    mnt.mkdir(parents=True, exist_ok=True)
+    with open(image, "wb") as f:
+        f.truncate(size)
+    ok = subprocess.run(mkfs + [str(image)], capture_output=True).returncode == 0 and subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mnt)], capture_output=True).returncode == 0
+    if not ok:
+        print(f"zero-copy bench: skipping {fs}: cannot make or loop-mount an image here (needs root)")
+        image.unlink(missing_ok=True)
+        return None
+    return mnt
+
+
+def bench_fs_images(work: Path, reps: int, experts: int, filesystems: list[str]) -> None:
+    """Zero-copy rows: durable (command + sync) wall times and the disk space
+    each output adds, on reflink-capable file systems."""
+    source = generate(work, experts)["4-shard"]
+    size = tree_bytes(source)
+    rows = []
+    for fs in filesystems:
+        mnt = mount_image(work, fs, 4 * size + (1 << 30))
+        if mnt is None:
+            continue
+        try:
+            src = mnt / "src"
+            subprocess.run(["cp", "-r", "--reflink=never", str(source), str(src)], check=True)
+            reference = mnt / "reference"
+            subprocess.run([str(MX2NV), "convert", str(src), str(reference)], check=True, stdout=subprocess.DEVNULL)
+            commands = {
+                "cp -r --reflink=never": lambda o: ["cp", "-r", "--reflink=never", str(src), str(o)],
+                "cp -r (auto)": lambda o: ["cp", "-r", str(src), str(o)],
+                "mx2nv convert": lambda o: [str(MX2NV), "convert", str(src), str(o)],
+                "mx2nv convert --copy copy": lambda o: [str(MX2NV), "convert", "--copy", "copy", str(src), str(o)],
+                "mx2nv verify": lambda o: [str(MX2NV), "verify", str(src), str(reference)],
+            }
+            results: dict[str, list[float]] = {k: [] for k in commands}
+            added: dict[str, int] = {}
+            for rep in range(reps):
+                for name, make in commands.items():
+                    out = mnt / "out"
+                    shutil.rmtree(out, ignore_errors=True)
+                    before = used_bytes(mnt)
+                    warm(src)
+                    if "verify" in name:
+                        warm(reference)
+                    cmd = make(out)
+                    wall, _, _ = run_measured(["sh", "-c", " ".join(f"'{c}'" for c in cmd) + f" && sync -f '{mnt}'"])
+                    results[name].append(wall)
+                    if "verify" not in name:
+                        added[name] = used_bytes(mnt) - before
+            shutil.rmtree(mnt / "out", ignore_errors=True)
+            for name, walls in results.items():
+                rows.append((fs, name, min(walls), statistics.median(walls), added.get(name), len(walls)))
+        finally:
+            subprocess.run(["umount", str(mnt)], check=False)
+            (work / f"{fs}.img").unlink(missing_ok=True)
+    if not rows:
+        return
+    print(f"\nzero-copy: {size / 2**30:.2f} GiB K3-shaped source (4 shards); every command timed with a trailing sync")
+    print("| file system | command | min s | median s | disk added / SRC size | n |")
+    print("|---|---|---:|---:|---:|---:|")
+    for fs, name, lo, med, add, n in rows:
+        share = "" if add is None else f"{add / size:.3f}"
+        print(f"| {fs} | {name} | {lo:.3f} | {med:.3f} | {share} | {n} |")
+    print("\nratios (min wall times, same run):")
+    for fs in dict.fromkeys(r[0] for r in rows):
+        t = {r[1]: r[2] for r in rows if r[0] == fs}
+        a = {r[1]: r[4] for r in rows if r[0] == fs}
+        never = t["cp -r --reflink=never"]
+        print(f"  {fs}: convert/cp-never {t['mx2nv convert'] / never:.3f}; cp-auto/cp-never "
+              f"{t['cp -r (auto)'] / never:.3f}; convert --copy copy/cp-never {t['mx2nv convert --copy copy'] / never:.3f}; "
+              f"verify/cp-never {t['mx2nv verify'] / never:.3f}; DST adds {a['mx2nv convert'] / size:.3f} x SRC "
+              f"(--copy copy {a['mx2nv convert --copy copy'] / size:.3f}, cp-never {a['cp -r --reflink=never'] / size:.3f})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--experts", type=int, default=60, help="60 experts of the real K3 shapes is ~1 GiB")
     p.add_argument("--work", type=Path, default=REPO / "build" / "bench")
+    p.add_argument("--fs-images", default="xfs,btrfs",
+                   help="loop-mounted file systems for the zero-copy rows (comma-separated; empty: none)")
+    p.add_argument("--fs-images-only", action="store_true", help="run only the zero-copy rows")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    bench(args.work, args.reps, args.experts)
+    if not args.fs_images_only:
+        bench(args.work, args.reps, args.experts)
+    filesystems = [f for f in args.fs_images.split(",") if f]
+    if filesystems:
+        bench_fs_images(args.work, args.reps, args.experts, filesystems)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
               libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev python3-venv
-              slurm-wlm munge)  # slurm-wlm, munge: the Slurm recipe's test (a single-node cluster)
+              slurm-wlm munge  # the Slurm recipe's test (a single-node cluster)
+              xfsprogs btrfs-progs)  # zero-copy tests and benchmark: loop-mounted XFS/btrfs
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

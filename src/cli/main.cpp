@@ -69,6 +69,10 @@ void print_counts(const Report& r) {
   }
   fmt::print("  size     {} -> {} tensor bytes ({:+.2f}%)\n", human_bytes(r.source_tensor_bytes),
              human_bytes(r.target_tensor_bytes), r.size_change_percent());
+  if (!r.copy_mode.empty()) {
+    fmt::print("  output   {} shared with SRC, {} copied, {} written (--copy {})\n", human_bytes(r.shared_bytes),
+               human_bytes(r.copied_bytes), human_bytes(r.written_bytes), r.copy_mode);
+  }
 }
 
 int finish(const Report& r, const std::optional<ReportFile>& report_file) {
@@ -308,6 +312,12 @@ int main(int argc, char** argv) {
   add_threads(convert);
   add_report(convert);
   bool resume = false;
+  std::string copy_text = "auto";
+  convert->add_option("--copy", copy_text,
+                      "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
+                      "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy "
+                      "(read and write every byte, never share)")
+      ->check(CLI::IsMember({"auto", "reflink", "copy"}));
   convert->add_flag("--resume", resume,
                     "continue an interrupted conversion into DST (finished shards whose records still match are "
                     "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
@@ -390,7 +400,8 @@ int main(int argc, char** argv) {
       std::optional<ShardSelection> selection;
       if (!shards_text.empty()) selection = parse_shard_selection(shards_text);
       if (!shard_text.empty()) selection = parse_shard_index(shard_text);
-      PlannedOptions po{plan_path, std::nullopt, std::nullopt, threads};
+      PlannedOptions po{plan_path, std::nullopt, std::nullopt, threads,
+                        parse_copy_mode(copy_text).value_or(CopyMode::Auto)};
       if (!src.empty()) po.source = src;
       if (!dst.empty()) po.target = dst;
       return run_planned(po, selection, report_file);
@@ -398,7 +409,10 @@ int main(int argc, char** argv) {
     if ((*convert || (*verify && merge_parts.empty())) && (src.empty() || dst.empty())) {
       fail(ErrorKind::Usage, "SRC and DST are required");
     }
-    if (*convert) return run_convert({src, dst, window, threads, resume}, report_file);
+    if (*convert) {
+      return run_convert({src, dst, window, threads, resume, parse_copy_mode(copy_text).value_or(CopyMode::Auto)},
+                         report_file);
+    }
     if (*verify && !merge_parts.empty()) return run_merge(merge_parts, report_file);
     if (*verify) {
       std::optional<ShardSelection> selection;

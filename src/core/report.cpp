@@ -49,6 +49,13 @@ Json report_to_json(const Report& r) {
                  {"companion_files", r.companion_files}};
   if (r.command == "convert") j["already_complete"] = r.already_complete;
   if (!r.shard_subset.empty()) j["shard_subset"] = r.shard_subset;
+  if (!r.groups_counted) j["counts"]["active_groups"] = j["counts"]["zero_groups"] = nullptr;
+  if (!r.copy_mode.empty()) {
+    j["copy"] = {{"mode", r.copy_mode},
+                 {"shared_bytes", r.shared_bytes},
+                 {"copied_bytes", r.copied_bytes},
+                 {"written_bytes", r.written_bytes}};
+  }
   j["source_tensor_bytes"] = r.source_tensor_bytes;
   j["target_tensor_bytes"] = r.target_tensor_bytes;
   j["size_change_percent"] = std::round(r.size_change_percent() * 1e4) / 1e4;

@@ -44,6 +44,16 @@ struct Report {
   std::string shard_subset;          // verify --shards I/N: the part this report covers ("" = all)
   bool already_complete = false;     // convert --resume: DST already held this conversion; nothing was written
 
+  // 32-groups are counted only where mx2nv reads the packed bytes itself
+  // (verify; convert --copy copy): shared or kernel-copied bytes are not seen.
+  bool groups_counted = true;
+
+  // convert: how the output bytes came to be (README "Zero-copy output").
+  std::string copy_mode;            // auto | reflink | copy
+  std::uint64_t shared_bytes = 0;   // unchanged bytes shared with SRC (reflink): no new data blocks
+  std::uint64_t copied_bytes = 0;   // unchanged bytes copied (copy_file_range or read/write)
+  std::uint64_t written_bytes = 0;  // new bytes: shard headers, scales, globals, config, index
+
   std::uint64_t source_tensor_bytes = 0;
   std::uint64_t target_tensor_bytes = 0;
 

@@ -144,7 +144,7 @@ const TensorInfo* ShardHeader::find(std::string_view name) const {
 }
 
 std::string serialize_header(const std::optional<std::map<std::string, std::string>>& metadata,
-                             std::span<const TensorInfo> tensors) {
+                             std::span<const TensorInfo> tensors, std::uint64_t modulus, std::uint64_t residue) {
   // Built by concatenation: ordered_json's insertion is linear per key, which
   // is quadratic for headers with hundreds of thousands of tensors.
   std::string json = "{";
@@ -169,8 +169,9 @@ std::string serialize_header(const std::optional<std::map<std::string, std::stri
     json += "]}";
   }
   json += '}';
-  // Pad so the data section starts 8-byte aligned.
-  json.append((8 - json.size() % 8) % 8, ' ');
+  // Pad so the data section (after the 8-byte length) starts at `residue`.
+  const std::uint64_t at = (kHeaderLengthBytes + json.size()) % modulus;
+  json.append(static_cast<std::size_t>((residue % modulus + modulus - at) % modulus), ' ');
 
   std::string out(kHeaderLengthBytes, '\0');
   std::uint64_t n = json.size();

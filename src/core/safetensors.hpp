@@ -65,10 +65,13 @@ class ShardHeader {
   std::optional<std::map<std::string, std::string>> metadata_;
 };
 
-// Serialises a header (length prefix + JSON padded with spaces to a multiple
-// of 8, as the reference writer does) for tensors given in header order with
-// offsets already assigned. Output is a pure function of the arguments.
+// Serialises a header (length prefix + JSON padded with trailing spaces) for
+// tensors given in header order with offsets already assigned. The padding
+// (fewer than `modulus` spaces) makes the data section start at
+// `residue` modulo `modulus`; the default is the reference writer's 8-byte
+// alignment. Output is a pure function of the arguments.
 std::string serialize_header(const std::optional<std::map<std::string, std::string>>& metadata,
-                             std::span<const TensorInfo> tensors);
+                             std::span<const TensorInfo> tensors, std::uint64_t modulus = 8,
+                             std::uint64_t residue = 0);
 
 }  // namespace mx2nv

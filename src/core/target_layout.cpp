@@ -3,13 +3,18 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 
+#include <algorithm>
+#include <unordered_map>
+
 namespace mx2nv {
-TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules) {
-  TargetLayout layout;
-  layout.metadata = source.metadata();
+namespace {
+
+// Header order: the source's, a global following its module's scale.
+// position_of_source[i] is where source tensor i went.
+void build_header_order(TargetLayout& layout, const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
+                        std::vector<std::size_t>& position_of_source) {
   const auto& src = source.tensors();
-  // Header order: the source's, a global following its module's scale.
-  std::vector<std::size_t> position_of_source(src.size());
+  position_of_source.resize(src.size());
   for (std::size_t i = 0; i < src.size(); ++i) {
     TargetTensor t;
     t.info = src[i];
@@ -36,7 +41,16 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
       layout.tensors.push_back(g);
     }
   }
-  // Byte order: the source's, each global right after its scale.
+}
+
+}  // namespace
+
+TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules) {
+  TargetLayout layout;
+  layout.metadata = source.metadata();
+  std::vector<std::size_t> position_of_source;
+  build_header_order(layout, source, shard, modules, position_of_source);
+
   std::uint64_t cursor = 0;
   const auto place = [&](std::size_t index) {
     TargetTensor& t = layout.tensors[index];
@@ -48,13 +62,60 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
     cursor = *end;
     layout.data_order.push_back(index);
   };
-  for (const std::size_t i : source.offset_order()) {
+
+  // 1. Unchanged tensors in source order, contiguous.
+  // Source offsets are within the validated file size: no overflow.
+  const auto& src = source.tensors();
+  const auto source_offset = [&](std::size_t index) {
+    return source.data_start() + src[layout.tensors[index].source].begin;
+  };
+  const std::vector<std::size_t> offset_order = source.offset_order();
+  std::vector<std::size_t> unchanged;  // target indices
+  for (const std::size_t i : offset_order) {
+    if (is_unchanged(layout.tensors[position_of_source[i]].role)) {
+      unchanged.push_back(position_of_source[i]);
+      place(unchanged.back());
+    }
+  }
+  // The data start residue: the one under which the most whole source
+  // blocks line up (all of them when the changed tensors between unchanged
+  // ones fill whole blocks); of equals, the one that got there first.
+  if (!unchanged.empty()) {
+    std::unordered_map<std::uint64_t, std::uint64_t> blocks_by_residue;
+    std::optional<std::uint64_t> best;
+    for (const std::size_t index : unchanged) {
+      const TargetTensor& t = layout.tensors[index];
+      const std::uint64_t from = source_offset(index);
+      const std::uint64_t first_block = (from + kShareBlock - 1) / kShareBlock;
+      const std::uint64_t end_block = (from + t.info.nbytes()) / kShareBlock;
+      const std::uint64_t residue = (from % kShareBlock + kShareBlock - t.info.begin % kShareBlock) % kShareBlock;
+      std::uint64_t& blocks = blocks_by_residue[residue];
+      blocks += end_block > first_block ? end_block - first_block : 0;
+      if (!best || blocks > blocks_by_residue[*best]) best = residue;
+    }
+    layout.data_start_modulus = kShareBlock;
+    layout.data_start_residue = *best;
+    for (const std::size_t index : unchanged) {
+      TargetTensor& t = layout.tensors[index];
+      t.aligned = (layout.data_start_residue + t.info.begin) % kShareBlock == source_offset(index) % kShareBlock;
+    }
+  }
+  // 2. Changed tensors in source order, each global right after its scale.
+  for (const std::size_t i : offset_order) {
     const std::size_t index = position_of_source[i];
+    if (is_unchanged(layout.tensors[index].role)) continue;
     place(index);
     if (layout.tensors[index].role == TensorRole::Scale) place(index + 1);
   }
   layout.data_size = cursor;
   return layout;
+}
+
+std::string serialize_target_header(const TargetLayout& layout) {
+  std::vector<TensorInfo> header_order;
+  header_order.reserve(layout.tensors.size());
+  for (const auto& t : layout.tensors) header_order.push_back(t.info);
+  return serialize_header(layout.metadata, header_order, layout.data_start_modulus, layout.data_start_residue);
 }
 
 }  // namespace mx2nv

@@ -24,6 +24,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Destination out(options.source, options.target, options.resume);
   Report report = start_report("convert", options.window, options.source, &options.target);
+  report.copy_mode = std::string(copy_mode_name(options.copy));
 
   // --- plan: nothing is written until every module has been decided.
   const SourceCheckpoint source = open_source_checkpoint(options.source);
@@ -44,12 +45,16 @@ Report convert_checkpoint(const ConvertOptions& options) {
 
   // --- execute every shard, then finalize.
   out.open_for_writing(files_written(ck));
+  CopyEngine engine(options.copy);
+  if (options.copy == CopyMode::Reflink && !ck.shards.empty()) {
+    CopyEngine::require_sharing(ck.shards.front().handle, options.target);
+  }
   std::vector<std::size_t> all(ck.shards.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
   std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards);
+      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards, &engine);
   add_shard_counts(report, records);
-  finalize_conversion(source, plan, report, std::move(records), out);
+  finalize_conversion(source, plan, report, std::move(records), out, &engine);
   report.seconds = seconds_since(started);
   return report;
 }

@@ -6,6 +6,7 @@
 
 #include "core/numerics.hpp"
 #include "core/report.hpp"
+#include "io/copy_engine.hpp"
 #include "io/file.hpp"
 
 namespace mx2nv {
@@ -16,6 +17,7 @@ struct ConvertOptions {
   Window window = Window::Marlin;
   unsigned threads = 1;
   bool resume = false;  // continue an interrupted conversion into DST
+  CopyMode copy = CopyMode::Auto;  // how unchanged bytes reach DST (--copy)
 };
 
 Report convert_checkpoint(const ConvertOptions& options);

@@ -17,14 +17,13 @@ namespace {
 
 std::uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
 
-void copy_companion(const fs::path& from, Destination& out, const std::string& relative) {
+void copy_companion(const fs::path& from, Destination& out, const std::string& relative, CopyEngine& engine,
+                    TransferTally& tally) {
   const File in = File::open_read(from);
   Destination::Pending target = out.begin(relative);
   std::vector<std::byte> buffer(kCopyBufferBytes);
-  read_in_chunks(in, 0, in.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
-    target.file.write_at(done, chunk);
-    throw_if_stopped();
-  });
+  target.file.set_size(in.size());
+  engine.transfer(in, 0, target.file, 0, in.size(), buffer, tally);
   out.commit(target);
 }
 
@@ -94,41 +93,65 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
     report.zero_groups += r.zero_groups;
     report.passthrough_tensors += r.passthrough_tensors;
     groups += r.groups;
+    report.groups_counted = report.groups_counted && r.groups_counted;
+    report.shared_bytes += r.shared_bytes;
+    report.copied_bytes += r.copied_bytes;
+    report.written_bytes += r.written_bytes;
   }
   report.active_groups = groups - report.zero_groups;
+  if (!report.groups_counted) report.active_groups = report.zero_groups = 0;
 }
 
-std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected) {
+std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
+                                           const SourceCheckpoint& source, std::size_t shard) {
   auto record = dst.read_record(expected.shard);
   if (!record || !record->same_source(expected) || record->plan_hash != expected.plan_hash) return std::nullopt;
   const auto stamp = dst.stamp(expected.shard);
-  if (!stamp || stamp->size != record->output_size) return std::nullopt;
-  if (dst.hash(expected.shard) != record->output_hash) return std::nullopt;
+  if (!stamp || stamp->size != record->output_size || stamp->inode != record->output_inode ||
+      stamp->ctime_ns != record->output_ctime_ns) {
+    return std::nullopt;
+  }
+  const TargetLayout layout = make_target_layout(source.checkpoint.shards[shard].header, shard, source.modules);
+  const std::uint64_t data_start = serialize_target_header(layout).size();
+  if (data_start + layout.data_size != stamp->size) return std::nullopt;
+  if (hash_written_bytes(dst.open_read(expected.shard), layout, data_start) != record->written_hash) {
+    return std::nullopt;
+  }
   return record;
 }
 
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
-                                        std::uint64_t& reused) {
+                                        std::uint64_t& reused, CopyEngine* engine) {
+  CopyEngine auto_engine(CopyMode::Auto);
+  CopyEngine& copier = engine ? *engine : auto_engine;
   std::vector<ShardRecord> records(shards.size());
   std::atomic<std::uint64_t> reused_count{0};
   parallel_for(shards.size(), threads, [&](std::size_t i) {
     const std::size_t s = shards[i];
     ShardRecord r = expected_record(source, plan, s);
     const Destination::ShardLock lock = out.lock_shard(r.shard);
-    if (const auto earlier = reuse ? reusable_record(out, r) : std::nullopt) {
+    if (const auto earlier = reuse ? reusable_record(out, r, source, s) : std::nullopt) {
       records[i] = *earlier;
       ++reused_count;
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    const ShardWriteResult w = write_shard(source, plan, s, out);
+    const ShardWriteResult w = write_shard(source, plan, s, out, copier);
+    const auto stamp = out.stamp(r.shard);
+    if (!stamp) fail(ErrorKind::Io, "{}: vanished right after it was written", (out.root() / r.shard).string());
     r.output_size = w.output_size;
-    r.output_hash = w.output_hash;
-    r.zero_groups = w.zero_groups;
-    r.groups = w.groups;
+    r.written_hash = w.written_hash;
     r.passthrough_tensors = w.passthrough_tensors;
     r.target_bytes = w.target_bytes;
+    r.output_inode = stamp->inode;
+    r.output_ctime_ns = stamp->ctime_ns;
+    r.groups_counted = w.groups_counted;
+    r.zero_groups = w.zero_groups;
+    r.groups = w.groups;
+    r.shared_bytes = w.shared_bytes;
+    r.copied_bytes = w.copied_bytes;
+    r.written_bytes = w.written_bytes;
     out.write_record(r);
     records[i] = r;
   });
@@ -136,8 +159,10 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
   return records;
 }
 
-void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const Report& report,
-                         std::vector<ShardRecord> records, Destination& out) {
+void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Report& report,
+                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine) {
+  CopyEngine auto_engine(CopyMode::Auto);
+  CopyEngine& copier = engine ? *engine : auto_engine;
   const Checkpoint& ck = source.checkpoint;
   FinishedRecord finished;
   finished.tool_version = MX2NV_VERSION;
@@ -145,14 +170,18 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const
   finished.shards = std::move(records);
   finished.canonicalised_zero_groups = report.canonicalised_zero_groups;
   finished.marlin_zeroed_groups = report.marlin_zeroed_groups;
+  TransferTally companions;
   for (const auto& rel : ck.companions) {
-    copy_companion(ck.root / rel, out, rel);
+    copy_companion(ck.root / rel, out, rel, copier, companions);
     const auto stamp = out.stamp(rel);
     if (!stamp) fail(ErrorKind::Io, "{}: vanished after it was written", (out.root() / rel).string());
     finished.companions.push_back(*stamp);
   }
+  report.shared_bytes += companions.shared;
+  report.copied_bytes += companions.copied;
   const std::string config = rewrite_config_text(ck.config_text, source.quant);
   finished.config_hash = text_hash(config);
+  report.written_bytes += config.size();
   if (!ck.index) {
     out.finish(finished, std::string(kConfigFileName), config);
     return;
@@ -166,6 +195,7 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const
   }
   const std::string index = render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes);
   finished.index_hash = text_hash(index);
+  report.written_bytes += index.size();
   out.finish(finished, std::string(kIndexFileName), index);
 }
 

@@ -8,6 +8,7 @@
 #include "core/plan.hpp"
 #include "core/report.hpp"
 #include "io/checkpoint_reader.hpp"
+#include "io/copy_engine.hpp"
 #include "io/destination.hpp"
 #include "io/shard_record.hpp"
 
@@ -30,19 +31,23 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records);
 
 // Execute: the given shards, independently and in parallel; a shard whose
 // record still matches (and whose output is intact) is reused when `reuse`.
-// Returns their records, in the order of `shards`.
+// Returns their records, in the order of `shards`. Unchanged bytes go through
+// `engine` (nullptr: one with --copy auto).
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
-                                        std::uint64_t& reused);
+                                        std::uint64_t& reused, CopyEngine* engine = nullptr);
 
 // The record of an earlier run's shard, if it still describes this shard of
-// this plan and the output file on disk.
-std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected);
+// this plan and the output file on disk (shard_record.hpp says why the
+// output's identity and the bytes mx2nv wrote itself are enough to check).
+std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
+                                           const SourceCheckpoint& source, std::size_t shard);
 
 // Finalize: companions, config, then the finished record and the commit point
-// (the index; for a single-file model config.json).
-void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, const Report& report,
-                         std::vector<ShardRecord> records, Destination& out);
+// (the index; for a single-file model config.json). Adds the bytes it writes
+// and copies to the report.
+void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Report& report,
+                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine = nullptr);
 
 // A retried command (Slurm --requeue, a Kubernetes Job retry) on a DST that
 // already holds a finished conversion: true, with `report` filled as "already

@@ -345,16 +345,21 @@ std::optional<FileStamp> Destination::stamp(const std::string& relative) const {
     const UniqueFd dir = const_cast<Destination*>(this)->open_directory(parent, false);
     struct stat st {};
     if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-    return FileStamp{relative, static_cast<std::uint64_t>(st.st_size)};
+    return FileStamp{relative, static_cast<std::uint64_t>(st.st_size), static_cast<std::uint64_t>(st.st_ino),
+                     ctime_ns(st)};
   } catch (const Error&) {
     return std::nullopt;
   }
 }
 
-std::uint64_t Destination::hash(const std::string& relative) const {
+File Destination::open_read(const std::string& relative) const {
   const auto [parent, name] = split(relative);
   const UniqueFd dir = const_cast<Destination*>(this)->open_directory(parent, false);
-  const File f = File::open_read_at(dir.get(), name, root_ / relative);
+  return File::open_read_at(dir.get(), name, root_ / relative);
+}
+
+std::uint64_t Destination::hash(const std::string& relative) const {
+  const File f = open_read(relative);
   StreamHash h;
   std::vector<std::byte> buffer(4 << 20);
   read_in_chunks(f, 0, f.size(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t) { h.update(chunk); });

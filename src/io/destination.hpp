@@ -50,8 +50,10 @@ class Destination {
   const fs::path& root() const { return root_; }
   // The finished conversion's record (state() == Finished).
   const std::optional<FinishedRecord>& finished() const { return finished_; }
-  // Name and size of a regular file in DST, never following a symlink.
+  // Name, size and identity of a regular file in DST, never following a symlink.
   std::optional<FileStamp> stamp(const std::string& relative) const;
+  // A regular file in DST for reading, never following a symlink.
+  File open_read(const std::string& relative) const;
   // XXH3-64 of a whole file in DST.
   std::uint64_t hash(const std::string& relative) const;
 

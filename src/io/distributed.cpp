@@ -231,8 +231,13 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::size_t> shards = selected_shards(selection, source.checkpoint.shards.size());
   out.open_for_shards();
+  report.copy_mode = std::string(copy_mode_name(options.copy));
+  CopyEngine engine(options.copy);
+  if (options.copy == CopyMode::Reflink && !shards.empty()) {
+    CopyEngine::require_sharing(source.checkpoint.shards[shards.front()].handle, loaded->target);
+  }
   const std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards);
+      execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine);
   report.shards = shards.size();
   add_shard_counts(report, records);
   report.seconds = seconds_since(started);
@@ -278,7 +283,9 @@ Report finalize_planned(const PlannedOptions& options) {
   out.open_for_writing(files_written(ck));
   add_plan_counts(report, plan);
   add_shard_counts(report, records);
-  finalize_conversion(source, plan, report, std::move(records), out);
+  report.copy_mode = std::string(copy_mode_name(options.copy));
+  CopyEngine engine(options.copy);
+  finalize_conversion(source, plan, report, std::move(records), out, &engine);
   report.seconds = seconds_since(started);
   return report;
 }

@@ -11,6 +11,7 @@
 
 #include "core/numerics.hpp"
 #include "core/report.hpp"
+#include "io/copy_engine.hpp"
 #include "io/file.hpp"
 
 #include <optional>
@@ -48,6 +49,7 @@ struct PlannedOptions {
   std::optional<fs::path> source;  // default: the plan's
   std::optional<fs::path> target;  // default: the plan's
   unsigned threads = 1;
+  CopyMode copy = CopyMode::Auto;  // --copy, as for convert
 };
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection);
 // Exits 2 naming the shards not finished yet.

@@ -124,6 +124,12 @@ void File::start_writeback(std::uint64_t offset, std::uint64_t length) const {
   (void)::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
 }
 
+void File::set_size(std::uint64_t size) const {
+  while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    if (errno != EINTR) fail_io(path_, "set size", errno);
+  }
+}
+
 void File::sync() const {
   if (::fsync(fd_) != 0) fail_io(path_, "fsync", errno);
 }

@@ -42,6 +42,9 @@ class File {
   // the closing fsync finds little left to do and disk writes overlap the
   // copying instead of trailing it. Advisory: errors surface at fsync.
   void start_writeback(std::uint64_t offset, std::uint64_t length) const;
+  // Sets the file's size (ftruncate): a new output is sized before its
+  // ranges are written, shared or copied in any order.
+  void set_size(std::uint64_t size) const;
   void close();  // reports errors that a destructor would have to swallow
   const fs::path& path() const { return path_; }
   bool is_open() const { return fd_ >= 0; }

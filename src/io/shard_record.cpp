@@ -14,18 +14,27 @@
 namespace mx2nv {
 namespace {
 
-Json to_json(const ShardRecord& r) {
-  return {{"shard", r.shard},
-          {"source_size", r.source_size},
-          {"source_mtime_ns", r.source_mtime_ns},
-          {"source_header_hash", r.source_header_hash},
-          {"plan_hash", r.plan_hash},
-          {"output_size", r.output_size},
-          {"output_hash", r.output_hash},
-          {"zero_groups", r.zero_groups},
-          {"groups", r.groups},
-          {"passthrough_tensors", r.passthrough_tensors},
-          {"target_bytes", r.target_bytes}};
+Json to_json(const ShardRecord& r, bool with_run_details) {
+  Json j = {{"shard", r.shard},
+            {"source_size", r.source_size},
+            {"source_mtime_ns", r.source_mtime_ns},
+            {"source_header_hash", r.source_header_hash},
+            {"plan_hash", r.plan_hash},
+            {"output_size", r.output_size},
+            {"written_hash", r.written_hash},
+            {"passthrough_tensors", r.passthrough_tensors},
+            {"target_bytes", r.target_bytes}};
+  if (with_run_details) {
+    j["output_inode"] = r.output_inode;
+    j["output_ctime_ns"] = r.output_ctime_ns;
+    j["groups_counted"] = r.groups_counted;
+    j["zero_groups"] = r.zero_groups;
+    j["groups"] = r.groups;
+    j["shared_bytes"] = r.shared_bytes;
+    j["copied_bytes"] = r.copied_bytes;
+    j["written_bytes"] = r.written_bytes;
+  }
+  return j;
 }
 
 // Throws Json::exception on a missing key or a wrong type; callers turn that
@@ -38,11 +47,19 @@ ShardRecord shard_from_json(const Json& j) {
   r.source_header_hash = j.at("source_header_hash").get<std::uint64_t>();
   r.plan_hash = j.at("plan_hash").get<std::uint64_t>();
   r.output_size = j.at("output_size").get<std::uint64_t>();
-  r.output_hash = j.at("output_hash").get<std::uint64_t>();
-  r.zero_groups = j.at("zero_groups").get<std::uint64_t>();
-  r.groups = j.at("groups").get<std::uint64_t>();
+  r.written_hash = j.at("written_hash").get<std::uint64_t>();
   r.passthrough_tensors = j.at("passthrough_tensors").get<std::uint64_t>();
   r.target_bytes = j.at("target_bytes").get<std::uint64_t>();
+  if (j.contains("output_inode")) {
+    r.output_inode = j.at("output_inode").get<std::uint64_t>();
+    r.output_ctime_ns = j.at("output_ctime_ns").get<std::int64_t>();
+    r.groups_counted = j.at("groups_counted").get<bool>();
+    r.zero_groups = j.at("zero_groups").get<std::uint64_t>();
+    r.groups = j.at("groups").get<std::uint64_t>();
+    r.shared_bytes = j.at("shared_bytes").get<std::uint64_t>();
+    r.copied_bytes = j.at("copied_bytes").get<std::uint64_t>();
+    r.written_bytes = j.at("written_bytes").get<std::uint64_t>();
+  }
   return r;
 }
 
@@ -63,6 +80,10 @@ auto parse_record(std::string_view text, Parse&& parse) -> std::optional<decltyp
 
 std::int64_t mtime_ns(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+std::int64_t ctime_ns(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
 }
 
 std::string record_file_name(const std::string& shard) {
@@ -98,7 +119,7 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, st
   return r;
 }
 
-std::string shard_record_to_text(const ShardRecord& record) { return dump_json(to_json(record)) + "\n"; }
+std::string shard_record_to_text(const ShardRecord& record) { return dump_json(to_json(record, true)) + "\n"; }
 
 std::optional<ShardRecord> shard_record_from_text(std::string_view text) {
   return parse_record(text, [](const Json& j) { return shard_from_json(j); });
@@ -106,7 +127,7 @@ std::optional<ShardRecord> shard_record_from_text(std::string_view text) {
 
 std::string finished_record_to_text(const FinishedRecord& f) {
   Json shards = Json::array();
-  for (const auto& r : f.shards) shards.push_back(to_json(r));
+  for (const auto& r : f.shards) shards.push_back(to_json(r, false));
   Json companions = Json::array();
   for (const auto& c : f.companions) {
     companions.push_back({{"name", json_text(c.name)}, {"size", c.size}});

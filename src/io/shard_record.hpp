@@ -1,8 +1,17 @@
 // What DST remembers about a run, so that retrying is safe and cheap.
 // - A ShardRecord is written after each output shard's rename: the source
 //   shard's identity (size, mtime, hash of its header), the plan for that
-//   shard, and the output file's size and checksum. `--resume` reuses a
-//   finished shard only when its record still matches; anything else is redone.
+//   shard, and the output file's size, identity (inode, ctime) and the
+//   checksum of the bytes mx2nv wrote itself (header, scales, globals).
+//   `--resume` reuses a finished shard only when its record still matches;
+//   anything else is redone.
+//   Why the unchanged bytes (94%, possibly shared with SRC) need not be read
+//   again: they were copied or shared from the source shard, whose identity
+//   the record checks, and the file has not been written since the record
+//   was made: every write, truncation or clone into a file sets its ctime to
+//   the current time, and no system call sets ctime to a chosen value; a file
+//   replaced by another has another inode or ctime. So an unchanged (inode,
+//   ctime, size) means the bytes on disk are those that were committed.
 // - The FinishedRecord is written when a conversion completes (just before its
 //   commit point, the index): every shard record plus the companions' sizes
 //   and the config's and index's checksums. `convert --resume` on a finished
@@ -32,12 +41,20 @@ struct ShardRecord {
   std::uint64_t source_header_hash = 0;
   std::uint64_t plan_hash = 0;
   std::uint64_t output_size = 0;
-  std::uint64_t output_hash = 0;
+  std::uint64_t written_hash = 0;  // ShardWriteResult::written_hash
   // What the shard contributed to the report, so a resumed run reports the same.
-  std::uint64_t zero_groups = 0;
-  std::uint64_t groups = 0;
   std::uint64_t passthrough_tensors = 0;
   std::uint64_t target_bytes = 0;
+  // This run's details: in the per-shard record only, not in the finished
+  // record (they differ between runs and --copy modes).
+  std::uint64_t output_inode = 0;
+  std::int64_t output_ctime_ns = 0;
+  bool groups_counted = false;  // zero_groups/groups are meaningful
+  std::uint64_t zero_groups = 0;
+  std::uint64_t groups = 0;
+  std::uint64_t shared_bytes = 0;
+  std::uint64_t copied_bytes = 0;
+  std::uint64_t written_bytes = 0;
 
   bool same_source(const ShardRecord& other) const {
     return shard == other.shard && source_size == other.source_size && source_mtime_ns == other.source_mtime_ns &&
@@ -48,6 +65,8 @@ struct ShardRecord {
 struct FileStamp {
   std::string name;  // relative to DST
   std::uint64_t size = 0;
+  std::uint64_t inode = 0;     // not recorded in the finished record
+  std::int64_t ctime_ns = 0;   // likewise
 };
 
 struct FinishedRecord {
@@ -76,5 +95,6 @@ std::optional<FinishedRecord> finished_record_from_text(std::string_view text);
 std::string record_file_name(const std::string& shard);
 
 std::int64_t mtime_ns(const struct stat& st);
+std::int64_t ctime_ns(const struct stat& st);
 
 }  // namespace mx2nv

@@ -2,7 +2,6 @@
 
 #include "core/scale_map.hpp"
 #include "core/scale_scan.hpp"
-#include "core/target_layout.hpp"
 #include "io/cancel.hpp"
 #include "io/stream_hash.hpp"
 
@@ -12,33 +11,38 @@
 
 namespace mx2nv {
 
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out) {
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
+                             CopyEngine& engine) {
   const OpenShard& in = source.checkpoint.shards[shard];
   const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
-  std::vector<TensorInfo> header_order;
-  header_order.reserve(layout.tensors.size());
-  for (const auto& t : layout.tensors) header_order.push_back(t.info);
-  const std::string header = serialize_header(layout.metadata, header_order);
-
-  Destination::Pending target = out.begin(in.file);
-  in.handle.advise_sequential();
-  // Tensors are written in offset order, contiguously after the header, so
-  // hashing each write in turn hashes the file.
-  StreamHash hash;
-  std::uint64_t unflushed_from = 0;
-  const auto emit = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
-    target.file.write_at(offset, bytes);
-    hash.update(bytes);
-    if (offset + bytes.size() - unflushed_from >= kWritebackBytes) {
-      target.file.start_writeback(unflushed_from, offset + bytes.size() - unflushed_from);
-      unflushed_from = offset + bytes.size();
-    }
-  };
-  emit(0, std::as_bytes(std::span(header)));
+  const std::string header = serialize_target_header(layout);
   const std::uint64_t data_start = header.size();
 
   ShardWriteResult result;
   result.target_bytes = layout.data_size;
+  result.output_size = data_start + layout.data_size;
+  Destination::Pending target = out.begin(in.file);
+  // Sized first: shared ranges may land beyond what has been written so far.
+  target.file.set_size(result.output_size);
+  in.handle.advise_sequential();
+  // Everything goes out in file order; new bytes are hashed for the resume
+  // record, copied ones kick asynchronous writeback as they go.
+  StreamHash hash;
+  std::uint64_t unflushed_from = 0;
+  const auto written_up_to = [&](std::uint64_t end) {
+    if (end - unflushed_from >= kWritebackBytes) {
+      target.file.start_writeback(unflushed_from, end - unflushed_from);
+      unflushed_from = end;
+    }
+  };
+  const auto emit = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
+    target.file.write_at(offset, bytes);
+    hash.update(bytes);
+    result.written_bytes += bytes.size();
+    written_up_to(offset + bytes.size());
+  };
+  emit(0, std::as_bytes(std::span(header)));
+
   std::vector<std::byte> buffer(kCopyBufferBytes);
   std::vector<std::byte> mapped;
   for (const std::size_t index : layout.data_order) {
@@ -67,10 +71,20 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
       }
       continue;
     }
-    // Pass-through and packed bytes are copied unchanged; packed bytes are
-    // also counted by group for the report (groups never straddle a chunk:
-    // the buffer is a multiple of 16 and tensors start group-aligned).
+    // Unchanged bytes. Streamed through our buffer, packed bytes are also
+    // counted by group for the report (groups never straddle a chunk: the
+    // buffer is a multiple of 16 and tensors start group-aligned); shared or
+    // copied by the kernel, they are never seen.
     if (t.role == TensorRole::PassThrough) ++result.passthrough_tensors;
+    if (engine.method() != CopyMethod::Stream) {
+      TransferTally tally;
+      engine.transfer(in.handle, src, target.file, dst, s.nbytes(), buffer, tally);
+      result.shared_bytes += tally.shared;
+      result.copied_bytes += tally.copied;
+      if (t.role == TensorRole::Packed) result.groups_counted = false;
+      if (tally.copied > 0) written_up_to(dst + s.nbytes());
+      continue;
+    }
     read_in_chunks(in.handle, src, s.nbytes(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
       if (t.role == TensorRole::Packed) {
         for (std::size_t g = 0; g + kGroupBytes <= chunk.size(); g += kGroupBytes) {
@@ -78,14 +92,33 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
           ++result.groups;
         }
       }
-      emit(dst + done, chunk);
+      target.file.write_at(dst + done, chunk);
+      result.copied_bytes += chunk.size();
+      written_up_to(dst + done + chunk.size());
       throw_if_stopped();
     });
   }
-  result.output_size = data_start + layout.data_size;
-  result.output_hash = hash.digest();
+  if (!result.groups_counted) result.zero_groups = result.groups = 0;
+  result.written_hash = hash.digest();
   out.commit(target);
   return result;
+}
+
+std::uint64_t hash_written_bytes(const File& output, const TargetLayout& layout, std::uint64_t data_start) {
+  StreamHash hash;
+  std::vector<std::byte> buffer(kCopyBufferBytes);
+  const auto add = [&](std::uint64_t offset, std::uint64_t length) {
+    read_in_chunks(output, offset, length, buffer, [&](std::span<const std::byte> chunk, std::uint64_t) {
+      hash.update(chunk);
+      throw_if_stopped();
+    });
+  };
+  add(0, data_start);
+  for (const std::size_t index : layout.data_order) {
+    const TargetTensor& t = layout.tensors[index];
+    if (!is_unchanged(t.role)) add(data_start + t.info.begin, t.info.nbytes());
+  }
+  return hash.digest();
 }
 
 }  // namespace mx2nv

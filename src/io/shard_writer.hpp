@@ -1,10 +1,14 @@
-// Execute step of a conversion for one shard: stream the source shard into
-// its target layout. Independent per shard, so shards run in parallel (and,
-// later, on other machines). Memory: one fixed buffer, whatever the shard size.
+// Execute step of a conversion for one shard: write the source shard in its
+// target layout. Unchanged tensors go through the copy engine (shared with
+// SRC where the file system allows it); the header, scales and globals are
+// written. Independent per shard, so shards run in parallel (and, later, on
+// other machines). Memory: one fixed buffer, whatever the shard size.
 #pragma once
 
 #include "core/plan.hpp"
+#include "core/target_layout.hpp"
 #include "io/checkpoint_reader.hpp"
+#include "io/copy_engine.hpp"
 #include "io/destination.hpp"
 
 #include <cstdint>
@@ -18,14 +22,24 @@ inline constexpr std::size_t kCopyBufferBytes = 1 << 20;
 inline constexpr std::uint64_t kWritebackBytes = 16 << 20;
 
 struct ShardWriteResult {
-  std::uint64_t target_bytes = 0;       // tensor data written
+  std::uint64_t target_bytes = 0;       // tensor data
   std::uint64_t zero_groups = 0;        // 32-groups whose packed codes are all +-0
   std::uint64_t groups = 0;
+  bool groups_counted = true;           // false when packed bytes bypassed mx2nv (shared, kernel copy)
   std::uint64_t passthrough_tensors = 0;
   std::uint64_t output_size = 0;        // whole file
-  std::uint64_t output_hash = 0;        // XXH3-64 of the whole file
+  std::uint64_t shared_bytes = 0;       // unchanged bytes shared with SRC (reflink)
+  std::uint64_t copied_bytes = 0;       // unchanged bytes copied (kernel or mx2nv)
+  std::uint64_t written_bytes = 0;      // new bytes: header, scales, globals
+  std::uint64_t written_hash = 0;       // XXH3-64 of the new bytes, in file order
 };
 
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out);
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
+                             CopyEngine& engine);
+
+// XXH3-64 of the bytes a shard writer writes itself (header, then the
+// changed tensors in file order), read back from a finished output file: what
+// --resume checks instead of re-reading the unchanged, possibly shared bytes.
+std::uint64_t hash_written_bytes(const File& output, const TargetLayout& layout, std::uint64_t data_start);
 
 }  // namespace mx2nv

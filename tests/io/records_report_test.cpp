@@ -19,9 +19,15 @@ ShardRecord sample() {
   r.source_header_hash = 0xfedcba9876543210ull;
   r.plan_hash = 42;
   r.output_size = 987654321;
-  r.output_hash = 0x0123456789abcdefull;
+  r.written_hash = 0x0123456789abcdefull;
+  r.output_inode = 77;
+  r.output_ctime_ns = 1700000000987654321;
+  r.groups_counted = true;
   r.zero_groups = 3;
   r.groups = 1000;
+  r.shared_bytes = 900000000;
+  r.copied_bytes = 1000;
+  r.written_bytes = 87653321;
   r.passthrough_tensors = 7;
   r.target_bytes = 555;
   return r;
@@ -34,9 +40,15 @@ TEST(Records, ShardRecordRoundTrips) {
   EXPECT_TRUE(back->same_source(r));
   EXPECT_EQ(back->plan_hash, r.plan_hash);
   EXPECT_EQ(back->output_size, r.output_size);
-  EXPECT_EQ(back->output_hash, r.output_hash);
+  EXPECT_EQ(back->written_hash, r.written_hash);
+  EXPECT_EQ(back->output_inode, r.output_inode);
+  EXPECT_EQ(back->output_ctime_ns, r.output_ctime_ns);
+  EXPECT_TRUE(back->groups_counted);
   EXPECT_EQ(back->zero_groups, r.zero_groups);
   EXPECT_EQ(back->groups, r.groups);
+  EXPECT_EQ(back->shared_bytes, r.shared_bytes);
+  EXPECT_EQ(back->copied_bytes, r.copied_bytes);
+  EXPECT_EQ(back->written_bytes, r.written_bytes);
   EXPECT_EQ(back->passthrough_tensors, r.passthrough_tensors);
   EXPECT_EQ(back->target_bytes, r.target_bytes);
 }
@@ -65,6 +77,22 @@ TEST(Records, FinishedRecordRoundTrips) {
   EXPECT_EQ(back->index_hash, 12u);
   EXPECT_EQ(back->canonicalised_zero_groups, 13u);
   EXPECT_EQ(back->marlin_zeroed_groups, 14u);
+  // The finished record stays in DST: nothing in it may depend on the run
+  // (inode, ctime) or on --copy (shared/copied bytes, whether groups were counted).
+  EXPECT_EQ(back->shards[0].written_hash, f.shards[0].written_hash);
+  EXPECT_EQ(back->shards[0].output_inode, 0u);
+  EXPECT_EQ(back->shards[0].output_ctime_ns, 0);
+  EXPECT_FALSE(back->shards[0].groups_counted);
+  EXPECT_EQ(back->shards[0].shared_bytes, 0u);
+  FinishedRecord g = f;
+  for (auto& r : g.shards) {
+    r.output_inode += 1;
+    r.output_ctime_ns += 1;
+    r.shared_bytes = 0;
+    r.copied_bytes = 5;
+    r.groups_counted = false;
+  }
+  EXPECT_EQ(finished_record_to_text(g), finished_record_to_text(f));
 }
 
 TEST(Records, DamagedRecordsAreNoRecordNeverAnException) {
@@ -76,7 +104,7 @@ TEST(Records, DamagedRecordsAreNoRecordNeverAnException) {
     EXPECT_NO_THROW((void)shard_record_from_text(prefix));
   }
   for (const char* wrong : {"\"x\"", "-1", "null", "[]", "{}", "1.5", "true"}) {
-    for (const char* key : {"shard", "source_size", "source_mtime_ns", "plan_hash", "output_hash", "groups"}) {
+    for (const char* key : {"shard", "source_size", "source_mtime_ns", "plan_hash", "written_hash", "groups", "output_ctime_ns"}) {
       const std::string needle = std::string("\"") + key + "\": ";
       std::string t = text;
       const auto at = t.find(needle) + needle.size();
@@ -110,6 +138,10 @@ TEST(Report, MatchesTheGoldenFile) {
   r.source_tensor_bytes = 1000;
   r.target_tensor_bytes = 1010;
   r.over_span = {{"layers.0.experts.1.w2", 15, 14, 3}};
+  r.copy_mode = "auto";
+  r.shared_bytes = 900;
+  r.copied_bytes = 20;
+  r.written_bytes = 100;
   r.seconds = 1.23456;
   const std::string golden_path = std::string(MX2NV_SOURCE_DIR) + "/tests/io/golden/report.json";
   const std::string got = report_to_json(r).dump(2) + "\n";

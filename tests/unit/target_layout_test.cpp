@@ -1,0 +1,254 @@
+// The zero-copy layout rule (core/target_layout.hpp): every unchanged tensor
+// at its source offset modulo kShareBlock where the rules allow, the header
+// padded with spaces only, the documented order, a valid safetensors file.
+#include "core/error.hpp"
+#include "core/target_layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace mx2nv {
+namespace {
+
+// A source shard built in the given order, its data section starting at
+// `residue` modulo kShareBlock (as a real checkpoint's header length makes it).
+struct SourceShard {
+  std::vector<TensorInfo> tensors;
+  std::uint64_t cursor = 0;
+  std::uint64_t residue = 8;
+  SourceShard& add(const std::string& name, Dtype d, std::vector<std::uint64_t> shape) {
+    const std::uint64_t n = tensor_nbytes(d, shape).value();
+    tensors.push_back({name, d, std::move(shape), cursor, cursor + n});
+    cursor += n;
+    return *this;
+  }
+  // An MXFP4 module: packed [n, k/2] and scale [n, k/32], in that order.
+  SourceShard& module(const std::string& name, std::uint64_t n, std::uint64_t k) {
+    add(name + ".weight_packed", Dtype::U8, {n, k / 2});
+    return add(name + ".weight_scale", Dtype::U8, {n, k / 32});
+  }
+  ShardHeader build() const {
+    const std::string h = serialize_header(std::nullopt, tensors, kShareBlock, residue);
+    return ShardHeader::parse(std::string_view(h).substr(8), h.size() + cursor, "src");
+  }
+};
+
+struct Laid {
+  ShardHeader source;
+  ModuleSet modules;
+  TargetLayout layout;
+  std::string header;
+};
+
+Laid lay_out(const SourceShard& s) {
+  Laid l{s.build(), {}, {}, {}};
+  l.modules = discover_modules({{"s.safetensors", &l.source}});
+  l.layout = make_target_layout(l.source, 0, l.modules);
+  l.header = serialize_target_header(l.layout);
+  return l;
+}
+
+std::uint64_t source_residue(const Laid& l, const TargetTensor& t) {
+  return (l.source.data_start() + l.source.tensors()[t.source].begin) % kShareBlock;
+}
+std::uint64_t target_residue(const Laid& l, const TargetTensor& t) {
+  return (l.header.size() + t.info.begin) % kShareBlock;
+}
+
+// The target is a valid safetensors file (tiling, sizes) whose header is the
+// JSON followed by spaces only, fewer than the alignment unit.
+void expect_valid_target(const Laid& l) {
+  const std::string_view json = std::string_view(l.header).substr(8);
+  const ShardHeader parsed = ShardHeader::parse(json, l.header.size() + l.layout.data_size, "target");
+  ASSERT_EQ(parsed.tensors().size(), l.layout.tensors.size());
+  for (std::size_t i = 0; i < parsed.tensors().size(); ++i) {
+    EXPECT_EQ(parsed.tensors()[i].name, l.layout.tensors[i].info.name);
+    EXPECT_EQ(parsed.tensors()[i].begin, l.layout.tensors[i].info.begin);
+  }
+  const auto close = json.rfind('}');
+  ASSERT_NE(close, std::string_view::npos);
+  const std::string_view padding = json.substr(close + 1);
+  EXPECT_EQ(padding.find_first_not_of(' '), std::string_view::npos);
+  EXPECT_LT(padding.size(), l.layout.data_start_modulus);
+  EXPECT_EQ(l.header.size() % l.layout.data_start_modulus, l.layout.data_start_residue);
+}
+
+// The `aligned` flags say exactly what the offsets say.
+void expect_flags_truthful(const Laid& l) {
+  for (const auto& t : l.layout.tensors) {
+    if (!is_unchanged(t.role)) {
+      EXPECT_FALSE(t.aligned) << t.info.name;
+      continue;
+    }
+    EXPECT_EQ(t.aligned, source_residue(l, t) == target_residue(l, t)) << t.info.name;
+  }
+}
+
+SourceShard k3_like_shard(std::uint64_t residue) {
+  SourceShard s;
+  s.residue = residue;
+  // Pass-through tensors of sizes that are no multiple of anything useful.
+  s.add("model.embed_tokens.weight", Dtype::BF16, {37, 129});
+  s.add("model.layers.0.input_layernorm.weight", Dtype::BF16, {7});
+  s.add("model.layers.0.mlp.gate.e_score_correction_bias", Dtype::F32, {3});
+  // Expert modules whose scales are whole blocks (N*K/32 = 256*512/32 = 4096),
+  // as in every real MoE shape; one pass-through tensor between them.
+  for (int e = 0; e < 3; ++e) {
+    const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+    s.module(p + "down_proj", 512, 256);
+    s.module(p + "gate_proj", 256, 512);
+    s.module(p + "up_proj", 256, 512);
+  }
+  s.add("model.layers.0.post_attention_layernorm.weight", Dtype::BF16, {11});
+  s.module("model.layers.1.mlp.experts.0.down_proj", 512, 256);
+  return s;
+}
+
+TEST(TargetLayout, EveryUnchangedTensorKeepsItsSourceOffsetModuloTheBlock) {
+  for (const std::uint64_t residue : {0u, 8u, 1000u, 4088u}) {
+    const Laid l = lay_out(k3_like_shard(residue));
+    expect_valid_target(l);
+    expect_flags_truthful(l);
+    for (const auto& t : l.layout.tensors) {
+      if (is_unchanged(t.role)) {
+        EXPECT_TRUE(t.aligned) << t.info.name << " residue " << residue;
+      }
+    }
+  }
+}
+
+TEST(TargetLayout, HeaderOrderIsTheSourcesWithEachGlobalAfterItsScale) {
+  const Laid l = lay_out(k3_like_shard(8));
+  std::size_t next_source = 0;
+  for (std::size_t i = 0; i < l.layout.tensors.size(); ++i) {
+    const TargetTensor& t = l.layout.tensors[i];
+    if (t.role == TensorRole::Global) {
+      ASSERT_GT(i, 0u);
+      EXPECT_EQ(l.layout.tensors[i - 1].role, TensorRole::Scale);
+      EXPECT_EQ(t.info.name, l.modules.modules[t.module].name + ".weight_global_scale");
+      continue;
+    }
+    EXPECT_EQ(t.source, next_source++);
+    EXPECT_EQ(t.info.name, l.source.tensors()[t.source].name);
+  }
+  EXPECT_EQ(next_source, l.source.tensors().size());
+}
+
+TEST(TargetLayout, DataOrderIsUnchangedTensorsInSourceOrderThenScaleGlobalPairs) {
+  const Laid l = lay_out(k3_like_shard(1000));
+  const auto& order = l.layout.data_order;
+  std::size_t i = 0;
+  std::size_t last_source = 0;
+  for (; i < order.size() && is_unchanged(l.layout.tensors[order[i]].role); ++i) {
+    if (i > 0) {
+        EXPECT_GT(l.layout.tensors[order[i]].source, last_source);
+      }
+    last_source = l.layout.tensors[order[i]].source;
+  }
+  EXPECT_EQ(i, l.source.tensors().size() - l.modules.modules.size());  // every unchanged tensor first
+  for (; i < order.size(); i += 2) {
+    ASSERT_LT(i + 1, order.size());
+    EXPECT_EQ(l.layout.tensors[order[i]].role, TensorRole::Scale);
+    EXPECT_EQ(l.layout.tensors[order[i + 1]].role, TensorRole::Global);
+    EXPECT_EQ(l.layout.tensors[order[i + 1]].module, l.layout.tensors[order[i]].module);
+  }
+  // Scales: F8_E4M3 [N, K/16]; globals F32 [1].
+  for (const auto& t : l.layout.tensors) {
+    if (t.role == TensorRole::Scale) {
+      const QuantModule& m = l.modules.modules[t.module];
+      EXPECT_EQ(t.info.dtype, Dtype::F8_E4M3);
+      EXPECT_EQ(t.info.shape, (std::vector<std::uint64_t>{m.rows, m.groups * 2}));
+    }
+    if (t.role == TensorRole::Global) {
+        EXPECT_EQ(t.info.shape, (std::vector<std::uint64_t>{1}));
+      }
+  }
+}
+
+// Whole source blocks inside unchanged tensors that line up in the target,
+// and the most any header padding could line up (brute force over residues).
+std::pair<std::uint64_t, std::uint64_t> aligned_and_best_blocks(const Laid& l) {
+  std::vector<std::uint64_t> by_residue(kShareBlock, 0);
+  std::uint64_t aligned = 0;
+  for (const auto& t : l.layout.tensors) {
+    if (!is_unchanged(t.role)) continue;
+    const std::uint64_t from = l.source.data_start() + l.source.tensors()[t.source].begin;
+    const std::uint64_t first = (from + kShareBlock - 1) / kShareBlock, end = (from + t.info.nbytes()) / kShareBlock;
+    const std::uint64_t blocks = end > first ? end - first : 0;
+    by_residue[(from + kShareBlock * 4 - t.info.begin % kShareBlock) % kShareBlock] += blocks;
+    if (t.aligned) aligned += blocks;
+  }
+  return {aligned, *std::max_element(by_residue.begin(), by_residue.end())};
+}
+
+TEST(TargetLayout, WhenNotEveryTensorCanAlignThePaddingLinesUpTheMostBlocks) {
+  // Scales of 2 KiB: in the target every second packed tensor is half a block
+  // off whatever the padding; the larger class wins.
+  SourceShard s;
+  for (int e = 0; e < 7; ++e) s.module("m." + std::to_string(e) + ".down_proj", 512, 128);  // packed 32 KiB, scale 2 KiB
+  const Laid l = lay_out(s);
+  expect_valid_target(l);
+  expect_flags_truthful(l);
+  const auto [aligned, best] = aligned_and_best_blocks(l);
+  EXPECT_EQ(aligned, best);
+  std::vector<std::string> aligned_names;
+  for (const auto& t : l.layout.tensors) {
+    if (t.aligned) aligned_names.push_back(t.info.name);
+  }
+  EXPECT_EQ(aligned_names, (std::vector<std::string>{"m.0.down_proj.weight_packed", "m.2.down_proj.weight_packed",
+                                                      "m.4.down_proj.weight_packed", "m.6.down_proj.weight_packed"}));
+}
+
+TEST(TargetLayout, WithoutUnchangedTensorsTheHeaderIsPaddedToEightLikeTheReferenceWriter) {
+  // The packed half lives in another shard: this shard has nothing unchanged.
+  SourceShard a, b;
+  a.add("m.weight_packed", Dtype::U8, {64, 128});
+  b.add("m.weight_scale", Dtype::U8, {64, 8});
+  const ShardHeader ha = a.build(), hb = b.build();
+  const ModuleSet modules = discover_modules({{"a.safetensors", &ha}, {"b.safetensors", &hb}});
+  const TargetLayout layout = make_target_layout(hb, 1, modules);
+  EXPECT_EQ(layout.data_start_modulus, 8u);
+  EXPECT_EQ(serialize_target_header(layout).size() % 8, 0u);
+}
+
+TEST(TargetLayout, RandomShardsAlwaysGiveValidDeterministicTargets) {
+  std::mt19937_64 rng(7);
+  const auto below = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
+  for (int round = 0; round < 300; ++round) {
+    SourceShard s;
+    s.residue = below(kShareBlock);
+    const bool whole_block_scales = round % 2 == 0;
+    const int count = static_cast<int>(1 + below(20));
+    for (int i = 0; i < count; ++i) {
+      const std::string name = "t" + std::to_string(i);
+      if (below(3) == 0) {
+        s.add(name + ".bias", below(2) ? Dtype::BF16 : Dtype::F32, {1 + below(3000)});
+      } else if (whole_block_scales) {
+        s.module(name, 128 * (1 + below(4)), 1024 * (1 + below(3)));  // scales: multiples of 4096
+      } else {
+        s.module(name, 1 + below(300), 32 * (1 + below(40)));
+      }
+    }
+    const Laid l = lay_out(s);
+    SCOPED_TRACE("round " + std::to_string(round));
+    expect_valid_target(l);
+    expect_flags_truthful(l);
+    if (whole_block_scales) {
+      for (const auto& t : l.layout.tensors) {
+        if (is_unchanged(t.role)) {
+        EXPECT_TRUE(t.aligned) << t.info.name;
+      }
+      }
+    }
+    const auto [aligned, best] = aligned_and_best_blocks(l);
+    EXPECT_EQ(aligned, best);
+    const Laid again = lay_out(s);
+    EXPECT_EQ(again.header, l.header);
+    EXPECT_EQ(again.layout.data_order, l.layout.data_order);
+  }
+}
+
+}  // namespace
+}  // namespace mx2nv
