@@ -14,13 +14,13 @@ Timings here are noisy: read ratios measured in the same run, not absolutes.
 
 Zero-copy section (--fs-images, needs root and loop devices; skipped with a
 message otherwise): the same 4-shard input on a loop-mounted XFS
-(mkfs.xfs -m reflink=1) and btrfs image, timing `cp -r --reflink=never`,
+(mkfs.xfs -m reflink=1), btrfs and, for comparison, ext4 image (no reflinks), timing `cp -r --reflink=never`,
 `cp -r` (coreutils' default --reflink=auto), `mx2nv convert` (--copy auto and
 --copy copy) and `mx2nv verify`, each followed by sync so every row is durable,
 and the disk space each output really adds (df before/after).
 
 usage: python bench/benchmark.py [--reps N] [--experts N] [--work DIR]
-                                 [--fs-images xfs,btrfs] [--fs-images-only]
+                                 [--fs-images xfs,btrfs,ext4] [--fs-images-only]
 """
 
 from __future__ import annotations
@@ -149,15 +149,25 @@ def report(rows) -> None:
 
 
 def used_bytes(path: Path) -> int:
-    subprocess.run(["sync", "-f", str(path)], check=True)
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+    """Used bytes once the file system has settled: XFS frees deleted files'
+    blocks in the background, so read until two readings agree."""
+    last = None
+    for _ in range(50):
+        subprocess.run(["sync", "-f", str(path)], check=True)
+        st = os.statvfs(path)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        if used == last:
+            return used
+        last = used
+        time.sleep(0.2)
+    return last
 
 
 def mount_image(work: Path, fs: str, size: int) -> Path | None:
     """A fresh loop-mounted file system of type `fs` under work; None (with a
     message) where this machine cannot make one."""
-    mkfs = {"xfs": ["mkfs.xfs", "-q", "-f", "-m", "reflink=1"], "btrfs": ["mkfs.btrfs", "-q", "-f"]}[fs]
+    mkfs = {"xfs": ["mkfs.xfs", "-q", "-f", "-m", "reflink=1"], "btrfs": ["mkfs.btrfs", "-q", "-f"],
+            "ext4": ["mkfs.ext4", "-q", "-F"]}[fs]
     if shutil.which(mkfs[0]) is None:
         print(f"zero-copy bench: skipping {fs}: {mkfs[0]} not installed (scripts/setup.sh installs it)")
         return None
@@ -243,7 +253,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--experts", type=int, default=60, help="60 experts of the real K3 shapes is ~1 GiB")
     p.add_argument("--work", type=Path, default=REPO / "build" / "bench")
-    p.add_argument("--fs-images", default="xfs,btrfs",
+    p.add_argument("--fs-images", default="xfs,btrfs,ext4",
                    help="loop-mounted file systems for the zero-copy rows (comma-separated; empty: none)")
     p.add_argument("--fs-images-only", action="store_true", help="run only the zero-copy rows")
     args = p.parse_args()
