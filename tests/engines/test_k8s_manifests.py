@@ -6,6 +6,7 @@ I/N, per-index retries, and every step running a real mx2nv command line."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -18,6 +19,13 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "examples" / "k8s" / "convert-job.yaml"
 # backoffLimitPerIndex is GA since 1.33; check the oldest supported and the newest.
 VERSIONS = ["1.33.0", "1.37.0"]
+
+
+@pytest.fixture(scope="module")
+def mx2nv() -> str:
+    # No conftest.py here: the suites run in one pytest session with
+    # tests/conformance, whose modules import from their own conftest.
+    return str(Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")))
 
 
 def documents() -> list[dict]:

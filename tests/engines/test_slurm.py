@@ -21,6 +21,13 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "examples" / "slurm" / "convert.sh"
 
 
+@pytest.fixture(scope="module")
+def mx2nv() -> str:
+    # No conftest.py here: the suites run in one pytest session with
+    # tests/conformance, whose modules import from their own conftest.
+    return str(Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
