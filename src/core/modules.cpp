@@ -5,111 +5,141 @@
 #include "core/strict_json.hpp"
 
 #include <algorithm>
-#include <map>
 
 namespace mx2nv {
 namespace {
 
-std::string shape_text(const TensorInfo& t) { return Json(t.shape).dump(); }
+// Tensors an MXFP4 weight-only module cannot already have.
+constexpr std::string_view kClashSuffixes[] = {kGlobalSuffix, ".weight_zero_point", ".input_global_scale"};
+
+std::string shape_text(std::span<const std::uint64_t> shape) {
+  return Json(std::vector<std::uint64_t>(shape.begin(), shape.end())).dump();
+}
 
 }  // namespace
 
-std::optional<std::size_t> ModuleSet::module_of(std::string_view tensor, std::string_view suffix) const {
-  if (!tensor.ends_with(suffix)) return std::nullopt;
-  const auto it = by_name.find(std::string(tensor.substr(0, tensor.size() - suffix.size())));
-  if (it == by_name.end()) return std::nullopt;
-  return it->second;
+std::optional<std::size_t> ModuleSet::find(std::string_view module) const {
+  const auto it = std::lower_bound(modules.begin(), modules.end(), module,
+                                   [](const QuantModule& m, std::string_view n) { return m.name < n; });
+  if (it == modules.end() || it->name != module) return std::nullopt;
+  return static_cast<std::size_t>(it - modules.begin());
 }
 
-bool ModuleSet::is_module_tensor(const std::string& tensor) const {
+std::optional<std::size_t> ModuleSet::module_of(std::string_view tensor, std::string_view suffix) const {
+  if (!tensor.ends_with(suffix)) return std::nullopt;
+  return find(tensor.substr(0, tensor.size() - suffix.size()));
+}
+
+bool ModuleSet::is_module_tensor(std::string_view tensor) const {
   return module_of(tensor, kPackedSuffix) || module_of(tensor, kScaleSuffix);
 }
 
-std::string gate_up_partner(const std::string& module) {
-  static const std::pair<std::string_view, std::string_view> kPairs[] = {
+std::string gate_up_partner(std::string_view module) {
+  static constexpr std::pair<std::string_view, std::string_view> kPairs[] = {
       {".w1", ".w3"}, {".w3", ".w1"}, {".gate_proj", ".up_proj"}, {".up_proj", ".gate_proj"}};
   for (const auto& [mine, theirs] : kPairs) {
-    if (module.ends_with(mine)) return module.substr(0, module.size() - mine.size()) + std::string(theirs);
+    if (module.size() > mine.size() && module.ends_with(mine)) {
+      return std::string(module.substr(0, module.size() - mine.size())) + std::string(theirs);
+    }
   }
   return {};
 }
 
-ModuleSet discover_modules(const std::vector<ShardTensors>& shards) {
-  struct Halves {
-    const TensorInfo* packed = nullptr;
-    const TensorInfo* scale = nullptr;
-    std::size_t packed_shard = 0, scale_shard = 0;
-  };
-  std::map<std::string, Halves> found;
-  std::map<std::string, std::string> other;  // tensor -> shard, for collision checks
-  for (std::size_t s = 0; s < shards.size(); ++s) {
-    for (const TensorInfo& t : shards[s].header->tensors()) {
-      if (t.name.ends_with(kPackedSuffix)) {
-        auto& h = found[t.name.substr(0, t.name.size() - kPackedSuffix.size())];
-        h.packed = &t;
-        h.packed_shard = s;
-      } else if (t.name.ends_with(kScaleSuffix)) {
-        auto& h = found[t.name.substr(0, t.name.size() - kScaleSuffix.size())];
-        h.scale = &t;
-        h.scale_shard = s;
-      } else {
-        other.emplace(t.name, shards[s].file);
+void ModuleCollector::add_half(std::size_t shard, std::string_view file, const TensorInfo& t,
+                               std::string_view suffix) {
+  const std::string_view module = std::string_view(t.name).substr(0, t.name.size() - suffix.size());
+  if (module.empty()) {
+    fail_input("{}: tensor \"{}\" has an empty module name; a quantized weight must belong to a named module", file,
+               t.name);
+  }
+  const bool packed = suffix == kPackedSuffix;
+  if (packed && (t.dtype != Dtype::U8 || t.shape.size() != 2)) {
+    fail_input("{}: \"{}\" is {} {}, expected U8 [N, K/2]", file, t.name, dtype_name(t.dtype), shape_text(t.shape));
+  }
+  if (!packed && ((t.dtype != Dtype::U8 && t.dtype != Dtype::F8_E8M0) || t.shape.size() != 2)) {
+    fail_input("{}: \"{}\" is {} {}, expected U8 (E8M0) [N, K/32]", file, t.name, dtype_name(t.dtype),
+               shape_text(t.shape));
+  }
+  const auto [id, added] = names_.insert(module);
+  if (added) halves_.emplace_back();
+  Half& h = packed ? halves_[id].packed : halves_[id].scale;
+  if (h.present) fail_input("{}: tensor \"{}\" appears twice", file, t.name);
+  h.present = true;
+  h.shard = static_cast<std::uint32_t>(shard);
+  h.extent = {t.dtype, t.begin, t.end};
+  h.dims[0] = t.shape[0];
+  h.dims[1] = t.shape[1];
+}
+
+void ModuleCollector::add_shard(std::size_t shard, std::string_view file, const ShardHeader& header) {
+  if (files_.size() <= shard) files_.resize(shard + 1);
+  files_[shard] = std::string(file);
+  for (const TensorInfo& t : header.tensors()) {
+    if (t.name.ends_with(kPackedSuffix)) {
+      add_half(shard, file, t, kPackedSuffix);
+    } else if (t.name.ends_with(kScaleSuffix)) {
+      add_half(shard, file, t, kScaleSuffix);
+    } else {
+      for (const std::string_view suffix : kClashSuffixes) {
+        if (t.name.ends_with(suffix)) {
+          clashes_.push_back({t.name.substr(0, t.name.size() - suffix.size()), std::string(suffix.substr(1)),
+                              static_cast<std::uint32_t>(shard)});
+        }
       }
     }
   }
+}
 
+ModuleSet ModuleCollector::finish() && {
   ModuleSet set;
-  for (const auto& [name, h] : found) {
-    if (!h.packed) fail_input("{}: \"{}{}\" has no \"{}{}\"", shards[h.scale_shard].file, name, kScaleSuffix, name, kPackedSuffix);
-    if (!h.scale) fail_input("{}: \"{}{}\" has no \"{}{}\"", shards[h.packed_shard].file, name, kPackedSuffix, name, kScaleSuffix);
-    const TensorInfo& p = *h.packed;
-    const TensorInfo& sc = *h.scale;
-    const std::string& pf = shards[h.packed_shard].file;
-    const std::string& sf = shards[h.scale_shard].file;
-    for (const auto suffix : {std::string_view(kGlobalSuffix), std::string_view(".weight_zero_point"),
-                              std::string_view(".input_global_scale")}) {
-      if (other.count(name + std::string(suffix))) {
-        fail_input("{}: module \"{}\" already has \"{}\"; this is not an MXFP4 weight-only module",
-                   other[name + std::string(suffix)], name, std::string(suffix).substr(1));
-      }
+  set.modules.reserve(names_.size());
+  for (const NameTable::Id id : names_.sorted_ids()) {
+    const std::string_view name = names_.name(id);
+    const Halves& h = halves_[id];
+    if (!h.packed.present) {
+      fail_input("{}: \"{}{}\" has no \"{}{}\"", files_[h.scale.shard], name, kScaleSuffix, name, kPackedSuffix);
     }
-    if (p.dtype != Dtype::U8 || p.shape.size() != 2) {
-      fail_input("{}: \"{}\" is {} {}, expected U8 [N, K/2]", pf, p.name, dtype_name(p.dtype), shape_text(p));
+    if (!h.scale.present) {
+      fail_input("{}: \"{}{}\" has no \"{}{}\"", files_[h.packed.shard], name, kPackedSuffix, name, kScaleSuffix);
     }
-    if ((sc.dtype != Dtype::U8 && sc.dtype != Dtype::F8_E8M0) || sc.shape.size() != 2) {
-      fail_input("{}: \"{}\" is {} {}, expected U8 (E8M0) [N, K/32]", sf, sc.name, dtype_name(sc.dtype),
-                 shape_text(sc));
-    }
-    const std::uint64_t rows = p.shape[0];
-    const std::uint64_t packed_cols = p.shape[1];
+    const std::string& pf = files_[h.packed.shard];
+    const std::string& sf = files_[h.scale.shard];
+    const std::uint64_t rows = h.packed.dims[0];
+    const std::uint64_t packed_cols = h.packed.dims[1];
     if (packed_cols % kGroupBytes != 0) {
-      fail_input("{}: \"{}\" has K = {} values per row, not a multiple of {}", pf, p.name,
+      fail_input("{}: \"{}{}\" has K = {} values per row, not a multiple of {}", pf, name, kPackedSuffix,
                  checked_mul(packed_cols, 2).value_or(0), kMxGroup);
     }
     const std::uint64_t groups = packed_cols / kGroupBytes;
-    if (sc.shape[0] != rows || sc.shape[1] != groups) {
-      fail_input("{}: \"{}\" is {} but \"{}\" {} needs [{}, {}]", sf, sc.name, shape_text(sc), p.name, shape_text(p),
-                 rows, groups);
+    if (h.scale.dims[0] != rows || h.scale.dims[1] != groups) {
+      fail_input("{}: \"{}{}\" is {} but \"{}{}\" {} needs [{}, {}]", sf, name, kScaleSuffix,
+                 shape_text(h.scale.dims), name, kPackedSuffix, shape_text(h.packed.dims), rows, groups);
     }
-    QuantModule m;
-    m.name = name;
-    m.packed_shard = h.packed_shard;
-    m.scale_shard = h.scale_shard;
-    m.packed = p;
-    m.scale = sc;
+    QuantModule& m = set.modules.emplace_back();
+    m.name = std::string(name);
+    m.packed_shard = h.packed.shard;
+    m.scale_shard = h.scale.shard;
+    m.packed = h.packed.extent;
+    m.scale = h.scale.extent;
     m.rows = rows;
     m.groups = groups;
-    set.by_name.emplace(name, set.modules.size());
-    set.modules.push_back(std::move(m));
+  }
+  for (const Clash& c : clashes_) {
+    if (set.find(c.module)) {
+      fail_input("{}: module \"{}\" already has \"{}\"; this is not an MXFP4 weight-only module", files_[c.shard],
+                 c.module, c.suffix);
+    }
   }
 
-  // Scale groups: a gate/up pair shares one; every other module has its own.
+  // Scale groups: a gate/up pair of one parent shares one; every other module has its own.
   std::vector<bool> assigned(set.modules.size(), false);
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     if (assigned[i]) continue;
     std::vector<std::size_t> members{i};
-    const auto partner = set.by_name.find(gate_up_partner(set.modules[i].name));
-    if (partner != set.by_name.end()) members.push_back(partner->second);
+    const std::string partner = gate_up_partner(set.modules[i].name);
+    if (const auto j = partner.empty() ? std::nullopt : set.find(partner); j && !assigned[*j] && *j != i) {
+      members.push_back(*j);
+    }
     for (const std::size_t m : members) {
       assigned[m] = true;
       set.modules[m].scale_group = set.scale_groups.size();
@@ -117,6 +147,12 @@ ModuleSet discover_modules(const std::vector<ShardTensors>& shards) {
     set.scale_groups.push_back(std::move(members));
   }
   return set;
+}
+
+ModuleSet discover_modules(const std::vector<ShardTensors>& shards) {
+  ModuleCollector collector;
+  for (std::size_t s = 0; s < shards.size(); ++s) collector.add_shard(s, shards[s].file, *shards[s].header);
+  return std::move(collector).finish();
 }
 
 }  // namespace mx2nv

@@ -6,6 +6,8 @@ namespace mx2nv {
 
 SparseHistogram to_sparse(const ByteHistogram& dense) {
   SparseHistogram sparse;
+  // Exactly sized: there is one per module, ~250k at Kimi K3's scale.
+  sparse.reserve(static_cast<std::size_t>(std::count_if(dense.begin(), dense.end(), [](std::uint64_t n) { return n != 0; })));
   for (std::size_t b = 0; b < dense.size(); ++b) {
     if (dense[b] != 0) sparse.emplace_back(static_cast<std::uint8_t>(b), dense[b]);
   }

@@ -2,63 +2,195 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
-#include "core/strict_json.hpp"
+#include "core/json_stream.hpp"
 
 #include <algorithm>
 #include <numeric>
 
 namespace mx2nv {
-namespace {
 
-std::uint64_t json_u64(const Json& v, std::string_view what, std::string_view tensor, std::string_view field) {
-  if (!v.is_number_unsigned()) {
-    // Negative integers parse as signed; floats and huge integers parse as float.
-    fail_input("{}: tensor \"{}\": {} must hold non-negative integers below 2^64", what, tensor, field);
-  }
-  return v.get<std::uint64_t>();
-}
+// Builds a ShardHeader from SAX events without a DOM: a state machine over
+// the only shape a safetensors header may have. A schema error is recorded
+// and the rest skipped (StrictSax::reject), so malformed JSON is reported as
+// such first; duplicate keys and the caps stop the parse at once.
+class HeaderSax final : public StrictSax {
+ public:
+  HeaderSax(ShardHeader& header, std::string_view what) : StrictSax(what), h_(header) {}
 
-TensorInfo parse_tensor_entry(const std::string& name, const Json& entry, std::string_view what) {
-  if (!entry.is_object()) fail_input("{}: tensor \"{}\": entry is not an object", what, name);
-  for (const auto& [key, _] : entry.items()) {
-    if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      fail_input("{}: tensor \"{}\": unknown field \"{}\"", what, name, key);
+  bool start_object(std::size_t) override {
+    enter();
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Start: state_ = State::Top; return true;
+      case State::MetaOpen: h_.metadata_.emplace(); state_ = State::Meta; return true;
+      case State::EntryOpen: state_ = State::Entry; fields_ = 0; return true;
+      default: return unexpected();
     }
   }
-  if (!entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
-    fail_input("{}: tensor \"{}\": needs dtype, shape and data_offsets", what, name);
+  bool end_object() override {
+    leave();
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Top: state_ = State::Done; return true;
+      case State::Meta: state_ = State::Top; return true;
+      case State::Entry: state_ = State::Top; return finish_entry();
+      default: return unexpected();
+    }
   }
-  TensorInfo t;
-  t.name = name;
-  const Json& dtype = entry["dtype"];
-  if (!dtype.is_string()) fail_input("{}: tensor \"{}\": dtype is not a string", what, name);
-  const auto parsed = parse_dtype(dtype.get_ref<const std::string&>());
-  if (!parsed) fail_input("{}: tensor \"{}\": unknown dtype \"{}\"", what, name, dtype.get<std::string>());
-  t.dtype = *parsed;
-
-  const Json& shape = entry["shape"];
-  if (!shape.is_array()) fail_input("{}: tensor \"{}\": shape is not an array", what, name);
-  if (shape.size() > kMaxRank) fail_input("{}: tensor \"{}\": rank {} exceeds {}", what, name, shape.size(), kMaxRank);
-  for (const auto& d : shape) t.shape.push_back(json_u64(d, what, name, "shape"));
-
-  const Json& offsets = entry["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2) {
-    fail_input("{}: tensor \"{}\": data_offsets must be [begin, end]", what, name);
+  bool start_array(std::size_t) override {
+    enter();
+    if (state_ == State::Skip) return true;
+    if (state_ == State::ShapeOpen) {
+      state_ = State::Shape;
+      return true;
+    }
+    if (state_ == State::OffsetsOpen) {
+      state_ = State::Offsets;
+      offsets_ = 0;
+      return true;
+    }
+    return unexpected();
   }
-  t.begin = json_u64(offsets[0], what, name, "data_offsets");
-  t.end = json_u64(offsets[1], what, name, "data_offsets");
-  if (t.end < t.begin) fail_input("{}: tensor \"{}\": data_offsets end {} before begin {}", what, name, t.end, t.begin);
-
-  const auto nbytes = tensor_nbytes(t.dtype, t.shape);
-  if (!nbytes) fail_input("{}: tensor \"{}\": size of shape overflows or is not whole bytes", what, name);
-  if (*nbytes != t.nbytes()) {
-    fail_input("{}: tensor \"{}\": data_offsets span {} bytes but {} {} needs {}", what, name, t.nbytes(),
-               dtype_name(t.dtype), Json(t.shape).dump(), *nbytes);
+  bool end_array() override {
+    leave();
+    if (state_ == State::Skip) return true;
+    if (state_ == State::Shape) {
+      state_ = State::Entry;
+      return true;
+    }
+    if (state_ == State::Offsets) {
+      if (offsets_ != 2) return skip_with("{}: tensor \"{}\": data_offsets must be [begin, end]", what(), tensor().name);
+      state_ = State::Entry;
+      return true;
+    }
+    return unexpected();
   }
-  return t;
-}
+  bool key(string_t& k) override {
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Top:
+        if (k == "__metadata__") {
+          if (h_.metadata_) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+          state_ = State::MetaOpen;
+          return true;
+        }
+        if (!h_.by_name_.insert(k).second) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (h_.tensors_.size() >= kMaxTensorsPerShard) {
+          fail_input("{}: more than {} tensors in one shard header", what(), kMaxTensorsPerShard);
+        }
+        h_.tensors_.emplace_back().name = std::move(k);
+        state_ = State::EntryOpen;
+        return true;
+      case State::Meta:
+        if (h_.metadata_->count(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        meta_key_ = std::move(k);
+        state_ = State::MetaValue;
+        return true;
+      case State::Entry: {
+        const int field = k == "dtype" ? 1 : k == "shape" ? 2 : k == "data_offsets" ? 4 : 0;
+        if (fields_ & field) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (field == 0) return skip_with("{}: tensor \"{}\": unknown field \"{}\"", what(), tensor().name, k);
+        fields_ |= field;
+        state_ = field == 1 ? State::Dtype : field == 2 ? State::ShapeOpen : State::OffsetsOpen;
+        return true;
+      }
+      default: return unexpected();
+    }
+  }
+  bool string(string_t& v) override {
+    if (state_ == State::Skip) return true;
+    if (state_ == State::MetaValue) {
+      h_.metadata_->emplace(std::move(meta_key_), std::move(v));
+      state_ = State::Meta;
+      return true;
+    }
+    if (state_ == State::Dtype) {
+      const auto parsed = parse_dtype(v);
+      if (!parsed) return skip_with("{}: tensor \"{}\": unknown dtype \"{}\"", what(), tensor().name, v);
+      tensor().dtype = *parsed;
+      state_ = State::Entry;
+      return true;
+    }
+    return unexpected();
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (state_ == State::Skip) return true;
+    if (state_ == State::Shape) {
+      if (tensor().shape.size() == kMaxRank) {
+        return skip_with("{}: tensor \"{}\": rank exceeds {}", what(), tensor().name, kMaxRank);
+      }
+      tensor().shape.push_back(v);
+      return true;
+    }
+    if (state_ == State::Offsets && offsets_ < 2) {
+      (offsets_++ == 0 ? tensor().begin : tensor().end) = v;
+      return true;
+    }
+    return unexpected();
+  }
+  bool number_integer(number_integer_t) override { return unexpected(); }
+  bool number_float(number_float_t, const string_t&) override { return unexpected(); }
+  bool boolean(bool) override { return unexpected(); }
+  bool null() override { return unexpected(); }
 
-}  // namespace
+ private:
+  enum class State { Start, Top, MetaOpen, Meta, MetaValue, EntryOpen, Entry, Dtype, ShapeOpen, Shape, OffsetsOpen,
+                     Offsets, Done, Skip };
+  TensorInfo& tensor() { return h_.tensors_.back(); }
+
+  template <typename... Args>
+  bool skip_with(fmt::format_string<Args...> format, Args&&... args) {
+    state_ = State::Skip;
+    return reject(format, std::forward<Args>(args)...);
+  }
+
+  // Every event not expected in the current state: name the rule it breaks.
+  bool unexpected() {
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Start: return skip_with("{}: header is not a JSON object", what());
+      case State::MetaOpen: return skip_with("{}: __metadata__ is not an object", what());
+      case State::MetaValue: return skip_with("{}: __metadata__ value \"{}\" is not a string", what(), meta_key_);
+      case State::EntryOpen: return skip_with("{}: tensor \"{}\": entry is not an object", what(), tensor().name);
+      case State::Dtype: return skip_with("{}: tensor \"{}\": dtype is not a string", what(), tensor().name);
+      case State::ShapeOpen: return skip_with("{}: tensor \"{}\": shape is not an array", what(), tensor().name);
+      case State::Shape:
+        // Negative integers parse as signed; floats and huge integers as float.
+        return skip_with("{}: tensor \"{}\": shape must hold non-negative integers below 2^64", what(),
+                         tensor().name);
+      case State::Offsets:
+        if (offsets_ < 2) {
+          return skip_with("{}: tensor \"{}\": data_offsets must hold non-negative integers below 2^64", what(),
+                           tensor().name);
+        }
+        [[fallthrough]];
+      case State::OffsetsOpen:
+        return skip_with("{}: tensor \"{}\": data_offsets must be [begin, end]", what(), tensor().name);
+      default: return skip_with("{}: not a safetensors header", what());
+    }
+  }
+
+  bool finish_entry() {
+    TensorInfo& t = tensor();
+    if (fields_ != 7) return skip_with("{}: tensor \"{}\": needs dtype, shape and data_offsets", what(), t.name);
+    if (t.end < t.begin) {
+      return skip_with("{}: tensor \"{}\": data_offsets end {} before begin {}", what(), t.name, t.end, t.begin);
+    }
+    const auto nbytes = tensor_nbytes(t.dtype, t.shape);
+    if (!nbytes) return skip_with("{}: tensor \"{}\": size of shape overflows or is not whole bytes", what(), t.name);
+    if (*nbytes != t.nbytes()) {
+      return skip_with("{}: tensor \"{}\": data_offsets span {} bytes but {} {} needs {}", what(), t.name, t.nbytes(),
+                       dtype_name(t.dtype), Json(t.shape).dump(), *nbytes);
+    }
+    return true;
+  }
+
+  ShardHeader& h_;
+  State state_ = State::Start;
+  int fields_ = 0;
+  int offsets_ = 0;
+  std::string meta_key_;
+};
 
 std::optional<std::uint64_t> tensor_nbytes(Dtype dtype, std::span<const std::uint64_t> shape) {
   std::optional<std::uint64_t> bits = dtype_bits(dtype);
@@ -85,46 +217,46 @@ std::uint64_t ShardHeader::parse_header_length(std::span<const std::byte> first8
   return n;
 }
 
+ShardHeader ShardHeader::read(const ByteSource& source, std::uint64_t file_size, std::string_view what) {
+  std::byte first8[kHeaderLengthBytes] = {};
+  if (file_size >= kHeaderLengthBytes) source.read_at(0, first8);
+  const std::uint64_t n = parse_header_length(first8, file_size, what);
+  return parse_json(source, kHeaderLengthBytes, n, file_size, what);
+}
+
 ShardHeader ShardHeader::parse(std::string_view header_json, std::uint64_t file_size, std::string_view what) {
+  const MemorySource source(header_json);
+  return parse_json(source, 0, header_json.size(), file_size, what);
+}
+
+ShardHeader ShardHeader::parse_json(const ByteSource& source, std::uint64_t offset, std::uint64_t length,
+                                    std::uint64_t file_size, std::string_view what) {
   ShardHeader h;
-  h.header_length_ = header_json.size();
-  StrictJson doc = parse_strict_json(header_json, what);
-  if (!doc.value.is_object()) fail_input("{}: header is not a JSON object", what);
+  h.header_length_ = length;
+  HeaderSax sax(h, what);
+  parse_json_stream(source, offset, length, sax, what);
+  sax.finish();
+  h.check_offsets(file_size, what);
+  return h;
+}
 
-  for (const std::string& key : doc.top_level_keys) {
-    const Json& entry = doc.value[key];
-    if (key == "__metadata__") {
-      if (!entry.is_object()) fail_input("{}: __metadata__ is not an object", what);
-      std::map<std::string, std::string> meta;
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) fail_input("{}: __metadata__ value \"{}\" is not a string", what, k);
-        meta.emplace(k, v.get<std::string>());
-      }
-      h.metadata_ = std::move(meta);
-      continue;
-    }
-    h.by_name_.emplace(key, h.tensors_.size());
-    h.tensors_.push_back(parse_tensor_entry(key, entry, what));
-  }
-
+void ShardHeader::check_offsets(std::uint64_t file_size, std::string_view what) {
   // Offsets sorted must tile [0, data_size) exactly: no holes, no overlaps.
   std::uint64_t cursor = 0;
-  for (const std::size_t i : h.offset_order()) {
-    const TensorInfo& t = h.tensors_[i];
+  for (const std::size_t i : offset_order()) {
+    const TensorInfo& t = tensors_[i];
     if (t.begin != cursor) {
       fail_input("{}: tensor \"{}\" starts at {} but the previous tensor ends at {} ({})", what, t.name, t.begin,
                  cursor, t.begin > cursor ? "hole" : "overlap");
     }
     cursor = t.end;
   }
-  h.data_size_ = cursor;
-  const auto expected = checked_add(h.data_start(), cursor);
+  data_size_ = cursor;
+  const auto expected = checked_add(data_start(), cursor);
   if (!expected || *expected != file_size) {
-    fail_input("{}: header and tensors cover {} bytes but the file has {} ({})", what,
-               expected ? *expected : 0, file_size,
-               expected && *expected < file_size ? "trailing bytes" : "truncated");
+    fail_input("{}: header and tensors cover {} bytes but the file has {} ({})", what, expected ? *expected : 0,
+               file_size, expected && *expected < file_size ? "trailing bytes" : "truncated");
   }
-  return h;
 }
 
 std::vector<std::size_t> ShardHeader::offset_order() const {
@@ -139,8 +271,8 @@ std::vector<std::size_t> ShardHeader::offset_order() const {
 }
 
 const TensorInfo* ShardHeader::find(std::string_view name) const {
-  const auto it = by_name_.find(std::string(name));
-  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+  const auto id = by_name_.find(name);
+  return id ? &tensors_[*id] : nullptr;
 }
 
 std::string serialize_header(const std::optional<std::map<std::string, std::string>>& metadata,

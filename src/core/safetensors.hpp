@@ -4,7 +4,9 @@
 // enforced inside construction, so a ShardHeader that exists is consistent.
 #pragma once
 
+#include "core/byte_source.hpp"
 #include "core/dtype.hpp"
+#include "core/name_table.hpp"
 
 #include <bit>
 
@@ -15,7 +17,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace mx2nv {
@@ -26,6 +27,9 @@ static_assert(std::endian::native == std::endian::little, "big-endian hosts are 
 inline constexpr std::uint64_t kHeaderLengthBytes = 8;
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // safetensors MAX_HEADER_SIZE
 inline constexpr std::size_t kMaxRank = 16;
+// Tensors in one shard header. Kimi K3 has ~5,200 per shard; the cap bounds
+// the memory a hostile 100 MB header can claim (~150 bytes per tensor held).
+inline constexpr std::size_t kMaxTensorsPerShard = 1 << 18;
 
 struct TensorInfo {
   std::string name;
@@ -42,11 +46,16 @@ std::optional<std::uint64_t> tensor_nbytes(Dtype dtype, std::span<const std::uin
 
 class ShardHeader {
  public:
+  // The one entry point for a shard on disk (or anywhere): reads the length
+  // prefix and streams the JSON header from `source`, a safetensors file of
+  // `file_size` bytes, validating everything. `what` names the file in errors.
+  static ShardHeader read(const ByteSource& source, std::uint64_t file_size, std::string_view what);
   // Reads N from the first 8 bytes of a file of `file_size` bytes and checks
-  // it against the cap and the file. `what` names the file in errors.
+  // it against the cap and the file.
   static std::uint64_t parse_header_length(std::span<const std::byte> first8, std::uint64_t file_size,
                                            std::string_view what);
-  // Validates the JSON header of a file of `file_size` bytes.
+  // Validates the JSON header (the N bytes after the prefix) of a file of
+  // `file_size` bytes held in memory.
   static ShardHeader parse(std::string_view header_json, std::uint64_t file_size, std::string_view what);
 
   std::uint64_t header_length() const { return header_length_; }
@@ -58,10 +67,15 @@ class ShardHeader {
   const std::optional<std::map<std::string, std::string>>& metadata() const { return metadata_; }
 
  private:
+  friend class HeaderSax;
+  static ShardHeader parse_json(const ByteSource& source, std::uint64_t offset, std::uint64_t length,
+                                std::uint64_t file_size, std::string_view what);
+  void check_offsets(std::uint64_t file_size, std::string_view what);
+
   std::uint64_t header_length_ = 0;
   std::uint64_t data_size_ = 0;
   std::vector<TensorInfo> tensors_;
-  std::unordered_map<std::string, std::size_t> by_name_;
+  NameTable by_name_;  // ids parallel tensors_
   std::optional<std::map<std::string, std::string>> metadata_;
 };
 

@@ -51,7 +51,7 @@ void ModuleScanner::read_histogram() {
   for_each_scale([&](std::uint64_t position, std::uint8_t b) {
     if (b == kE8M0NaN) {
       fail_input("{}: tensor \"{}\" row {} group {}: scale byte 0xFF is NaN in E8M0", where_.scale_file,
-                 module_.scale.name, position / module_.groups, position % module_.groups);
+                 module_.scale_name(), position / module_.groups, position % module_.groups);
     }
     ++histogram_[b];
     return true;

@@ -1,9 +1,9 @@
 #include "core/shard_index.hpp"
 
 #include "core/error.hpp"
+#include "core/json_stream.hpp"
 
 #include <algorithm>
-#include <set>
 
 namespace mx2nv {
 
@@ -21,65 +21,299 @@ bool is_confined_relative_path(std::string_view path) {
   return true;
 }
 
-ShardIndex parse_shard_index(std::string_view text, std::string_view what) {
-  ShardIndex index;
-  index.document = parse_strict_json(text, what).value;
-  const Json& doc = index.document;
-  if (!doc.is_object()) fail_input("{}: not a JSON object", what);
-  if (!doc.contains("weight_map") || !doc["weight_map"].is_object()) fail_input("{}: no weight_map object", what);
-  if (doc.contains("metadata") && !doc["metadata"].is_object()) fail_input("{}: metadata is not an object", what);
-  std::set<std::string> shards;
-  for (const auto& [tensor, shard] : doc["weight_map"].items()) {
-    if (!shard.is_string()) fail_input("{}: weight_map entry \"{}\" is not a string", what, tensor);
-    const auto& name = shard.get_ref<const std::string&>();
-    if (!is_confined_relative_path(name)) {
-      fail_input("{}: tensor \"{}\" names shard \"{}\", which is not a plain relative path inside the checkpoint",
-                 what, tensor, name);
+// weight_map goes into the name table as it streams by; every other member
+// is built as JSON (with the same strict rules) and kept, within a budget.
+class IndexSax final : public StrictSax {
+ public:
+  IndexSax(ShardIndex& index, NameTable& shards, std::string_view what)
+      : StrictSax(what), index_(index), shards_(shards) {}
+
+  bool start_object(std::size_t) override {
+    enter();
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Start: state_ = State::Top; return true;
+      case State::WeightMapOpen: state_ = State::WeightMap; return true;
+      case State::Member: return open(Json::object());
+      default: return unexpected();
     }
-    if (is_reserved_name(name)) {
-      fail_input("{}: tensor \"{}\" names shard \"{}\"; names starting with \"{}\" are reserved for mx2nv's state",
-                 what, tensor, name, kStateDirName);
-    }
-    index.weight_map.emplace(tensor, name);
-    shards.insert(name);
   }
-  if (index.weight_map.empty()) fail_input("{}: weight_map is empty", what);
-  index.shard_files.assign(shards.begin(), shards.end());
+  bool start_array(std::size_t) override {
+    enter();
+    if (state_ == State::Skip) return true;
+    return state_ == State::Member && !(stack_.empty() && member_ == "metadata") ? open(Json::array()) : unexpected();
+  }
+  bool end_object() override {
+    leave();
+    if (state_ == State::Skip) return true;
+    if (state_ == State::Top) {
+      state_ = State::Done;
+      return true;
+    }
+    if (state_ == State::WeightMap) {
+      state_ = State::Top;
+      return true;
+    }
+    return state_ == State::Member ? close() : unexpected();
+  }
+  bool end_array() override {
+    leave();
+    if (state_ == State::Skip) return true;
+    return state_ == State::Member ? close() : unexpected();
+  }
+  bool key(string_t& k) override {
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Top:
+        if (k == "weight_map") {
+          if (weight_map_seen_) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+          weight_map_seen_ = true;
+          state_ = State::WeightMapOpen;
+          return true;
+        }
+        if (index_.other.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        charge(k.size());
+        member_ = std::move(k);
+        state_ = State::Member;
+        return true;
+      case State::WeightMap: {
+        const auto [id, added] = index_.tensors.insert(k);
+        if (!added) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (index_.tensors.size() > kMaxIndexTensors) {
+          fail_input("{}: more than {} tensors in weight_map", what(), kMaxIndexTensors);
+        }
+        if (index_.tensors.name_bytes() > kMaxIndexNameBytes) {
+          fail_input("{}: weight_map names exceed {} bytes in total", what(), kMaxIndexNameBytes);
+        }
+        state_ = State::WeightMapValue;
+        return true;
+      }
+      case State::Member: {
+        Json& object = *stack_.back();
+        if (object.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        charge(k.size());
+        pending_key_ = std::move(k);
+        return true;
+      }
+      default: return unexpected();
+    }
+  }
+  bool string(string_t& v) override {
+    if (state_ == State::Skip) return true;
+    if (state_ == State::WeightMapValue) {
+      if (!is_confined_relative_path(v)) {
+        reject("{}: tensor \"{}\" names shard \"{}\", which is not a plain relative path inside the checkpoint",
+                   what(), current_tensor(), v);
+      } else if (is_reserved_name(v)) {
+        reject("{}: tensor \"{}\" names shard \"{}\"; names starting with \"{}\" are reserved for mx2nv's state",
+               what(), current_tensor(), v, kStateDirName);
+      }
+      const auto [shard, added] = shards_.insert(v);
+      if (added && shards_.size() > kMaxShards) fail_input("{}: more than {} shard files", what(), kMaxShards);
+      index_.shard_of.push_back(shard);
+      state_ = State::WeightMap;
+      return true;
+    }
+    charge(v.size());
+    return value(Json(std::move(v)));
+  }
+  bool null() override { return value(Json(nullptr)); }
+  bool boolean(bool v) override { return value(Json(v)); }
+  bool number_integer(number_integer_t v) override { return value(Json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return value(Json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return value(Json(v)); }
+
+  void finish() const {
+    StrictSax::finish();
+    if (!weight_map_seen_) fail_input("{}: no weight_map object", what());
+    if (index_.tensors.size() == 0) fail_input("{}: weight_map is empty", what());
+  }
+
+ private:
+  enum class State { Start, Top, WeightMapOpen, WeightMap, WeightMapValue, Member, Done, Skip };
+
+  std::string_view current_tensor() const {
+    return index_.tensors.name(static_cast<NameTable::Id>(index_.tensors.size() - 1));
+  }
+  template <typename... Args>
+  bool skip_with(fmt::format_string<Args...> format, Args&&... args) {
+    state_ = State::Skip;
+    return reject(format, std::forward<Args>(args)...);
+  }
+  bool unexpected() {
+    switch (state_) {
+      case State::Skip: return true;
+      case State::Start: return skip_with("{}: not a JSON object", what());
+      case State::WeightMapOpen: return skip_with("{}: no weight_map object", what());
+      case State::WeightMapValue:
+        return skip_with("{}: weight_map entry \"{}\" is not a string", what(), current_tensor());
+      case State::Member: return skip_with("{}: metadata is not an object", what());
+      default: return skip_with("{}: not an index document", what());
+    }
+  }
+  void charge(std::size_t bytes) {
+    other_bytes_ += bytes + sizeof(Json);
+    if (other_bytes_ > kMaxIndexOtherBytes) {
+      fail_input("{}: members outside weight_map exceed {} bytes", what(), kMaxIndexOtherBytes);
+    }
+  }
+  // A value inside a member (or the member itself, when it is a scalar).
+  bool value(Json&& v) {
+    if (state_ == State::Skip) return true;
+    if (state_ != State::Member || (stack_.empty() && member_ == "metadata")) return unexpected();
+    charge(0);
+    place(std::move(v));
+    if (stack_.empty()) state_ = State::Top;
+    return true;
+  }
+  Json* place(Json&& v) {
+    if (stack_.empty()) {
+      Json& slot = index_.other[member_];
+      slot = std::move(v);
+      return &slot;
+    }
+    Json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    Json& slot = top[pending_key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool open(Json&& container) {
+    charge(0);
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    if (stack_.empty()) state_ = State::Top;
+    return true;
+  }
+
+  ShardIndex& index_;
+  NameTable& shards_;
+  State state_ = State::Start;
+  bool weight_map_seen_ = false;
+  std::string member_;
+  std::string pending_key_;
+  std::vector<Json*> stack_;
+  std::uint64_t other_bytes_ = 0;
+};
+
+ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what) {
+  ShardIndex index;
+  NameTable shards;
+  IndexSax sax(index, shards, what);
+  parse_json_stream(source, 0, size, sax, what);
+  sax.finish();
+  // Shard ids in order of first mention -> positions in the sorted list.
+  const std::vector<NameTable::Id> sorted = shards.sorted_ids();
+  std::vector<std::uint32_t> position(sorted.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    position[sorted[i]] = static_cast<std::uint32_t>(i);
+    index.shard_files.emplace_back(shards.name(sorted[i]));
+  }
+  for (auto& s : index.shard_of) s = position[s];
   return index;
 }
 
-void check_index_matches_shards(const ShardIndex& index, const std::vector<const ShardHeader*>& headers) {
-  std::size_t tensors_in_shards = 0;
-  for (std::size_t s = 0; s < index.shard_files.size(); ++s) {
-    const std::string& shard = index.shard_files[s];
-    for (const TensorInfo& t : headers[s]->tensors()) {
-      const auto it = index.weight_map.find(t.name);
-      if (it == index.weight_map.end()) fail_input("{}: tensor \"{}\" is not in the index", shard, t.name);
-      if (it->second != shard) {
-        fail_input("{}: tensor \"{}\" is indexed to shard \"{}\" (stored twice or mis-indexed)", shard, t.name,
-                   it->second);
-      }
-      ++tensors_in_shards;
+ShardIndex parse_shard_index(std::string_view text, std::string_view what) {
+  const MemorySource source(text);
+  return read_shard_index(source, text.size(), what);
+}
+
+std::string_view ShardIndex::shard_for(std::string_view tensor) const {
+  const auto id = tensors.find(tensor);
+  return id ? std::string_view(shard_files[shard_of[*id]]) : std::string_view();
+}
+
+void IndexCoverage::add_shard(std::size_t shard, const ShardHeader& header) {
+  const std::string& file = index_.shard_files[shard];
+  for (const TensorInfo& t : header.tensors()) {
+    const auto id = index_.tensors.find(t.name);
+    if (!id) fail_input("{}: tensor \"{}\" is not in the index", file, t.name);
+    if (index_.shard_of[*id] != shard) {
+      fail_input("{}: tensor \"{}\" is indexed to shard \"{}\" (stored twice or mis-indexed)", file, t.name,
+                 index_.shard_files[index_.shard_of[*id]]);
     }
+    seen_[*id] = true;
+    ++covered_;
   }
-  if (tensors_in_shards != index.weight_map.size()) {
-    for (const auto& [tensor, shard] : index.weight_map) {
-      const auto pos = std::lower_bound(index.shard_files.begin(), index.shard_files.end(), shard);
-      const auto s = static_cast<std::size_t>(pos - index.shard_files.begin());
-      if (headers[s]->find(tensor) == nullptr) {
-        fail_input("{}: indexed tensor \"{}\" is missing from shard \"{}\"", kIndexFileName, tensor, shard);
-      }
+}
+
+void IndexCoverage::finish() const {
+  if (covered_ == index_.tensors.size()) return;
+  for (std::size_t id = 0; id < seen_.size(); ++id) {
+    if (!seen_[id]) {
+      fail_input("{}: indexed tensor \"{}\" is missing from shard \"{}\"", kIndexFileName,
+                 index_.tensors.name(static_cast<NameTable::Id>(id)), index_.shard_files[index_.shard_of[id]]);
     }
   }
 }
 
-std::string render_shard_index(const Json& source_document, const std::map<std::string, std::string>& weight_map,
-                               std::uint64_t total_size) {
-  Json doc = source_document;
-  doc["weight_map"] = weight_map;
+namespace {
+
+char char_at(const IndexEntry& e, std::size_t i) { return i < e.name.size() ? e.name[i] : e.suffix[i - e.name.size()]; }
+
+// Orders entries by their full name, name + suffix, bytewise (as std::string
+// compares), without building it.
+bool full_name_less(const IndexEntry& a, const IndexEntry& b) {
+  const std::size_t common = std::min(a.name.size(), b.name.size());
+  if (const int c = a.name.substr(0, common).compare(b.name.substr(0, common)); c != 0) return c < 0;
+  const std::size_t na = a.name.size() + a.suffix.size(), nb = b.name.size() + b.suffix.size();
+  for (std::size_t i = common; i < std::min(na, nb); ++i) {
+    const auto x = static_cast<unsigned char>(char_at(a, i)), y = static_cast<unsigned char>(char_at(b, i));
+    if (x != y) return x < y;
+  }
+  return na < nb;
+}
+
+}  // namespace
+
+void render_shard_index(const Json& other, std::size_t count, const IndexEntries& entry, std::uint64_t total_size,
+                        const TextSink& sink) {
+  Json doc = other;
   if (!doc.contains("metadata")) doc["metadata"] = Json::object();
   doc["metadata"]["total_size"] = total_size;
-  return doc.dump(2) + "\n";
+  doc["weight_map"] = Json::object();
+  const std::string text = doc.dump(2);
+  // Splice the (large) weight_map in as text rather than as a DOM. At
+  // indent 2, a top-level key is the only thing that can follow a newline
+  // and exactly two spaces (strings escape newlines).
+  constexpr std::string_view kSlot = "\n  \"weight_map\": {}";
+  const std::size_t at = text.find(kSlot) + kSlot.size() - 1;  // the closing brace
+  std::vector<std::uint32_t> order(count);
+  for (std::size_t i = 0; i < count; ++i) order[i] = static_cast<std::uint32_t>(i);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); });
+  std::string piece = text.substr(0, at);
+  std::string name;
+  for (std::size_t i = 0; i < count; ++i) {
+    const IndexEntry e = entry(order[i]);
+    piece += i == 0 ? "\n    " : ",\n    ";
+    name.assign(e.name);
+    name += e.suffix;
+    piece += Json(name).dump();
+    piece += ": ";
+    piece += Json(e.shard).dump();
+    if (piece.size() >= kJsonChunkBytes) {
+      sink(piece);
+      piece.clear();
+    }
+  }
+  if (count != 0) piece += "\n  ";
+  piece += text.substr(at);
+  piece += '\n';
+  sink(piece);
+}
+
+std::string render_shard_index(const Json& other, const std::vector<IndexEntry>& weight_map, std::uint64_t total_size) {
+  std::string out;
+  render_shard_index(
+      other, weight_map.size(), [&](std::size_t i) { return weight_map[i]; }, total_size,
+      [&](std::string_view piece) { out += piece; });
+  return out;
 }
 
 }  // namespace mx2nv

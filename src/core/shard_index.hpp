@@ -1,40 +1,88 @@
 // model.safetensors.index.json: which shard holds which tensor. Shard names
 // come from an untrusted file and become paths, so they are confined to the
 // checkpoint directory here, before the I/O layer ever sees them.
+//
+// At Kimi K3's scale the index is ~60 MB with ~500k entries, so it is parsed
+// as a stream (json_stream.hpp) into interned names and flat arrays; only the
+// members outside weight_map are kept as JSON, under a cap. Caps below bound
+// what a hostile index can make us hold (~20 bytes per entry plus its name).
 #pragma once
 
+#include "core/byte_source.hpp"
 #include "core/checkpoint_names.hpp"
+#include "core/name_table.hpp"
 #include "core/safetensors.hpp"
 #include "core/strict_json.hpp"
 
-#include <map>
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-
 namespace mx2nv {
+
+inline constexpr std::size_t kMaxIndexTensors = 1 << 21;            // K3: ~500k
+inline constexpr std::uint64_t kMaxIndexNameBytes = 96ull << 20;    // K3: ~38 MB of tensor names
+inline constexpr std::uint64_t kMaxIndexOtherBytes = 16ull << 20;   // members outside weight_map
+inline constexpr std::size_t kMaxShards = 100'000;
 
 // A relative path with no empty, "." or ".." components, no backslashes, no
 // NUL, not absolute: it can only name something below the directory.
 bool is_confined_relative_path(std::string_view path);
 
 struct ShardIndex {
-  Json document;                                   // the whole file, for regeneration
-  std::map<std::string, std::string> weight_map;   // tensor -> shard file
-  std::vector<std::string> shard_files;            // distinct, sorted
+  Json other = Json::object();       // every top-level member but weight_map (metadata, ...)
+  NameTable tensors;                 // weight_map keys
+  std::vector<std::uint32_t> shard_of;  // per tensor id: index into shard_files
+  std::vector<std::string> shard_files;  // distinct, sorted
+  std::string_view shard_for(std::string_view tensor) const;  // "" when not indexed
 };
 
+// Streams bytes [0, size) of `source`; `what` names the file in errors.
+ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what);
 ShardIndex parse_shard_index(std::string_view text, std::string_view what);
 
-// Every tensor of every shard is indexed exactly once, to the shard that holds
-// it, and every indexed tensor exists there. `headers` parallels shard_files.
-void check_index_matches_shards(const ShardIndex& index, const std::vector<const ShardHeader*>& headers);
+// Checks, one shard at a time, that every tensor of every shard is indexed
+// exactly once, to the shard that holds it, and that every indexed tensor
+// exists there. Holds one bit per indexed tensor.
+class IndexCoverage {
+ public:
+  explicit IndexCoverage(const ShardIndex& index) : index_(index), seen_(index.tensors.size(), false) {}
+  // `shard` is an index into index.shard_files. Thread-safe only if callers
+  // serialise calls (the checkpoint reader holds a lock).
+  void add_shard(std::size_t shard, const ShardHeader& header);
+  // After every shard: nothing indexed is missing.
+  void finish() const;
 
-// The index written for a converted checkpoint: the source document with
-// weight_map replaced and metadata.total_size set (sum of tensor bytes, as
-// huggingface_hub computes it). Keys sorted, 2-space indent, as transformers writes.
-std::string render_shard_index(const Json& source_document, const std::map<std::string, std::string>& weight_map,
-                               std::uint64_t total_size);
+ private:
+  const ShardIndex& index_;
+  std::vector<bool> seen_;
+  std::size_t covered_ = 0;
+};
+
+// One weight_map entry of a written index: the tensor name is `name` followed
+// by `suffix` (so module globals need no string of their own).
+struct IndexEntry {
+  std::string_view name;
+  std::string_view suffix;
+  std::string_view shard;
+};
+
+// The index written for a converted checkpoint: the source document's other
+// members with weight_map replaced by `weight_map` and metadata.total_size
+// set (sum of tensor bytes, as huggingface_hub computes it). Keys sorted,
+// 2-space indent, as transformers writes. Streamed to `sink` in pieces of
+// about kJsonChunkBytes, so a K3-sized index is never one string.
+using TextSink = std::function<void(std::string_view)>;
+// `entry(i)` for i in [0, count) gives the entries (in any order; they are
+// sorted here by index, 4 bytes each, not copied).
+using IndexEntries = std::function<IndexEntry(std::size_t)>;
+void render_shard_index(const Json& other, std::size_t count, const IndexEntries& entry, std::uint64_t total_size,
+                        const TextSink& sink);
+// The same from a list, into a string (small indexes, tests).
+std::string render_shard_index(const Json& other, const std::vector<IndexEntry>& weight_map, std::uint64_t total_size);
 
 }  // namespace mx2nv

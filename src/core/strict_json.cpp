@@ -1,6 +1,7 @@
 #include "core/strict_json.hpp"
 
 #include "core/error.hpp"
+#include "core/json_stream.hpp"
 
 namespace mx2nv {
 namespace {
@@ -76,6 +77,7 @@ class StrictBuilder : public nlohmann::json_sax<Json> {
 }  // namespace
 
 StrictJson parse_strict_json(std::string_view text, std::string_view what) {
+  check_json_bytes(text, what);
   StrictBuilder builder(what);
   Json::sax_parse(text.begin(), text.end(), &builder, nlohmann::detail::input_format_t::json, true);
   return std::move(builder).result();

@@ -2,7 +2,9 @@
 // config.json). nlohmann's DOM parser silently keeps the last of duplicate
 // keys; a checkpoint whose two readers could disagree about a tensor is
 // exactly what we must refuse, so we parse through SAX and reject duplicates,
-// excessive nesting and invalid UTF-8 (the lexer enforces UTF-8).
+// excessive nesting, invalid UTF-8 (the lexer enforces UTF-8), a leading
+// byte order mark and NUL bytes (see json_stream.hpp). This DOM parser is for
+// small documents (config.json, records); large ones stream (json_stream.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,27 +1,19 @@
 #include "io/checkpoint_reader.hpp"
 
-#include "core/error.hpp"
 #include "core/checkpoint_names.hpp"
+#include "core/error.hpp"
+#include "io/parallel.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 #include <vector>
 
 namespace mx2nv {
 namespace {
 
-OpenShard open_shard(const fs::path& root, const std::string& file) {
-  OpenShard s;
-  s.file = file;
-  s.handle = File::open_read(root / file);
-  s.size = s.handle.size();
-  std::byte first8[kHeaderLengthBytes] = {};
-  if (s.size >= kHeaderLengthBytes) s.handle.read_at(0, first8);
-  const std::uint64_t n = ShardHeader::parse_header_length(first8, s.size, file);
-  std::string json(static_cast<std::size_t>(n), '\0');
-  s.handle.read_at(kHeaderLengthBytes, std::as_writable_bytes(std::span(json)));
-  s.header = ShardHeader::parse(json, s.size, file);
-  return s;
+ShardSummary summarise(std::string file, std::uint64_t size, const ShardHeader& h) {
+  return {std::move(file), size, h.data_start(), h.data_size(), h.tensors().size()};
 }
 
 // Every regular file below root except the ones named in `skip`, following
@@ -67,19 +59,49 @@ std::vector<std::string> list_companions(const fs::path& root, const std::set<st
 
 }  // namespace
 
-std::vector<ShardTensors> Checkpoint::shard_tensors() const {
-  std::vector<ShardTensors> out;
-  for (const auto& s : shards) out.push_back({s.file, &s.header});
-  return out;
+ShardFiles::ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity)
+    : root_(std::move(root)), files_(std::move(files)), capacity_(std::max<std::size_t>(1, capacity)) {}
+
+std::shared_ptr<const File> ShardFiles::open(std::size_t shard) const {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = recent_.begin(); it != recent_.end(); ++it) {
+      if (it->first == shard) {
+        recent_.splice(recent_.begin(), recent_, it);
+        return it->second;
+      }
+    }
+  }
+  auto file = std::make_shared<const File>(File::open_read(root_ / files_[shard]));
+  std::lock_guard lock(mutex_);
+  recent_.emplace_front(shard, file);
+  if (recent_.size() > capacity_) recent_.pop_back();
+  return file;
 }
 
 std::uint64_t Checkpoint::tensor_bytes() const {
   std::uint64_t total = 0;
-  for (const auto& s : shards) total += s.header.data_size();
+  for (const auto& s : shards) total += s.data_size;
   return total;
 }
 
-Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role) {
+std::uint64_t Checkpoint::tensor_count() const {
+  std::uint64_t total = 0;
+  for (const auto& s : shards) total += s.tensors;
+  return total;
+}
+
+OpenShard Checkpoint::read_shard(std::size_t shard) const {
+  const ShardSummary& s = shards[shard];
+  OpenShard o{&s, File::open_read(root / s.file), {}};
+  o.header = ShardHeader::read(FileSource(o.handle), o.handle.size(), s.file);
+  if (o.handle.size() != s.size || o.header.data_start() != s.data_start || o.header.tensors().size() != s.tensors) {
+    fail_input("{}: changed while mx2nv was reading it", s.file);
+  }
+  return o;
+}
+
+Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned threads, const ShardVisitor& visit) {
   Checkpoint c;
   c.root = root;
   std::error_code ec;
@@ -90,33 +112,70 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role) {
 
   std::set<std::string> structural{std::string(kConfigFileName)};
   const fs::path index_path = root / std::string(kIndexFileName);
+  std::vector<std::string> files;
   if (fs::exists(index_path, ec)) {
-    c.index = parse_shard_index(read_text_file(index_path, kMaxIndexBytes), kIndexFileName);
+    const File index_file = File::open_read(index_path);
+    const std::uint64_t size = index_file.size();
+    if (size > kMaxIndexBytes) fail_input("{}: {} bytes exceeds the {} byte limit", kIndexFileName, size, kMaxIndexBytes);
+    c.index = read_shard_index(FileSource(index_file), size, kIndexFileName);
     structural.insert(std::string(kIndexFileName));
-    for (const auto& file : c.index->shard_files) {
+      files = c.index->shard_files;
+    for (const auto& file : files) {
       if (!fs::exists(root / file, ec)) fail_input("{}: shard \"{}\" does not exist", kIndexFileName, file);
-      c.shards.push_back(open_shard(root, file));
-      structural.insert(file);
     }
-    std::vector<const ShardHeader*> headers;
-    for (const auto& s : c.shards) headers.push_back(&s.header);
-    check_index_matches_shards(*c.index, headers);
   } else if (fs::exists(root / std::string(kSingleShardName), ec)) {
-    c.shards.push_back(open_shard(root, std::string(kSingleShardName)));
-    structural.insert(std::string(kSingleShardName));
+    files.emplace_back(kSingleShardName);
   } else {
     fail_input("{}: neither {} nor {}", root.string(), kIndexFileName, kSingleShardName);
   }
+  structural.insert(files.begin(), files.end());
+
+  // One pass over the headers, a shard per worker; each header is dropped
+  // once checked against the index and shown to the visitor.
+  std::optional<IndexCoverage> coverage;
+  if (c.index) coverage.emplace(*c.index);
+  c.shards.resize(files.size());
+  std::mutex mutex;
+  parallel_for(files.size(), threads, [&](std::size_t s) {
+    const File handle = File::open_read(root / files[s]);
+    const std::uint64_t size = handle.size();
+    const ShardHeader header = ShardHeader::read(FileSource(handle), size, files[s]);
+    std::lock_guard lock(mutex);
+    if (coverage) coverage->add_shard(s, header);
+    if (visit) visit(s, files[s], header);
+    c.shards[s] = summarise(files[s], size, header);
+  });
+  if (coverage) coverage->finish();
   c.companions = list_companions(root, structural, role);
+  c.files = std::make_unique<ShardFiles>(root, std::move(files));
   return c;
 }
 
-SourceCheckpoint open_source_checkpoint(const fs::path& root) {
-  SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source), {}, {}};
+SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads) {
+  ModuleCollector collector;
+  const auto collect = [&](std::size_t shard, std::string_view file, const ShardHeader& header) {
+    collector.add_shard(shard, file, header);
+  };
+  SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source, threads, collect), {}, {}};
   s.quant = read_source_quant_config(s.checkpoint.config_text);
-  s.modules = discover_modules(s.checkpoint.shard_tensors());
+  s.modules = std::move(collector).finish();
   if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());
   return s;
+}
+
+void render_target_index(const SourceCheckpoint& source, std::uint64_t total_size, const TextSink& sink) {
+  const ShardIndex& index = source.checkpoint.index.value();
+  const auto& modules = source.modules.modules;
+  const std::size_t indexed = index.tensors.size();
+  const auto entry = [&](std::size_t i) -> IndexEntry {
+    if (i < indexed) {
+      const auto id = static_cast<NameTable::Id>(i);
+      return {index.tensors.name(id), {}, index.shard_files[index.shard_of[id]]};
+    }
+    const QuantModule& m = modules[i - indexed];
+    return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
+  };
+  render_shard_index(index.other, indexed + modules.size(), entry, total_size, sink);
 }
 
 Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target) {

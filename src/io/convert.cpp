@@ -27,7 +27,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   report.copy_mode = std::string(copy_mode_name(options.copy));
 
   // --- plan: nothing is written until every module has been decided.
-  const SourceCheckpoint source = open_source_checkpoint(options.source);
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
   if (answer_finished(report, out, ck, options.window)) {

@@ -6,11 +6,11 @@
 #include "io/cancel.hpp"
 #include "io/parallel.hpp"
 #include "io/shard_writer.hpp"
+#include "io/stream_hash.hpp"
 
 #include <xxhash.h>
 
 #include <atomic>
-#include <map>
 
 namespace mx2nv {
 namespace {
@@ -103,7 +103,8 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
 }
 
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
-                                           const SourceCheckpoint& source, std::size_t shard) {
+                                           const SourceCheckpoint& source, const OpenShard& in) {
+  const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
   auto record = dst.read_record(expected.shard);
   if (!record || !record->same_source(expected) || record->plan_hash != expected.plan_hash) return std::nullopt;
   const auto stamp = dst.stamp(expected.shard);
@@ -111,7 +112,7 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
       stamp->ctime_ns != record->output_ctime_ns) {
     return std::nullopt;
   }
-  const TargetLayout layout = make_target_layout(source.checkpoint.shards[shard].header, shard, source.modules);
+  const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
   const std::uint64_t data_start = serialize_target_header(layout).size();
   if (data_start + layout.data_size != stamp->size) return std::nullopt;
   if (hash_written_bytes(dst.open_read(expected.shard), layout, data_start) != record->written_hash) {
@@ -129,15 +130,16 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
   std::atomic<std::uint64_t> reused_count{0};
   parallel_for(shards.size(), threads, [&](std::size_t i) {
     const std::size_t s = shards[i];
-    ShardRecord r = expected_record(source, plan, s);
+    const OpenShard in = source.checkpoint.read_shard(s);  // its header, read again (not kept from planning)
+    ShardRecord r = expected_record(source, plan, in);
     const Destination::ShardLock lock = out.lock_shard(r.shard);
-    if (const auto earlier = reuse ? reusable_record(out, r, source, s) : std::nullopt) {
+    if (const auto earlier = reuse ? reusable_record(out, r, source, in) : std::nullopt) {
       records[i] = *earlier;
       ++reused_count;
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    const ShardWriteResult w = write_shard(source, plan, s, out, copier);
+    const ShardWriteResult w = write_shard(source, plan, in, out, copier);
     const auto stamp = out.stamp(r.shard);
     if (!stamp) fail(ErrorKind::Io, "{}: vanished right after it was written", (out.root() / r.shard).string());
     r.output_size = w.output_size;
@@ -187,16 +189,18 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
     return;
   }
   out.write_file(std::string(kConfigFileName), config);
-  std::map<std::string, std::string> weight_map;
-  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    for (const auto& t : make_target_layout(ck.shards[s].header, s, source.modules).tensors) {
-      weight_map.emplace(t.info.name, ck.shards[s].file);
-    }
-  }
-  const std::string index = render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes);
-  finished.index_hash = text_hash(index);
-  report.written_bytes += index.size();
-  out.finish(finished, std::string(kIndexFileName), index);
+  // The index streams to its temporary file and its hash, then commits.
+  Destination::Pending index = out.begin(std::string(kIndexFileName));
+  StreamHash hash;
+  std::uint64_t written = 0;
+  render_target_index(source, report.target_tensor_bytes, [&](std::string_view piece) {
+    index.file.write_at(written, std::as_bytes(std::span(piece)));
+    hash.update(std::as_bytes(std::span(piece)));
+    written += piece.size();
+  });
+  finished.index_hash = hash.digest();
+  report.written_bytes += written;
+  out.finish(finished, index);
 }
 
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window) {

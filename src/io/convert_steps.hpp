@@ -41,7 +41,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
 // this plan and the output file on disk (shard_record.hpp says why the
 // output's identity and the bytes mx2nv wrote itself are enough to check).
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
-                                           const SourceCheckpoint& source, std::size_t shard);
+                                           const SourceCheckpoint& source, const OpenShard& shard);
 
 // Finalize: companions, config, then the finished record and the commit point
 // (the index; for a single-file model config.json). Adds the bytes it writes

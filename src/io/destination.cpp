@@ -383,8 +383,14 @@ void Destination::write_record(const ShardRecord& record) {
 
 void Destination::finish(const FinishedRecord& record, const std::string& commit_point,
                          std::string_view commit_contents) {
+  Pending pending = begin(commit_point);
+  pending.file.write_at(0, std::as_bytes(std::span(commit_contents)));
+  finish(record, pending);
+}
+
+void Destination::finish(const FinishedRecord& record, Pending& commit_point) {
   write_file(state_path(kFinishedFileName), finished_record_to_text(record));
-  write_file(commit_point, commit_contents);
+  commit(commit_point);
   // Complete: records, locks and a plan kept here have served their purpose.
   const UniqueFd state = open_directory(std::string(kStateDirName), false);
   remove_entries_except(state.get(), std::string(kFinishedFileName));

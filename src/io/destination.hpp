@@ -103,6 +103,9 @@ class Destination {
   // everything else in .mx2nv (records, locks, a plan kept there). After this
   // the destructor keeps everything.
   void finish(const FinishedRecord& record, const std::string& commit_point, std::string_view commit_contents);
+  // The same for a commit point already written under its temporary name
+  // (begin(), written in pieces: a K3 index is ~90 MB, never one string).
+  void finish(const FinishedRecord& record, Pending& commit_point);
 
  private:
   UniqueFd open_directory(const std::string& relative, bool create);

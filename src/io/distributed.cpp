@@ -85,8 +85,9 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
   f.target = fs::absolute(dst).lexically_normal().string();
   const Checkpoint& ck = source.checkpoint;
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    const ShardRecord r = expected_record(source, plan, s);
-    const TargetLayout layout = make_target_layout(ck.shards[s].header, s, source.modules);
+    const OpenShard in = ck.read_shard(s);
+    const ShardRecord r = expected_record(source, plan, in);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules);
     f.shards.push_back({r.shard, r.source_size, r.source_mtime_ns, r.source_header_hash, r.plan_hash,
                         layout.data_size, layout.tensors.size()});
   }
@@ -234,7 +235,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   report.copy_mode = std::string(copy_mode_name(options.copy));
   CopyEngine engine(options.copy);
   if (options.copy == CopyMode::Reflink && !shards.empty()) {
-    CopyEngine::require_sharing(source.checkpoint.shards[shards.front()].handle, loaded->target);
+    CopyEngine::require_sharing(*source.checkpoint.files->open(shards.front()), loaded->target);
   }
   const std::vector<ShardRecord> records =
       execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine);

@@ -2,6 +2,7 @@
 
 #include "core/target_layout.hpp"
 #include "io/checkpoint_reader.hpp"
+#include "io/parallel.hpp"
 #include "io/planner.hpp"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   in.report = start_report("inspect", window, path, nullptr);
   Report& r = in.report;
 
-  const SourceCheckpoint source = open_source_checkpoint(path);
+  const SourceCheckpoint source = open_source_checkpoint(path, threads);
   const Checkpoint& ck = source.checkpoint;
   const ScanResult scan = scan_modules(source, threads);
   in.probes = scan.probes;
@@ -26,10 +27,17 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   r.scale_groups = source.modules.scale_groups.size();
   r.companion_files = ck.companions.size();
   r.source_tensor_bytes = ck.tensor_bytes();
+  // The target size is what the shard writer's layout will hold: headers are
+  // read again, a shard at a time, rather than kept from the first pass.
+  std::vector<std::uint64_t> target_bytes(ck.shards.size()), passthrough(ck.shards.size());
+  parallel_for(ck.shards.size(), threads, [&](std::size_t s) {
+    const TargetLayout layout = make_target_layout(ck.read_shard(s).header, s, source.modules);
+    target_bytes[s] = layout.data_size;
+    for (const auto& t : layout.tensors) passthrough[s] += t.role == TensorRole::PassThrough ? 1 : 0;
+  });
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    const TargetLayout layout = make_target_layout(ck.shards[s].header, s, source.modules);
-    r.target_tensor_bytes += layout.data_size;
-    for (const auto& t : layout.tensors) r.passthrough_tensors += t.role == TensorRole::PassThrough ? 1 : 0;
+    r.target_tensor_bytes += target_bytes[s];
+    r.passthrough_tensors += passthrough[s];
   }
 
   for (const Window w : {Window::Marlin, Window::E4M3}) {

@@ -8,23 +8,25 @@
 namespace mx2nv {
 namespace {
 
-// Where a module's packed and scale bytes are; lives as long as the scanner using it.
+// Where a module's packed and scale bytes are; holds the two shard files
+// (from the checkpoint's bounded pool) as long as the scanner using it.
 class ModuleSources {
  public:
   ModuleSources(const SourceCheckpoint& source, const QuantModule& m)
-      : packed_shard_(source.checkpoint.shards[m.packed_shard]),
-        scale_shard_(source.checkpoint.shards[m.scale_shard]),
-        packed_(packed_shard_.handle),
-        scale_(scale_shard_.handle),
-        location_{&packed_, packed_shard_.header.data_start() + m.packed.begin, &scale_,
-                  scale_shard_.header.data_start() + m.scale.begin, scale_shard_.file} {}
+      : packed_file_(source.checkpoint.files->open(m.packed_shard)),
+        scale_file_(source.checkpoint.files->open(m.scale_shard)),
+        packed_(*packed_file_),
+        scale_(*scale_file_),
+        location_{&packed_, source.checkpoint.shards[m.packed_shard].data_start + m.packed.begin, &scale_,
+                  source.checkpoint.shards[m.scale_shard].data_start + m.scale.begin,
+                  source.checkpoint.shards[m.scale_shard].file} {}
   ModuleSources(const ModuleSources&) = delete;
   ModuleSources& operator=(const ModuleSources&) = delete;
   const ModuleLocation& location() const { return location_; }
 
  private:
-  const OpenShard& packed_shard_;
-  const OpenShard& scale_shard_;
+  std::shared_ptr<const File> packed_file_;
+  std::shared_ptr<const File> scale_file_;
   FileSource packed_;
   FileSource scale_;
   ModuleLocation location_;

@@ -4,10 +4,12 @@
 #include "core/printable.hpp"
 #include "core/strict_json.hpp"
 #include "core/target_layout.hpp"
+#include "io/stream_hash.hpp"
 
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -91,7 +93,7 @@ std::string record_file_name(const std::string& shard) {
 }
 
 ShardRecord source_identity(const Checkpoint& source, std::size_t shard) {
-  const OpenShard& s = source.shards[shard];
+  const ShardSummary& s = source.shards[shard];
   ShardRecord r;
   r.shard = s.file;
   r.source_size = s.size;
@@ -99,17 +101,24 @@ ShardRecord source_identity(const Checkpoint& source, std::size_t shard) {
   const fs::path path = source.root / s.file;
   if (::stat(path.c_str(), &st) != 0) fail_io(path, "stat", errno);
   r.source_mtime_ns = mtime_ns(st);
-  std::vector<std::byte> header(static_cast<std::size_t>(s.header.data_start()));
-  s.handle.read_at(0, header);
-  r.source_header_hash = XXH3_64bits(header.data(), header.size());
+  // The header's bytes, hashed as they are read (a header may be 100 MB).
+  const File file = File::open_read(path);
+  StreamHash hash;
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(s.data_start, 1 << 20)));
+  read_in_chunks(file, 0, s.data_start, buffer, [&](std::span<const std::byte> chunk, std::uint64_t) { hash.update(chunk); });
+  r.source_header_hash = hash.digest();
   return r;
 }
 
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard) {
+  return expected_record(source, plan, source.checkpoint.read_shard(shard));
+}
+
+ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& s) {
+  const auto shard = static_cast<std::size_t>(s.summary - source.checkpoint.shards.data());
   ShardRecord r = source_identity(source.checkpoint, shard);
   // A new version may write different bytes, hence the version.
   std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION, window_name(plan.window));
-  const OpenShard& s = source.checkpoint.shards[shard];
   for (const auto& t : make_target_layout(s.header, shard, source.modules).tensors) {
     if (t.role != TensorRole::Scale) continue;
     const ModulePlan& p = plan.modules[t.module];

@@ -85,6 +85,8 @@ ShardRecord source_identity(const Checkpoint& source, std::size_t shard);
 // Identity plus the plan's fingerprint for this shard: every scale's global
 // exponent and mode, the window and the tool version.
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard);
+// The same for a shard already read (Checkpoint::read_shard): its header is parsed once per use.
+ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& shard);
 
 std::string shard_record_to_text(const ShardRecord& record);
 std::optional<ShardRecord> shard_record_from_text(std::string_view text);

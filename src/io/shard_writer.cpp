@@ -13,7 +13,12 @@ namespace mx2nv {
 
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
                              CopyEngine& engine) {
-  const OpenShard& in = source.checkpoint.shards[shard];
+  return write_shard(source, plan, source.checkpoint.read_shard(shard), out, engine);
+}
+
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
+                             CopyEngine& engine) {
+  const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
   const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
   const std::string header = serialize_target_header(layout);
   const std::uint64_t data_start = header.size();
@@ -21,7 +26,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
   ShardWriteResult result;
   result.target_bytes = layout.data_size;
   result.output_size = data_start + layout.data_size;
-  Destination::Pending target = out.begin(in.file);
+  Destination::Pending target = out.begin(in.summary->file);
   // Sized first: shared ranges may land beyond what has been written so far.
   target.file.set_size(result.output_size);
   in.handle.advise_sequential();

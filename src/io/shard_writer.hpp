@@ -36,6 +36,9 @@ struct ShardWriteResult {
 
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
                              CopyEngine& engine);
+// The same for a shard already read (Checkpoint::read_shard), so its header is parsed once per use.
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
+                             CopyEngine& engine);
 
 // XXH3-64 of the bytes a shard writer writes itself (header, then the
 // changed tensors in file order), read back from a finished output file: what

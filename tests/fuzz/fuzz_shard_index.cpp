@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace mx2nv;
@@ -25,8 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         start = slash + 1;
       }
     }
-    const std::string again = render_shard_index(index.document, index.weight_map, 7);
-    if (parse_shard_index(again, "again").weight_map != index.weight_map) std::abort();
+    std::vector<IndexEntry> entries;
+    for (NameTable::Id id = 0; id < index.tensors.size(); ++id) {
+      entries.push_back({index.tensors.name(id), {}, index.shard_files[index.shard_of[id]]});
+    }
+    const std::string again = render_shard_index(index.other, entries, 7);
+    const ShardIndex back = parse_shard_index(again, "again");
+    if (back.tensors.size() != index.tensors.size() || back.shard_files != index.shard_files) std::abort();
+    for (NameTable::Id id = 0; id < index.tensors.size(); ++id) {
+      if (back.shard_for(index.tensors.name(id)) != index.shard_for(index.tensors.name(id))) std::abort();
+    }
   } catch (const Error&) {
   }
   return 0;

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 
 namespace mx2nv {
 namespace {
@@ -186,15 +187,55 @@ TEST(Modules, PairsGateUpAcrossShards) {
   const ModuleSet set = discover_modules({{"a", &a}, {"b", &b}});
   ASSERT_EQ(set.modules.size(), 5u);
   EXPECT_EQ(set.scale_groups.size(), 3u);
-  const auto& w1 = set.modules[set.by_name.at("e.0.w1")];
-  const auto& w3 = set.modules[set.by_name.at("e.0.w3")];
+  const auto& w1 = set.modules[set.find("e.0.w1").value()];
+  const auto& w3 = set.modules[set.find("e.0.w3").value()];
   EXPECT_EQ(w1.scale_group, w3.scale_group);
   EXPECT_NE(w1.scale_shard, w3.scale_shard);
-  EXPECT_NE(set.modules[set.by_name.at("e.0.w2")].scale_group, w1.scale_group);
-  EXPECT_EQ(set.modules[set.by_name.at("m.gate_proj")].scale_group, set.modules[set.by_name.at("m.up_proj")].scale_group);
+  EXPECT_NE(set.modules[set.find("e.0.w2").value()].scale_group, w1.scale_group);
+  EXPECT_EQ(set.modules[set.find("m.gate_proj").value()].scale_group, set.modules[set.find("m.up_proj").value()].scale_group);
   EXPECT_EQ(w1.groups, 2u);
   EXPECT_TRUE(set.is_module_tensor("e.0.w1.weight_packed"));
   EXPECT_FALSE(set.is_module_tensor("norm.weight"));
+}
+
+// A module is named; a tensor that is only a suffix belongs to no layer.
+TEST(Modules, RefusesAnEmptyModuleName) {
+  EXPECT_EQ(discover_error(HeaderBuilder()
+                               .add(".weight_packed", Dtype::U8, {4, 16})
+                               .add(".weight_scale", Dtype::U8, {4, 1})
+                               .add("x.w1.weight_packed", Dtype::U8, {4, 16})
+                               .add("x.w1.weight_scale", Dtype::U8, {4, 1})
+                               .build(),
+                           "empty module name"),
+            ErrorKind::InvalidInput);
+  EXPECT_EQ(discover_error(HeaderBuilder().add(".weight_scale", Dtype::U8, {4, 1}).build(), "empty module name"),
+            ErrorKind::InvalidInput);
+}
+
+// Pairs only P.w1<->P.w3 and P.gate_proj<->P.up_proj with one non-empty P;
+// everything else gets a global of its own.
+TEST(Modules, NeverPairsAcrossParents) {
+  HeaderBuilder b;
+  for (const char* m : {".w1", ".w3", "a.w1", "b.w3", "c.gate_proj", "c.up_proj", "d.gate_proj", "d.w3", "w1", "w3",
+                        "e.w1", "e.w3", "e.w2", "f.up_proj", "x.w1.w3"}) {
+    b.add(std::string(m) + ".weight_packed", Dtype::U8, {2, 16}).add(std::string(m) + ".weight_scale", Dtype::U8, {2, 1});
+  }
+  const ShardHeader h = b.build();
+  const ModuleSet set = discover_modules({{"s", &h}});
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const auto& members : set.scale_groups) {
+    ASSERT_LE(members.size(), 2u);
+    if (members.size() == 2) {
+      auto x = set.modules[members[0]].name, y = set.modules[members[1]].name;
+      pairs.emplace(std::min(x, y), std::max(x, y));
+    }
+  }
+  EXPECT_EQ(pairs, (std::set<std::pair<std::string, std::string>>{{"c.gate_proj", "c.up_proj"}, {"e.w1", "e.w3"}}));
+  for (std::size_t i = 0; i < set.modules.size(); ++i) {
+    EXPECT_EQ(std::count_if(set.scale_groups.begin(), set.scale_groups.end(),
+                            [&](const auto& g) { return std::find(g.begin(), g.end(), i) != g.end(); }),
+              1);
+  }
 }
 
 TEST(Modules, RefusesInconsistentPairs) {
@@ -231,7 +272,6 @@ ModuleSet two_module_pair() {
     m.name = n;
     m.rows = 1;
     m.groups = 4;
-    set.by_name.emplace(n, set.modules.size());
     set.modules.push_back(m);
   }
   set.scale_groups = {{0, 1}};
@@ -244,7 +284,6 @@ ModuleSet single_module(const std::string& name, std::uint64_t groups) {
   m.name = name;
   m.rows = 1;
   m.groups = groups;
-  set.by_name.emplace(name, 0);
   set.modules.push_back(m);
   set.scale_groups = {{0}};
   return set;

@@ -1,5 +1,6 @@
 // The safetensors validator: one test per corruption class.
 #include "core/error.hpp"
+#include "core/json_stream.hpp"
 #include "core/safetensors.hpp"
 
 #include <gtest/gtest.h>
@@ -138,8 +139,61 @@ TEST(SafetensorsCorrupt, MissingField) {
   expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1]}})", 1), "needs dtype");
 }
 TEST(SafetensorsCorrupt, DeepNesting) {
+  // Refused as JSON first (nesting), before the header's schema is applied.
   std::string json = "{\"__metadata__\":" + std::string(100, '[') + std::string(100, ']') + "}";
   expect_invalid(make_file(json, 0), "nested deeper");
+  json = "{\"t\":{\"dtype\":\"U8\",\"shape\":" + std::string(100, '[') + std::string(100, ']') + "}}";
+  expect_invalid(make_file(json, 0), "nested deeper");
+  // Not too deep: the schema error.
+  json = "{\"t\":{\"dtype\":\"U8\",\"shape\":[[1]],\"data_offsets\":[0,1]}}";
+  expect_invalid(make_file(json, 1), "shape must hold non-negative integers");
+}
+
+// The one entry point over a byte source agrees with parsing the JSON alone.
+TEST(Safetensors, ReadFromByteSourceEqualsParse) {
+  const std::string file = make_file(kGood, 10);
+  const MemorySource source(file);
+  const ShardHeader a = ShardHeader::read(source, file.size(), "f");
+  const ShardHeader b = parse_file(file);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (std::size_t i = 0; i < a.tensors().size(); ++i) {
+    EXPECT_EQ(a.tensors()[i].name, b.tensors()[i].name);
+    EXPECT_EQ(a.tensors()[i].begin, b.tensors()[i].begin);
+    EXPECT_EQ(a.tensors()[i].shape, b.tensors()[i].shape);
+  }
+  EXPECT_EQ(a.metadata(), b.metadata());
+  EXPECT_EQ(a.data_start(), b.data_start());
+  EXPECT_NE(a.find("a"), nullptr);
+  EXPECT_EQ(a.find("c"), nullptr);
+}
+
+// nlohmann's lexer ends the input at a NUL and skips a BOM; both are refused,
+// wherever the NUL is (inside a string, after the document, past the first
+// read chunk), and the bytes after a NUL are never ignored.
+TEST(SafetensorsCorrupt, BomAndNulAnywhere) {
+  expect_invalid(make_file("\xEF\xBB\xBF" + kGood, 10), "byte order mark");
+  const std::string nul(1, '\0');
+  expect_invalid(make_file(kGood + nul, 10), "NUL byte");
+  expect_invalid(make_file(kGood + nul + "garbage", 10), "NUL byte");
+  std::string inside = kGood;
+  inside.insert(inside.find("pt") + 1, nul);
+  expect_invalid(make_file(inside, 10), "NUL byte");
+  const std::string padded = kGood + std::string(kJsonChunkBytes + 100, ' ') + nul;
+  expect_invalid(make_file(padded, 10), "NUL byte at byte " + std::to_string(padded.size() - 1));
+}
+
+TEST(SafetensorsCorrupt, DuplicateFieldsAndTensors) {
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1), "duplicate");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2),
+                 "duplicate");
+  expect_invalid(make_file(R"({"__metadata__":{},"__metadata__":{}})", 0), "duplicate");
+  expect_invalid(make_file(R"({"__metadata__":{"k":"a","k":"b"}})", 0), "duplicate");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", 1), "[begin, end]");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", 1), "[begin, end]");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,-1]}})", 1), "non-negative");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", 1), "non-negative");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1]}})", 1), "needs dtype, shape and data_offsets");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1), "unknown field");
 }
 
 }  // namespace

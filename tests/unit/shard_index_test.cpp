@@ -49,6 +49,12 @@ ShardHeader header_with(const std::vector<std::string>& names) {
   return ShardHeader::parse(std::string_view(file).substr(8, file.size() - 8 - names.size()), file.size(), "s");
 }
 
+void check_index_matches_shards(const ShardIndex& index, const std::vector<const ShardHeader*>& headers) {
+  IndexCoverage coverage(index);
+  for (std::size_t s = 0; s < headers.size(); ++s) coverage.add_shard(s, *headers[s]);
+  coverage.finish();
+}
+
 TEST(ShardIndex, MatchesShardsExactly) {
   const ShardIndex index = parse_shard_index(R"({"weight_map":{"a":"s1","b":"s2","c":"s2"}})", "i");
   ASSERT_EQ(index.shard_files, (std::vector<std::string>{"s1", "s2"}));
@@ -65,11 +71,64 @@ TEST(ShardIndex, MatchesShardsExactly) {
 
 TEST(ShardIndex, RenderSetsTotalSizeAndKeepsOtherMetadata) {
   const ShardIndex index = parse_shard_index(R"({"metadata":{"total_size":1,"note":"x"},"weight_map":{"a":"s1"}})", "i");
-  const std::string out = render_shard_index(index.document, {{"a", "s1"}, {"a_g", "s1"}}, 99);
+  const std::string out = render_shard_index(index.other, {{"a", "", "s1"}, {"a", "_g", "s1"}}, 99);
   const Json doc = Json::parse(out);
   EXPECT_EQ(doc["metadata"]["total_size"], 99);
   EXPECT_EQ(doc["metadata"]["note"], "x");
   EXPECT_EQ(doc["weight_map"].size(), 2u);
+}
+
+// The streamed rendering is byte for byte what nlohmann's dump(2) of the
+// whole document gives (the format transformers writes), including the sort
+// of names split into name + suffix.
+TEST(ShardIndex, RenderEqualsDomDump) {
+  const Json other = {{"metadata", {{"note", "x\ny"}, {"z", {1, 2}}}}, {"alpha", true}, {"zeta", {{"weight_map", 1}}}};
+  const std::vector<IndexEntry> entries = {{"a.w1", ".weight_global_scale", "s2"},
+                                           {"a.w1.weight_packed", "", "s1"},
+                                           {"a.w1", "", "s1"},
+                                           {"a.w", "1.x", "s1"},
+                                           {"\u00e9", "", "s3"},
+                                           {"b\"q", "", "s1"},
+                                           {"a", ".w1.weight_scale", "s1"}};
+  Json doc = other;
+  doc["metadata"]["total_size"] = 42;
+  for (const auto& e : entries) doc["weight_map"][std::string(e.name) + std::string(e.suffix)] = e.shard;
+  EXPECT_EQ(render_shard_index(other, entries, 42), doc.dump(2) + "\n");
+  EXPECT_EQ(render_shard_index(Json::object(), {}, 0), Json({{"metadata", {{"total_size", 0}}}, {"weight_map", Json::object()}}).dump(2) + "\n");
+}
+
+TEST(ShardIndex, StreamingParseKeepsEverythingButWeightMapAsJson) {
+  const ShardIndex index = parse_shard_index(
+      R"({"metadata":{"total_size":5,"deep":[{"a":[1,{"b":null}]}]},"extra":"v","n":1.5,"weight_map":{"t1":"s/b","t0":"a"}})", "i");
+  EXPECT_EQ(index.other, Json::parse(R"({"metadata":{"total_size":5,"deep":[{"a":[1,{"b":null}]}]},"extra":"v","n":1.5})"));
+  EXPECT_EQ(index.shard_files, (std::vector<std::string>{"a", "s/b"}));
+  EXPECT_EQ(index.shard_for("t1"), "s/b");
+  EXPECT_EQ(index.shard_for("t0"), "a");
+  EXPECT_EQ(index.shard_for("t2"), "");
+}
+
+// Rules nlohmann's lexer alone does not enforce, for every document kind.
+TEST(ShardIndex, RefusesBomNulAndTrailingBytesAfterNul) {
+  const std::string good = R"({"weight_map":{"a":"x"}})";
+  EXPECT_EQ(index_error("\xEF\xBB\xBF" + good, "byte order mark"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(good + std::string(1, '\0'), "NUL byte"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(good + std::string(1, '\0') + "garbage", "NUL byte"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(R"({"weight_map":{"a":"x)" + std::string(1, '\0') + R"("}})", "NUL byte"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(R"({"weight_map":{"a":"x"},"weight_map":{"b":"y"}})", "duplicate"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(R"({"metadata":{"k":1,"k":2},"weight_map":{"a":"x"}})", "duplicate"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(R"({"weight_map":{"a":"x"}} {})", "invalid JSON"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(std::string(200, '[') + std::string(200, ']'), "nested deeper"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error("[[]]", "not a JSON object"), ErrorKind::InvalidInput);
+  // JSON errors come before schema errors, wherever they are.
+  EXPECT_EQ(index_error(R"({"weight_map":{"a":1},"x":)", "invalid JSON"), ErrorKind::InvalidInput);
+  EXPECT_EQ(index_error(R"({"x":)" + std::string(100, '[') + std::string(100, ']') + "}", "nested deeper"),
+            ErrorKind::InvalidInput);
+}
+
+TEST(ShardIndex, MembersOutsideWeightMapAreCapped) {
+  const std::string big(static_cast<std::size_t>(kMaxIndexOtherBytes), 'x');
+  EXPECT_EQ(index_error(R"({"note":")" + big + R"(","weight_map":{"a":"x"}})", "outside weight_map"),
+            ErrorKind::InvalidInput);
 }
 
 }  // namespace

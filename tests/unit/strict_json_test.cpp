@@ -75,3 +75,27 @@ TEST(Printable, EscapesControlBytesAndInvalidUtf8KeepsValidText) {
 
 }  // namespace
 }  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+// config.json and every other DOM-parsed document: a BOM, a NUL anywhere and
+// any bytes after a NUL are refused, never silently cut off.
+TEST(StrictJson, RefusesBomAndNulAnywhere) {
+  const std::string nul(1, '\0');
+  for (const std::string& text : {std::string("\xEF\xBB\xBF{}"), "{}" + nul, "{}" + nul + "{\"x\":1}",
+                                  "{\"a\":\"b" + nul + "\"}", nul + "{}"}) {
+    try {
+      parse_strict_json(text, "config.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("NUL byte") != std::string::npos || what.find("byte order mark") != std::string::npos)
+          << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mx2nv

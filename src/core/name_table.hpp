@@ -1,0 +1,46 @@
+// Interned names for checkpoints with hundreds of thousands of tensors: the
+// bytes live in one chunked arena (addresses stay valid when the table moves
+// or grows), each name gets a dense 32-bit id, and lookups go through an
+// open-addressing table of ids. About 20 bytes per name plus the name itself,
+// against ~150 for a std::map<std::string, ...> node.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mx2nv {
+
+class NameTable {
+ public:
+  using Id = std::uint32_t;
+
+  // The id of `name`, adding it if absent; second is true when it was added.
+  std::pair<Id, bool> insert(std::string_view name);
+  std::optional<Id> find(std::string_view name) const;
+  std::string_view name(Id id) const { return names_[id]; }
+  std::size_t size() const { return names_.size(); }
+  std::uint64_t name_bytes() const { return name_bytes_; }
+  // Ids ordered by name (bytewise), for sorted output.
+  std::vector<Id> sorted_ids() const;
+
+ private:
+  static constexpr Id kEmpty = ~Id{0};
+  static constexpr std::size_t kChunkBytes = 1 << 20;
+  std::string_view store(std::string_view name);
+  void grow();
+  std::size_t slot_of(std::string_view name) const;
+
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  char* open_ = nullptr;  // free space of the chunk being filled
+  std::size_t open_left_ = 0;
+  std::vector<std::string_view> names_;
+  std::vector<Id> slots_;  // power-of-two size, load <= 1/2
+  std::uint64_t name_bytes_ = 0;
+};
+
+}  // namespace mx2nv

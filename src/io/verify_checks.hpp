@@ -1,0 +1,74 @@
+// The checks verify_checkpoint runs, one concept each (verify.hpp says what
+// is proved). They share a context: both checkpoints, the differences found,
+// and what the shard pass learned about each module's target tensors.
+#pragma once
+
+#include "core/value_compare.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/verify.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+// Thread-safe list of differences, capped for the report; counts all.
+class Differences {
+ public:
+  template <typename... Args>
+  void add(fmt::format_string<Args...> format, Args&&... args) {
+    std::lock_guard lock(mutex_);
+    ++count_;
+    if (list_.size() < kMaxReportedDifferences) list_.push_back(fmt::format(format, std::forward<Args>(args)...));
+  }
+  std::uint64_t count() const { return count_; }
+  std::vector<std::string> take();
+
+ private:
+  std::mutex mutex_;
+  std::uint64_t count_ = 0;
+  std::vector<std::string> list_;
+};
+
+// A module's tensors as found in DST by the shard pass. Each field is written
+// by the worker of the one shard that holds that tensor.
+struct TargetModule {
+  std::optional<std::uint64_t> packed_offset;  // absolute, in DST's packed shard
+  std::optional<std::uint64_t> scale_offset;
+  std::size_t packed_shard = 0, scale_shard = 0;  // DST shard indices
+  std::optional<float> global;  // present, F32 [1], positive normal
+  bool global_seen = false;     // found anywhere (even if wrong)
+};
+
+struct VerifyContext {
+  const SourceCheckpoint& source;
+  const Checkpoint& target;
+  const VerifyOptions& options;
+  Differences& diff;
+  // verify --shards I/N: the shards whose bytes and values this part compares
+  // (a module belongs to its packed tensor's shard). Structure is checked everywhere.
+  std::vector<bool> selected;
+  std::vector<TargetModule> modules;  // parallel to source.modules.modules
+  std::atomic<std::uint64_t> passthrough_tensors{0};
+};
+
+// Byte-compares two ranges; reports the first differing offset.
+void compare_bytes(const File& a, std::uint64_t a_off, const File& b, std::uint64_t b_off, std::uint64_t n,
+                   const std::string& what, Differences& diff);
+
+// Companion files byte for byte, the same shard files, the index's presence
+// and total_size. (config.json: core/target_config_check.hpp.)
+void check_files(const VerifyContext& ctx);
+// Shard by shard: tensor order, placement, pass-through bytes, each module's
+// target tensors and global (filled into ctx.modules).
+void check_shards(VerifyContext& ctx);
+// Gate/up pairs carry one global.
+void check_globals(const VerifyContext& ctx);
+// Every value of every module, decoded on both sides; tallies into `report`.
+void check_values(const VerifyContext& ctx, Report& report);
+
+}  // namespace mx2nv

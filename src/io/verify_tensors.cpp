@@ -1,0 +1,182 @@
+// verify: shard by shard, the tensors of DST against SRC's. Holds one SRC and
+// one DST header per worker; everything later checks needs per module goes
+// into ctx.modules.
+#include "core/error.hpp"
+#include "io/parallel.hpp"
+#include "io/verify_checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace mx2nv {
+namespace {
+
+std::optional<std::size_t> shard_named(const Checkpoint& c, const std::string& file) {
+  const auto it = std::lower_bound(c.shards.begin(), c.shards.end(), file,
+                                   [](const ShardSummary& s, const std::string& f) { return s.file < f; });
+  if (it == c.shards.end() || it->file != file) return std::nullopt;
+  return static_cast<std::size_t>(it - c.shards.begin());
+}
+
+float read_f32(const File& file, std::uint64_t offset) {
+  std::byte le[4];
+  file.read_at(offset, le);
+  float v = 0;
+  std::memcpy(&v, le, 4);  // host is little-endian (safetensors.hpp)
+  return v;
+}
+
+// A tensor of SRC's shard that DST's same-named shard lacks: moved or missing.
+void report_absent(const VerifyContext& ctx, const std::string& shard, const std::string& tensor) {
+  const std::string_view elsewhere = ctx.target.index ? ctx.target.index->shard_for(tensor) : std::string_view();
+  if (!elsewhere.empty()) {
+    ctx.diff.add("tensor \"{}\" moved from {} to {}", tensor, shard, elsewhere);
+  } else {
+    ctx.diff.add("{}: tensor \"{}\" missing from DST", shard, tensor);
+  }
+}
+
+// A module tensor of SRC found in DST: the right dtype and shape, then remembered.
+void note_module_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t dst_shard, const TensorInfo& d,
+                        std::size_t module, bool packed) {
+  const QuantModule& m = ctx.source.modules.modules[module];
+  TargetModule& t = ctx.modules[module];
+  const std::string& file = out.summary->file;
+  if (packed) {
+    if (d.dtype != Dtype::U8 || d.shape != m.packed_shape()) {
+      ctx.diff.add("{}: \"{}\" changed dtype or shape", file, d.name);
+      return;
+    }
+    t.packed_shard = dst_shard;
+    t.packed_offset = out.header.data_start() + d.begin;
+    return;
+  }
+  const auto expected = m.target_scale_shape();
+  if (d.dtype != Dtype::F8_E4M3 || d.shape != expected) {
+    ctx.diff.add("{}: \"{}\" is {} {}, expected F8_E4M3 [{}, {}]", file, d.name, dtype_name(d.dtype),
+                 Json(d.shape).dump(), expected[0], expected[1]);
+    return;
+  }
+  t.scale_shard = dst_shard;
+  t.scale_offset = out.header.data_start() + d.begin;
+}
+
+// A tensor only DST has: the global of a module whose scale is in this shard, or a difference.
+void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src_shard, const TensorInfo& d) {
+  const auto& set = ctx.source.modules;
+  const std::string& file = out.summary->file;
+  const auto module = set.module_of(d.name, kGlobalSuffix);
+  if (!module) {
+    ctx.diff.add("{}: unexpected tensor \"{}\"", file, d.name);
+    return;
+  }
+  const QuantModule& m = set.modules[*module];
+  TargetModule& t = ctx.modules[*module];
+  t.global_seen = true;
+  if (m.scale_shard != src_shard) {
+    ctx.diff.add("\"{}\" is in {}, not beside its weight_scale in {}", d.name, file,
+                 ctx.source.checkpoint.shards[m.scale_shard].file);
+    return;
+  }
+  if (d.dtype != Dtype::F32 || d.shape != std::vector<std::uint64_t>{1}) {
+    ctx.diff.add("{}: \"{}\" is not F32 [1]", file, d.name);
+    return;
+  }
+  const float v = read_f32(out.handle, out.header.data_start() + d.begin);
+  if (!std::isfinite(v) || v <= 0 || !std::isnormal(v)) {
+    ctx.diff.add("{}: \"{}\" = {} is not a positive normal float", file, d.name, v);
+    return;
+  }
+  t.global = v;
+}
+
+void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
+  const auto& set = ctx.source.modules;
+  const OpenShard in = ctx.source.checkpoint.read_shard(s);
+  const OpenShard out = ctx.target.read_shard(d);
+  const std::string& file = in.summary->file;
+
+  // Header order is kept: the target's order minus inserted globals.
+  {
+    const auto& a = in.header.tensors();
+    std::size_t i = 0;
+    bool same = true;
+    for (const TensorInfo& t : out.header.tensors()) {
+      if (set.module_of(t.name, kGlobalSuffix)) continue;
+      if (i >= a.size() || a[i].name != t.name) {
+        same = false;
+        break;
+      }
+      ++i;
+    }
+    if (!same || i != a.size()) ctx.diff.add("{}: tensor order differs from SRC", file);
+  }
+
+  for (const TensorInfo& t : in.header.tensors()) {
+    const TensorInfo* dt = out.header.find(t.name);
+    if (dt == nullptr) {
+      report_absent(ctx, file, t.name);
+      continue;
+    }
+    if (const auto m = set.module_of(t.name, kPackedSuffix)) {
+      note_module_tensor(ctx, out, d, *dt, *m, true);
+      continue;
+    }
+    if (const auto m = set.module_of(t.name, kScaleSuffix)) {
+      note_module_tensor(ctx, out, d, *dt, *m, false);
+      continue;
+    }
+    if (!ctx.selected[s]) continue;  // another part of verify --shards compares its bytes
+    ++ctx.passthrough_tensors;
+    if (dt->dtype != t.dtype || dt->shape != t.shape) {
+      ctx.diff.add("{}: tensor \"{}\" is {} {} in DST, {} {} in SRC", file, t.name, dtype_name(dt->dtype),
+                   Json(dt->shape).dump(), dtype_name(t.dtype), Json(t.shape).dump());
+      continue;
+    }
+    compare_bytes(in.handle, in.header.data_start() + t.begin, out.handle, out.header.data_start() + dt->begin,
+                  t.nbytes(), file + ": tensor \"" + t.name + "\"", ctx.diff);
+  }
+  for (const TensorInfo& t : out.header.tensors()) {
+    if (in.header.find(t.name) == nullptr) note_added_tensor(ctx, out, s, t);
+  }
+}
+
+}  // namespace
+
+void check_shards(VerifyContext& ctx) {
+  const Checkpoint& src = ctx.source.checkpoint;
+  ctx.modules.assign(ctx.source.modules.modules.size(), {});
+  parallel_for(src.shards.size(), ctx.options.threads, [&](std::size_t s) {
+    const auto d = shard_named(ctx.target, src.shards[s].file);
+    if (!d) {
+      ctx.diff.add("{}: shard missing from DST ({} tensors)", src.shards[s].file, src.shards[s].tensors);
+      return;
+    }
+    check_shard_pair(ctx, s, *d);
+  });
+  // Tensors in DST shards SRC does not have.
+  for (const ShardSummary& d : ctx.target.shards) {
+    if (!shard_named(src, d.file)) ctx.diff.add("{}: unexpected shard in DST ({} tensors)", d.file, d.tensors);
+  }
+  const auto& modules = ctx.source.modules.modules;
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    if (!ctx.modules[i].global_seen) ctx.diff.add("tensor \"{}\" missing from DST", modules[i].global_name());
+  }
+}
+
+void check_globals(const VerifyContext& ctx) {
+  const auto& modules = ctx.source.modules.modules;
+  for (const auto& members : ctx.source.modules.scale_groups) {
+    const auto& first = ctx.modules[members[0]].global;
+    for (const std::size_t i : members) {
+      const auto& g = ctx.modules[i].global;
+      if (g && first && *g != *first) {
+        ctx.diff.add("\"{}\" and \"{}\" have different global scales ({} vs {}); vLLM applies the gate's to both",
+                     modules[members[0]].name, modules[i].name, *first, *g);
+      }
+    }
+  }
+}
+
+}  // namespace mx2nv
