@@ -150,6 +150,20 @@ def mutate(ck: Path, do: dict) -> None:
         at = 8 + n + (begin + arg[0] if arg[0] >= 0 else end + arg[0])
         raw[at] = arg[1]
         path.write_bytes(bytes(raw))
+    elif op == "insert_bytes":  # [target, "start" | "end", hex]: raw bytes into a JSON document
+        target, where, blob = arg[0], arg[1], bytes.fromhex(arg[2])
+        if target == "shard_header":
+            raw = shard0.read_bytes()
+            n = int.from_bytes(raw[:8], "little")
+            header = raw[8 : 8 + n]
+            write_shard(shard0, blob + header if where == "start" else header + blob, raw[8 + n :])
+        else:
+            path = ck / {"index": INDEX, "config": "config.json"}[target]
+            text = path.read_bytes()
+            path.write_bytes(blob + text if where == "start" else text + blob)
+    elif op == "rename_module":  # both tensors of MODULE get module name `arg`
+        for suffix in (".weight_packed", ".weight_scale"):
+            rename_tensor(ck, MODULE + suffix, arg + suffix)
     elif op == "add_file":
         (ck / arg[0]).parent.mkdir(parents=True, exist_ok=True)
         (ck / arg[0]).write_text(arg[1])
