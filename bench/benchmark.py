@@ -21,6 +21,12 @@ and the disk space each output really adds (df before/after).
 
 usage: python bench/benchmark.py [--reps N] [--experts N] [--work DIR]
                                  [--fs-images xfs,btrfs,ext4] [--fs-images-only]
+
+With --k3-structure it instead measures metadata at Kimi K3's real scale: a
+generated checkpoint with K3's structure and tiny tensors (96 shards, 92
+layers x 896 experts, ~496k tensors, a ~60 MB index), rows for cp -r,
+convert, verify and inspect with peak RSS, and the same commands of another
+build (--baseline PATH) side by side for a before/after in one run.
 """
 
 from __future__ import annotations
@@ -248,6 +254,51 @@ def bench_fs_images(work: Path, reps: int, experts: int, filesystems: list[str])
               f"(--copy copy {a['mx2nv convert --copy copy'] / size:.3f}, cp-never {a['cp -r --reflink=never'] / size:.3f})")
 
 
+# --- K3 structure: metadata at scale -----------------------------------------
+
+K3_STRUCTURE = ["--layout", "k3", "--layers", "92", "--experts", "896", "--shards", "96", "--hidden", "64",
+                "--intermediate", "32", "--seed", "2026"]
+
+
+def bench_k3_structure(work: Path, reps: int, baseline: Path | None) -> None:
+    src = work / "src-k3-structure"
+    if not (src / "config.json").exists():
+        shutil.rmtree(src, ignore_errors=True)
+        subprocess.run([str(MX2NV), "generate", str(src), *K3_STRUCTURE], check=True, stdout=subprocess.DEVNULL)
+    size = tree_bytes(src)
+    index_mb = (src / "model.safetensors.index.json").stat().st_size / 1e6
+    builds = {"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})
+    references = {}
+    for name, exe in builds.items():
+        references[name] = work / f"k3-structure-out-{name}"
+        shutil.rmtree(references[name], ignore_errors=True)
+        subprocess.run([str(exe), "convert", str(src), str(references[name])], check=True, stdout=subprocess.DEVNULL)
+    commands = {"cp -r": lambda o: ["cp", "-r", str(src), str(o)]}
+    for name, exe in builds.items():
+        ref = references[name]
+        commands[f"{name} convert"] = lambda o, exe=exe: [str(exe), "convert", str(src), str(o)]
+        commands[f"{name} verify"] = lambda o, exe=exe, ref=ref: [str(exe), "verify", str(src), str(ref)]
+        commands[f"{name} inspect"] = lambda o, exe=exe: [str(exe), "inspect", str(src)]
+    results: dict[str, list[tuple[float, int, float]]] = {k: [] for k in commands}
+    for _ in range(reps):
+        for name, make in commands.items():
+            out = work / "out"
+            shutil.rmtree(out, ignore_errors=True)
+            settle()
+            warm(src)
+            results[name].append(run_measured(make(out)))
+    shutil.rmtree(work / "out", ignore_errors=True)
+    print(f"\nK3 structure: {size / 2**20:.0f} MiB in 96 shards, index {index_mb:.0f} MB; "
+          f"machine: {platform.machine()}, {os.cpu_count()} cores")
+    print("| command | min s | median s | x cp -r | CPU s | peak RSS MiB | n |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    cp = min(w for w, _, _ in results["cp -r"])
+    for name, samples in results.items():
+        walls = [w for w, _, _ in samples]
+        print(f"| {name} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cp:.1f} | "
+              f"{min(c for _, _, c in samples):.2f} | {max(r for _, r, _ in samples)} | {len(walls)} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
@@ -256,8 +307,13 @@ def main() -> None:
     p.add_argument("--fs-images", default="xfs,btrfs,ext4",
                    help="loop-mounted file systems for the zero-copy rows (comma-separated; empty: none)")
     p.add_argument("--fs-images-only", action="store_true", help="run only the zero-copy rows")
+    p.add_argument("--k3-structure", action="store_true", help="metadata at K3's scale instead (see above)")
+    p.add_argument("--baseline", type=Path, help="with --k3-structure: another mx2nv build to measure beside")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.k3_structure:
+        bench_k3_structure(args.work, args.reps, args.baseline)
+        return
     if not args.fs_images_only:
         bench(args.work, args.reps, args.experts)
     filesystems = [f for f in args.fs_images.split(",") if f]

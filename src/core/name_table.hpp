@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -41,6 +43,50 @@ class NameTable {
   std::vector<std::string_view> names_;
   std::vector<Id> slots_;  // power-of-two size, load <= 1/2
   std::uint64_t name_bytes_ = 0;
+};
+
+// An open-addressing set of dense ids whose names live elsewhere (a shard
+// header's tensors): 8 bytes per name at most, no copy of the name.
+class NameSlots {
+ public:
+  using Id = std::uint32_t;
+
+  // The id named `name`, if any; name_of(id) gives an id's name.
+  template <typename NameOf>
+  std::optional<Id> find(std::string_view name, const NameOf& name_of) const {
+    if (slots_.empty()) return std::nullopt;
+    const Id id = slots_[slot_of(name, name_of)];
+    if (id == kEmpty) return std::nullopt;
+    return id;
+  }
+  // Adds `id`, named `name`; false (and nothing added) if the name is taken.
+  template <typename NameOf>
+  bool insert(Id id, std::string_view name, const NameOf& name_of) {
+    if ((size_ + 1) * 2 > slots_.size()) {
+      std::vector<Id> old = std::move(slots_);
+      slots_.assign(std::max<std::size_t>(16, old.size() * 2), kEmpty);
+      for (const Id o : old) {
+        if (o != kEmpty) slots_[slot_of(name_of(o), name_of)] = o;
+      }
+    }
+    const std::size_t slot = slot_of(name, name_of);
+    if (slots_[slot] != kEmpty) return false;
+    slots_[slot] = id;
+    ++size_;
+    return true;
+  }
+
+ private:
+  static constexpr Id kEmpty = ~Id{0};
+  template <typename NameOf>
+  std::size_t slot_of(std::string_view name, const NameOf& name_of) const {
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = std::hash<std::string_view>{}(name) & mask;; i = (i + 1) & mask) {
+      if (slots_[i] == kEmpty || name_of(slots_[i]) == name) return i;
+    }
+  }
+  std::vector<Id> slots_;
+  std::size_t size_ = 0;
 };
 
 }  // namespace mx2nv

@@ -74,15 +74,22 @@ class HeaderSax final : public StrictSax {
           state_ = State::MetaOpen;
           return true;
         }
-        if (!h_.by_name_.insert(k).second) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
         if (h_.tensors_.size() >= kMaxTensorsPerShard) {
           fail_input("{}: more than {} tensors in one shard header", what(), kMaxTensorsPerShard);
+        }
+        h_.name_bytes_ += k.size();
+        if (h_.name_bytes_ > kMaxShardNameBytes) {
+          fail_input("{}: tensor names exceed {} bytes in one shard header", what(), kMaxShardNameBytes);
+        }
+        if (!h_.by_name_.insert(static_cast<NameSlots::Id>(h_.tensors_.size()), k, h_.name_of())) {
+          fail_input("{}: duplicate JSON key \"{}\"", what(), k);
         }
         h_.tensors_.emplace_back().name = std::move(k);
         state_ = State::EntryOpen;
         return true;
       case State::Meta:
         if (h_.metadata_->count(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        h_.metadata_bytes_ += k.size();
         meta_key_ = std::move(k);
         state_ = State::MetaValue;
         return true;
@@ -100,6 +107,10 @@ class HeaderSax final : public StrictSax {
   bool string(string_t& v) override {
     if (state_ == State::Skip) return true;
     if (state_ == State::MetaValue) {
+      h_.metadata_bytes_ += v.size();
+      if (h_.metadata_bytes_ > kMaxShardMetadataBytes) {
+        fail_input("{}: __metadata__ exceeds {} bytes", what(), kMaxShardMetadataBytes);
+      }
       h_.metadata_->emplace(std::move(meta_key_), std::move(v));
       state_ = State::Meta;
       return true;
@@ -271,7 +282,7 @@ std::vector<std::size_t> ShardHeader::offset_order() const {
 }
 
 const TensorInfo* ShardHeader::find(std::string_view name) const {
-  const auto id = by_name_.find(name);
+  const auto id = by_name_.find(name, name_of());
   return id ? &tensors_[*id] : nullptr;
 }
 

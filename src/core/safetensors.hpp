@@ -30,6 +30,10 @@ inline constexpr std::size_t kMaxRank = 16;
 // Tensors in one shard header. Kimi K3 has ~5,200 per shard; the cap bounds
 // the memory a hostile 100 MB header can claim (~150 bytes per tensor held).
 inline constexpr std::size_t kMaxTensorsPerShard = 1 << 18;
+// Bytes of tensor names and of __metadata__ in one header (K3: ~0.4 MB of
+// names per shard); with the tensor cap, a header costs at most ~100 MB held.
+inline constexpr std::uint64_t kMaxShardNameBytes = 32ull << 20;
+inline constexpr std::uint64_t kMaxShardMetadataBytes = 1ull << 20;
 
 struct TensorInfo {
   std::string name;
@@ -71,11 +75,16 @@ class ShardHeader {
   static ShardHeader parse_json(const ByteSource& source, std::uint64_t offset, std::uint64_t length,
                                 std::uint64_t file_size, std::string_view what);
   void check_offsets(std::uint64_t file_size, std::string_view what);
+  auto name_of() const {
+    return [this](NameSlots::Id id) { return std::string_view(tensors_[id].name); };
+  }
 
   std::uint64_t header_length_ = 0;
   std::uint64_t data_size_ = 0;
   std::vector<TensorInfo> tensors_;
-  NameTable by_name_;  // ids parallel tensors_
+  NameSlots by_name_;  // indices into tensors_
+  std::uint64_t name_bytes_ = 0;
+  std::uint64_t metadata_bytes_ = 0;
   std::optional<std::map<std::string, std::string>> metadata_;
 };
 
