@@ -8,6 +8,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/modules.hpp"
+#include "core/strict_json.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +28,11 @@ std::optional<std::pair<unsigned, TensorInfo>> parse_line(const std::string& lin
   if (f.size() != 4 || f[0].size() != 1 || f[0][0] < '0' || f[0][0] > '3') return std::nullopt;
   TensorInfo t;
   t.name = f[1];
+  try {
+    (void)Json(t.name).dump();  // a header can only hold valid UTF-8 names
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
   const auto dtype = parse_dtype(f[2]);
   if (!dtype) return std::nullopt;
   t.dtype = *dtype;
