@@ -47,7 +47,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   out.open_for_writing(files_written(ck));
   CopyEngine engine(options.copy);
   if (options.copy == CopyMode::Reflink && !ck.shards.empty()) {
-    CopyEngine::require_sharing(ck.shards.front().handle, options.target);
+    CopyEngine::require_sharing(*ck.files->open(0), options.target);
   }
   std::vector<std::size_t> all(ck.shards.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
