@@ -114,8 +114,11 @@ inline pid_t spawn_cli(const std::vector<std::string>& args) {
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, MX2NV_EXE, &actions, nullptr, argv.data(), environ), 0);
+  const int rc = posix_spawn(&pid, MX2NV_EXE, &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  // A failed spawn leaves pid 0, and kill(0, ...) would signal the whole test's
+  // process group: stop here instead.
+  if (rc != 0 || pid <= 0) std::abort();
   return pid;
 }
 
