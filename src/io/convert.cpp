@@ -30,18 +30,12 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  if (answer_finished(report, out, ck, options.window)) {
+  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads);
+  if (!planned) {
     report.seconds = seconds_since(started);
     return report;
   }
-  const ScanResult scan = scan_modules(source, options.threads);
-  const Plan plan = plan_conversion(source, scan, options.window);
-  add_plan_counts(report, plan);
-  if (report_refusal(report, plan)) {
-    report.seconds = seconds_since(started);
-    return report;
-  }
-  throw_if_stopped();
+  const Plan& plan = *planned;
 
   // --- execute every shard, then finalize.
   out.open_for_writing(files_written(ck));

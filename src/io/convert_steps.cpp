@@ -5,6 +5,7 @@
 #include "core/target_layout.hpp"
 #include "io/cancel.hpp"
 #include "io/parallel.hpp"
+#include "io/planner.hpp"
 #include "io/shard_writer.hpp"
 #include "io/stream_hash.hpp"
 
@@ -216,6 +217,17 @@ bool answer_finished(Report& report, const Destination& dst, const Checkpoint& s
   report.marlin_zeroed_groups = f.marlin_zeroed_groups;
   add_shard_counts(report, f.shards);
   return true;
+}
+
+std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
+                              unsigned threads) {
+  if (answer_finished(report, dst, source.checkpoint, window)) return std::nullopt;
+  const ScanResult scan = scan_modules(source, threads);
+  Plan plan = plan_conversion(source, scan, window);
+  add_plan_counts(report, plan);
+  if (report_refusal(report, plan)) return std::nullopt;
+  throw_if_stopped();
+  return plan;
 }
 
 bool report_refusal(Report& report, const Plan& plan) {

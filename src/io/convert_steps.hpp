@@ -55,6 +55,12 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
 // naming what differs when it is another; false when DST is not finished.
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window);
 
+// The plan step of convert and `mx2nv plan`: nullopt when there is nothing to
+// execute, either because DST already holds this conversion (answer_finished)
+// or because the window refuses a module (report_refusal).
+std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
+                              unsigned threads);
+
 // True, with the refusal in `report`, when the plan refuses a module.
 bool report_refusal(Report& report, const Plan& plan);
 

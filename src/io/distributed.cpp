@@ -173,20 +173,14 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   if (options.plan_out) plan_file_out.emplace(*options.plan_out, std::vector<fs::path>{options.source, options.target});
   Destination out(options.source, options.target, true);
   Report report = start_report("plan", options.window, options.source, &options.target);
-  const SourceCheckpoint source = open_source_checkpoint(options.source);
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
   add_source_counts(report, source);
-  if (answer_finished(report, out, source.checkpoint, options.window)) {
+  const std::optional<Plan> planned_here = plan_step(report, out, source, options.window, options.threads);
+  if (!planned_here) {
     report.seconds = seconds_since(started);
     return report;
   }
-  const ScanResult scan = scan_modules(source, options.threads);
-  const Plan plan = plan_conversion(source, scan, options.window);
-  add_plan_counts(report, plan);
-  if (report_refusal(report, plan)) {
-    report.seconds = seconds_since(started);
-    return report;
-  }
-  throw_if_stopped();
+  const Plan& plan = *planned_here;
   PlanFile file = make_plan_file(source, plan, options.source, options.target);
   const std::string text = plan_file_to_text(file);
   if (plan_file_out) {
