@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <csignal>
 #include <charconv>
 #include <cstdio>
@@ -51,6 +52,17 @@ void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream) {
   for (const auto& o : over) {
     fmt::print(stream, "  over span: {}: span {} > {}, {} active groups outside the window\n", printable(o.module), o.span,
                o.limit, o.groups_outside);
+  }
+}
+
+void print_global_conflicts(const std::vector<GlobalConflict>& conflicts, const std::vector<std::string>& names) {
+  for (const auto& c : conflicts) {
+    fmt::print("  global range: {}: block scales need a global exponent in [{}, {}], the window allows [{}, {}]\n",
+               printable(c.scale_group), c.needed_min, c.needed_max, c.allowed_min, c.allowed_max);
+  }
+  for (const auto& name : names) {
+    const bool explained = std::any_of(conflicts.begin(), conflicts.end(), [&](const auto& c) { return c.scale_group == name; });
+    if (!explained) fmt::print("  global scale of {} is not a normal FP32 number\n", printable(name));
   }
 }
 
@@ -93,9 +105,7 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
     fmt::print("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
                window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
     print_over_span(r.over_span, stdout);
-    for (const auto& g : r.unrepresentable_globals) {
-      fmt::print("  global scale of {} is not a normal FP32 number\n", g);
-    }
+    print_global_conflicts(r.global_conflicts, r.unrepresentable_globals);
     if (o.window == Window::Marlin) {
       fmt::print("  --window e4m3 allows spans up to 17 (exact on disk, but vLLM's Marlin path zeroes block scales "
                  "below 2^-6); run `mx2nv inspect` for both outcomes.\n");
@@ -198,9 +208,10 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads)
                  o.window == window ? "  (selected)" : "");
       fmt::print(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
       if (o.marlin_zeroed_groups) fmt::print(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
+      if (o.raised_globals) fmt::print(", {} globals raised above k_max - 8 (quiet experts)", o.raised_globals);
       fmt::print("\n");
       print_over_span(o.over_span, stdout);
-      for (const auto& g : o.unrepresentable_globals) fmt::print("  global scale of {} is not a normal FP32\n", g);
+      print_global_conflicts(o.global_conflicts, o.unrepresentable_globals);
     }
   }
   return in.report.exit_code();

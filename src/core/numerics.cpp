@@ -46,36 +46,4 @@ std::optional<float> global_divisor_for(int m) {
   return std::ldexp(1.0f, e);
 }
 
-namespace {
-
-// The one table of windows: names, limits and the help text the CLI shows.
-constexpr std::array<WindowInfo, 2> kWindows{{
-    {Window::Marlin, "marlin", {kE4M3MinNormalPow2, kE4M3MaxPow2},
-     "block scales in [2^-6, 2^8]: exact through vLLM's Marlin path (span <= 14; default)"},
-    {Window::E4M3, "e4m3", {kE4M3MinPow2, kE4M3MaxPow2},
-     "block scales in [2^-9, 2^8]: exact on disk only, Marlin zeroes scales below 2^-6 (span <= 17)"},
-}};
-
-const WindowInfo& info(Window w) {
-  for (const auto& i : kWindows) {
-    if (i.window == w) return i;
-  }
-  return kWindows.front();
-}
-
-}  // namespace
-
-std::span<const WindowInfo> windows() { return kWindows; }
-
-WindowLimits window_limits(Window w) { return info(w).limits; }
-
-std::string_view window_name(Window w) { return info(w).name; }
-
-std::optional<Window> parse_window(std::string_view name) {
-  for (const auto& i : kWindows) {
-    if (i.name == name) return i.window;
-  }
-  return std::nullopt;
-}
-
 }  // namespace mx2nv

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/window.hpp"  // the windows (runtime profiles) built on these formats
+
 namespace mx2nv {
 
 // --- E8M0 (float8_e8m0fnu): unsigned biased exponent, no zero, 0xFF is NaN.
@@ -39,26 +41,5 @@ std::optional<std::uint8_t> e4m3_encode_pow2(int e);
 // value = e2m1 x weight_scale / weight_global_scale. For a global exponent m
 // the stored divisor is 2^-m; it must be a normal float (2^-126 .. 2^127).
 std::optional<float> global_divisor_for(int m);
-
-// --- Windows: which block-scale exponents (relative to the global) a target may use.
-enum class Window {
-  Marlin,  // [2^-6, 2^8]: what vLLM's Marlin NVFP4 path reproduces exactly (span <= 14)
-  E4M3,    // [2^-9, 2^8]: exact in the file format, subnormals flushed by Marlin (span <= 17)
-};
-struct WindowLimits {
-  int min_exp;  // lowest allowed k - m for an active group
-  int max_exp;  // highest (always 8: the global is chosen so k_max - m = 8)
-  int max_span() const { return max_exp - min_exp; }
-};
-struct WindowInfo {
-  Window window;
-  std::string_view name;
-  WindowLimits limits;
-  std::string_view summary;  // one line for --help
-};
-std::span<const WindowInfo> windows();  // every window, default first
-WindowLimits window_limits(Window w);
-std::string_view window_name(Window w);
-std::optional<Window> parse_window(std::string_view name);
 
 }  // namespace mx2nv

@@ -20,6 +20,13 @@ ByteHistogram to_dense(const SparseHistogram& sparse) {
   return dense;
 }
 
+std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimits& limits) {
+  const int lo = std::max(k_max - limits.max_exp, limits.global_min);
+  const int hi = std::min(k_min - limits.min_exp, limits.global_max);
+  if (lo > hi) return std::nullopt;
+  return lo;
+}
+
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
                const ActiveCounter& count_active) {
   Plan plan;
@@ -42,13 +49,28 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
       }
       continue;
     }
-    const int m = *k_max - kE4M3MaxPow2;
-    const auto divisor = global_divisor_for(m);
-    if (!divisor) {
-      std::string names;
-      for (const std::size_t i : members) names += (names.empty() ? "" : "+") + set.modules[i].name;
-      plan.bad_globals.push_back(names);
+    std::optional<int> k_min;
+    for (const std::size_t i : members) {
+      if (facts[i].k_min) k_min = std::min(k_min.value_or(facts[i].k_min.value()), facts[i].k_min.value());
     }
+    std::string names;
+    for (const std::size_t i : members) names += (names.empty() ? "" : "+") + set.modules[i].name;
+    // Spans beyond the window are refused module by module below (over-span),
+    // with m = k_max - 8; otherwise the smallest m the window allows.
+    int m = *k_max - limits.max_exp;
+    bool conflict = false;
+    if (*k_max - *k_min <= limits.max_span()) {
+      if (const auto chosen = choose_global_exponent(*k_max, *k_min, limits)) {
+        if (*chosen != m) ++plan.raised_globals;
+        m = *chosen;
+      } else {
+        conflict = true;
+        plan.global_conflicts.push_back({names, *k_max, *k_min, *k_max - limits.max_exp, *k_min - limits.min_exp,
+                                         limits.global_min, limits.global_max});
+      }
+    }
+    const auto divisor = global_divisor_for(m);
+    if (!divisor || conflict) plan.bad_globals.push_back(names);
     for (const std::size_t i : members) {
       ModulePlan& p = plan.modules[i];
       const ModuleFacts& f = facts[i];

@@ -3,9 +3,12 @@
 // output byte is written. Pure logic; reads happen through ActiveCounter.
 //
 // Rules (README "Transcode rules"): for a scale group (a gate/up pair or a
-// lone module) k_max is over active groups, m = k_max - 8, the stored divisor
-// is 2^-m, and every active group needs k - m >= window.min_exp (k - m <= 8
-// holds by construction).
+// lone module) k_max and k_min are over active groups. The global exponent m
+// (divisor 2^-m) must keep every active block scale in the window,
+// m in [k_max - 8, k_min - window.min_exp], and itself lie in the window's
+// global range [global_min, global_max]. The plan takes the smallest m that
+// satisfies both: k_max - 8 (the largest scale at 2^8) unless the runtime's
+// global range needs a larger one (quiet experts under Marlin's fp16 rule).
 #pragma once
 
 #include "core/modules.hpp"
@@ -51,13 +54,31 @@ struct OverSpan {
   std::uint64_t groups_outside = 0;
 };
 
+// A scale group whose spans fit the window but for which no global exponent
+// lies in the window's global range: the block scales need
+// m in [needed_min, needed_max], the runtime takes m in [allowed_min, allowed_max].
+struct GlobalConflict {
+  std::string scale_group;  // member names joined by '+'
+  int k_max = 0, k_min = 0;
+  int needed_min = 0, needed_max = 0;
+  int allowed_min = 0, allowed_max = 0;
+};
+
 struct Plan {
   Window window = Window::Marlin;
   std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
   std::vector<OverSpan> over_span;         // every module refused by the window
-  std::vector<std::string> bad_globals;    // scale groups whose divisor is no normal float
+  std::vector<std::string> bad_globals;    // scale groups no global exponent serves (names)
+  std::vector<GlobalConflict> global_conflicts;  // the same, with the ranges that do not meet
+  std::uint64_t raised_globals = 0;        // scale groups whose m is above k_max - 8 (quiet experts)
   bool refused() const { return !over_span.empty() || !bad_globals.empty(); }
 };
+
+// The global exponent for a scale group with active exponents in [k_max, k_min]
+// under `limits`, or nullopt when no exponent satisfies both the block-scale
+// window and the global range. Smallest feasible m: deterministic, and equal to
+// k_max - 8 whenever that is allowed.
+std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimits& limits);
 
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
                const ActiveCounter& count_active);

@@ -29,6 +29,18 @@ void Report::set_error(const Error& e) {
   error = e.what();
 }
 
+Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts) {
+  Json out = Json::array();
+  for (const auto& c : conflicts) {
+    out.push_back({{"scale_group", json_text(c.scale_group)},
+                   {"k_max", c.k_max},
+                   {"k_min", c.k_min},
+                   {"needed", {c.needed_min, c.needed_max}},
+                   {"allowed", {c.allowed_min, c.allowed_max}}});
+  }
+  return out;
+}
+
 Json report_to_json(const Report& r) {
   Json j;
   j["command"] = r.command;
@@ -45,6 +57,8 @@ Json report_to_json(const Report& r) {
                  {"zero_groups", r.zero_groups},
                  {"canonicalised_zero_groups", r.canonicalised_zero_groups},
                  {"marlin_zeroed_groups", r.marlin_zeroed_groups},
+                 {"raised_globals", r.raised_globals},
+                 {"global_conflicts", r.global_conflicts.size()},
                  {"passthrough_tensors", r.passthrough_tensors},
                  {"companion_files", r.companion_files}};
   if (r.command == "convert") j["already_complete"] = r.already_complete;
@@ -69,6 +83,7 @@ Json report_to_json(const Report& r) {
   }
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
+  j["global_conflicts"] = global_conflicts_to_json(r.global_conflicts);
   j["differences"] = Json::array();
   for (const auto& d : r.differences) j["differences"].push_back(json_text(d));
   if (r.result == Outcome::Error) {

@@ -62,7 +62,9 @@ struct Report {
   double max_abs_error = 0;
 
   std::vector<OverSpan> over_span;
-  std::vector<std::string> unrepresentable_globals;
+  std::vector<std::string> unrepresentable_globals;  // scale groups no global exponent serves
+  std::vector<GlobalConflict> global_conflicts;      // the same, with the ranges that do not meet
+  std::uint64_t raised_globals = 0;  // scale groups whose global is above k_max - 8 (the window's global range)
   std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
   std::string error;                     // the error message when result == "error"
   double seconds = 0;
@@ -75,5 +77,7 @@ struct Report {
 };
 
 Json report_to_json(const Report& report);
+// [{scale_group, k_max, k_min, needed: [lo, hi], allowed: [lo, hi]}]: global exponents m.
+Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts);
 
 }  // namespace mx2nv

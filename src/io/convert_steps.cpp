@@ -85,6 +85,7 @@ void add_plan_counts(Report& report, const Plan& plan) {
     report.canonicalised_zero_groups += mp.canonical_zero_groups;
     report.marlin_zeroed_groups += mp.marlin_zeroed_groups;
   }
+  report.raised_globals = plan.raised_globals;
 }
 
 void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
@@ -235,6 +236,7 @@ bool report_refusal(Report& report, const Plan& plan) {
   report.result = Outcome::Refused;
   report.over_span = plan.over_span;
   report.unrepresentable_globals = plan.bad_globals;
+  report.global_conflicts = plan.global_conflicts;
   return true;
 }
 

@@ -40,9 +40,10 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
     r.passthrough_tensors += passthrough[s];
   }
 
-  for (const Window w : {Window::Marlin, Window::E4M3}) {
+  for (const WindowInfo& spec : windows()) {
+    const Window w = spec.window;
     const Plan plan = plan_conversion(source, scan, w);
-    WindowOutcome o{w, plan.refused(), plan.over_span, plan.bad_globals, 0, 0};
+    WindowOutcome o{w, plan.refused(), plan.over_span, plan.bad_globals, plan.global_conflicts, plan.raised_globals, 0, 0};
     for (const auto& mp : plan.modules) {
       o.canonicalised_zero_groups += mp.canonical_zero_groups;
       o.marlin_zeroed_groups += mp.marlin_zeroed_groups;
@@ -51,6 +52,8 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
       r.result = plan.refused() ? Outcome::Refused : Outcome::Ok;
       r.over_span = plan.over_span;
       r.unrepresentable_globals = plan.bad_globals;
+      r.global_conflicts = plan.global_conflicts;
+      r.raised_globals = plan.raised_globals;
       r.canonicalised_zero_groups = o.canonicalised_zero_groups;
       r.marlin_zeroed_groups = o.marlin_zeroed_groups;
       for (std::size_t i = 0; i < source.modules.modules.size(); ++i) {
@@ -82,6 +85,8 @@ Json inspection_to_json(const Inspection& in) {
         {"result", o.refused ? "refused" : "ok"},
         {"over_span", over},
         {"unrepresentable_globals", o.unrepresentable_globals},
+        {"global_conflicts", global_conflicts_to_json(o.global_conflicts)},
+        {"raised_globals", o.raised_globals},
         {"canonicalised_zero_groups", o.canonicalised_zero_groups},
         {"marlin_zeroed_groups", o.marlin_zeroed_groups}};
   }

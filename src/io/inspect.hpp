@@ -21,6 +21,8 @@ struct WindowOutcome {
   bool refused = false;
   std::vector<OverSpan> over_span;
   std::vector<std::string> unrepresentable_globals;
+  std::vector<GlobalConflict> global_conflicts;
+  std::uint64_t raised_globals = 0;
   std::uint64_t canonicalised_zero_groups = 0;
   std::uint64_t marlin_zeroed_groups = 0;
 };

@@ -89,6 +89,11 @@ void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src
     return;
   }
   t.global = v;
+  if (!global_multiplier_fits(ctx.options.window, 1.0 / static_cast<double>(v))) {
+    ctx.diff.add("{}: \"{}\" = {}: its multiplier 1/{} is outside the {} window's global range (runtimes fold it "
+                 "into fp16: see README \"Windows\")",
+                 file, d.name, v, v, window_name(ctx.options.window));
+  }
 }
 
 void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {

@@ -89,7 +89,7 @@ class EveryScaleByte : public ::testing::TestWithParam<Window> {};
 TEST_P(EveryScaleByte, AcceptedExactlyWithinTheWindow) {
   const Window window = GetParam();
   const int span_limit = window_limits(window).max_span();
-  for (const int top_byte : {254, 200, 135, 127, 100, 20, 10}) {
+  for (const int top_byte : {254, 200, 145, 144, 135, 127, 120, 113, 112, 106, 100, 90, 20, 10}) {
     for (int b = 0; b <= top_byte; ++b) {
       ModuleSet set;
       QuantModule m;
@@ -113,17 +113,34 @@ TEST_P(EveryScaleByte, AcceptedExactlyWithinTheWindow) {
         return n;
       };
       const Plan plan = make_plan(set, {f}, window, counter);
-      const int m_exp = top_byte - 127 - 8;
-      const bool global_ok = global_divisor_for(m_exp).has_value();
-      const bool expect_refused = (top_byte - b) > span_limit || !global_ok;
+      // Brute force over every global exponent: the smallest m that keeps both
+      // block scales in the window, lies in the window's global range and
+      // gives a normal FP32 divisor.
+      const WindowLimits l = window_limits(window);
+      std::optional<int> smallest;
+      for (int g = -300; g <= 300 && !smallest; ++g) {
+        const bool scales_ok = top_byte - 127 - g <= l.max_exp && b - 127 - g >= l.min_exp;
+        if (scales_ok && g >= l.global_min && g <= l.global_max && global_divisor_for(g)) smallest = g;
+      }
+      const bool expect_refused = !smallest.has_value();
       ASSERT_EQ(plan.refused(), expect_refused) << "top " << top_byte << " byte " << b;
       if (expect_refused) {
         if ((top_byte - b) > span_limit) {
           ASSERT_EQ(plan.over_span.size(), 1u);
           EXPECT_EQ(plan.over_span[0].span, top_byte - b);
           EXPECT_EQ(plan.over_span[0].groups_outside, 1u);
+        } else {
+          EXPECT_EQ(plan.global_conflicts.size(), 1u) << "top " << top_byte << " byte " << b;
         }
         continue;
+      }
+      EXPECT_EQ(plan.modules[0].m, *smallest) << "top " << top_byte << " byte " << b;
+      if (window == Window::Marlin) {
+        // vLLM's Marlin path multiplies the global 2^m by 2^7 in fp16: a normal
+        // fp16 (>= 2^-14) no larger than 65504.
+        const double folded = std::ldexp(1.0, plan.modules[0].m + 7);
+        EXPECT_GE(folded, std::ldexp(1.0, -14));
+        EXPECT_LE(folded, 65504.0);
       }
       const ModulePlan& p = plan.modules[0];
       const ScaleLut lut = make_scale_lut(p.m, p.zero_scales);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
@@ -388,9 +389,67 @@ TEST(Plan, PairWithOneSilentMemberUsesTheOthersGlobal) {
 TEST(Plan, GlobalBeyondFloatIsRefused) {
   const ModuleSet set = single_module("tiny.w2", 1);
   const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
-  const Plan plan = make_plan(set, {facts(-125, -125, {{-125, 1}})}, Window::E4M3, counter);
+  // m = k_max - 8 = -133 has no normal FP32 divisor; the block scales allow m up to -140 + 9 = -131 < -127.
+  const Plan plan = make_plan(set, {facts(-125, -140, {{-125, 1}, {-140, 1}})}, Window::E4M3, counter);
   EXPECT_TRUE(plan.refused());
   ASSERT_EQ(plan.bad_globals.size(), 1u);
+  ASSERT_EQ(plan.global_conflicts.size(), 1u);
+  EXPECT_EQ(plan.global_conflicts[0].needed_min, -133);
+  EXPECT_EQ(plan.global_conflicts[0].needed_max, -131);
+  // A narrow span lets the global move up into FP32's range instead.
+  const Plan narrow = make_plan(set, {facts(-125, -130, {{-125, 1}, {-130, 1}})}, Window::E4M3, counter);
+  EXPECT_FALSE(narrow.refused());
+  EXPECT_EQ(narrow.modules[0].m, -127);
+}
+
+TEST(Plan, QuietExpertGetsANormalFp16GlobalUnderMarlin) {
+  const ModuleSet set = single_module("quiet.w2", 2);
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  // Largest exponent -16: m = k_max - 8 = -24 would make 2^(m+7) subnormal in fp16.
+  const Plan plan = make_plan(set, {facts(-16, -20, {{-16, 1}, {-20, 1}})}, Window::Marlin, counter);
+  EXPECT_FALSE(plan.refused());
+  EXPECT_EQ(plan.modules[0].m, -21);  // the smallest m with 2^(m+7) >= 2^-14
+  EXPECT_EQ(plan.raised_globals, 1u);
+  EXPECT_EQ(plan.modules[0].divisor, std::ldexp(1.0f, 21));
+  // e4m3 keeps the largest block scale at 2^8.
+  EXPECT_EQ(make_plan(set, {facts(-16, -20, {{-16, 1}, {-20, 1}})}, Window::E4M3, counter).modules[0].m, -24);
+}
+
+TEST(Plan, QuietExpertWithAWideSpanHasNoMarlinGlobal) {
+  const ModuleSet set = single_module("quiet.w2", 2);
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  // Span 12 fits, but the block scales need m <= -30 + 6 = -24 and fp16 needs m >= -21.
+  const Plan plan = make_plan(set, {facts(-18, -30, {{-18, 1}, {-30, 1}})}, Window::Marlin, counter);
+  EXPECT_TRUE(plan.refused());
+  EXPECT_TRUE(plan.over_span.empty());
+  ASSERT_EQ(plan.global_conflicts.size(), 1u);
+  const GlobalConflict& c = plan.global_conflicts[0];
+  EXPECT_EQ(c.scale_group, "quiet.w2");
+  EXPECT_EQ(c.needed_min, -26);
+  EXPECT_EQ(c.needed_max, -24);
+  EXPECT_EQ(c.allowed_min, -21);
+  EXPECT_EQ(c.allowed_max, 8);
+}
+
+TEST(Plan, LoudExpertsGlobalStaysBelowFp16Overflow) {
+  const ModuleSet set = single_module("loud.w2", 2);
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  // k_max 20: m = 12 would overflow 2^(m+7) in fp16; k_min 10 allows m <= 16 but fp16 needs m <= 8.
+  const Plan plan = make_plan(set, {facts(20, 10, {{20, 1}, {10, 1}})}, Window::Marlin, counter);
+  EXPECT_TRUE(plan.refused());
+  ASSERT_EQ(plan.global_conflicts.size(), 1u);
+  EXPECT_FALSE(make_plan(set, {facts(20, 10, {{20, 1}, {10, 1}})}, Window::E4M3, counter).refused());
+}
+
+TEST(Plan, PairIsRaisedTogether) {
+  const ModuleSet set = two_module_pair();
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  const Plan plan = make_plan(set, {facts(-15, -18, {{-15, 1}, {-18, 1}}), facts(-14, -17, {{-14, 1}, {-17, 1}})},
+                              Window::Marlin, counter);
+  EXPECT_FALSE(plan.refused());
+  EXPECT_EQ(plan.modules[0].m, -21);
+  EXPECT_EQ(plan.modules[1].m, -21);
+  EXPECT_EQ(plan.raised_globals, 1u);  // one scale group
 }
 
 }  // namespace
