@@ -24,7 +24,7 @@ std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimi
   const int lo = std::max(k_max - limits.max_exp, limits.global_min);
   const int hi = std::min(k_min - limits.min_exp, limits.global_max);
   if (lo > hi) return std::nullopt;
-  return lo;
+  return std::min(std::max(lo, limits.global_preferred_min), hi);
 }
 
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,

@@ -6,9 +6,10 @@
 // lone module) k_max and k_min are over active groups. The global exponent m
 // (divisor 2^-m) must keep every active block scale in the window,
 // m in [k_max - 8, k_min - window.min_exp], and itself lie in the window's
-// global range [global_min, global_max]. The plan takes the smallest m that
-// satisfies both: k_max - 8 (the largest scale at 2^8) unless the runtime's
-// global range needs a larger one (quiet experts under Marlin's fp16 rule).
+// global range [global_min, global_max]. The plan takes m = k_max - 8 (the
+// largest scale at 2^8) unless that is below the window's preferred global
+// minimum (quiet experts under Marlin's fp16 rule); then it raises m toward
+// that minimum as far as the block scales allow.
 #pragma once
 
 #include "core/modules.hpp"
@@ -76,8 +77,9 @@ struct Plan {
 
 // The global exponent for a scale group with active exponents in [k_max, k_min]
 // under `limits`, or nullopt when no exponent satisfies both the block-scale
-// window and the global range. Smallest feasible m: deterministic, and equal to
-// k_max - 8 whenever that is allowed.
+// window and the global range: max(k_max - 8, global_min, global_preferred_min)
+// capped by k_min - min_exp and global_max. Deterministic, and k_max - 8
+// whenever that already meets the preferred minimum.
 std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimits& limits);
 
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,

@@ -18,6 +18,8 @@ namespace {
 constexpr int kFp16MinNormalPow2 = -14;
 constexpr int kFp16MaxPow2 = 15;
 constexpr int kMarlinGlobalBias = 7;  // nvfp4_marlin_process_global_scale: x 2^(14 - 7) for fp16
+// Routing weights down to 2^-8 times the multiplier stay normal fp16 numbers.
+constexpr int kRoutingWeightHeadroom = 8;
 
 // The file format alone: the divisor 2^-m must be a normal float.
 constexpr int kFloatMinNormalPow2 = -126;
@@ -25,12 +27,13 @@ constexpr int kFloatMaxPow2 = 127;
 
 constexpr std::array<WindowInfo, 2> kWindows{{
     {Window::Marlin, "marlin",
-     {kE4M3MinNormalPow2, kE4M3MaxPow2, kFp16MinNormalPow2 - kMarlinGlobalBias, kFp16MaxPow2 - kMarlinGlobalBias},
+     {kE4M3MinNormalPow2, kE4M3MaxPow2, kFp16MinNormalPow2 - kMarlinGlobalBias, kFp16MaxPow2 - kMarlinGlobalBias,
+      kFp16MinNormalPow2 - kMarlinGlobalBias + kRoutingWeightHeadroom},
      "block scales in [2^-6, 2^8] and global multiplier in [2^-21, 2^8]: exact through vLLM's and SGLang's FP4 "
      "Marlin path in fp16 and bf16 (span <= 14, default)",
      "vLLM 0.33.0 Marlin and SGLang 0.5.23 Marlin, fp16 and bf16"},
     {Window::E4M3, "e4m3",
-     {kE4M3MinPow2, kE4M3MaxPow2, -kFloatMaxPow2, -kFloatMinNormalPow2},
+     {kE4M3MinPow2, kE4M3MaxPow2, -kFloatMaxPow2, -kFloatMinNormalPow2, -kFloatMaxPow2},
      "block scales in [2^-9, 2^8], any normal FP32 global: exact on disk only (span <= 17)",
      "readers that decode E4M3 and the FP32 global faithfully (compressed-tensors); not Marlin"},
 }};

@@ -7,7 +7,9 @@
 //   * the block scale 2^(k-m) of every active group: k - m in [min_exp, max_exp];
 //   * the global exponent itself: m in [global_min, global_max], because
 //     runtimes fold the global into narrower types (vLLM's and SGLang's FP4
-//     Marlin path: 2^m x 2^7 as an fp16, which must be a normal number).
+//     Marlin path: 2^m x 2^7 as an fp16, which must be a normal number),
+//     preferably m >= global_preferred_min (headroom for the routing weight
+//     the kernel multiplies it with).
 #pragma once
 
 #include <optional>
@@ -24,8 +26,13 @@ enum class Window {
 struct WindowLimits {
   int min_exp;     // lowest block-scale exponent k - m allowed for an active group
   int max_exp;     // highest (8: the largest power of two in E4M3)
-  int global_min;  // lowest global exponent m (the multiplier 2^m)
+  int global_min;  // lowest global exponent m (the multiplier 2^m) the runtime reproduces exactly
   int global_max;  // highest
+  // The plan raises a global up to here when the block scales allow it: under
+  // Marlin the fp16 multiplier 2^(m+7) is multiplied by the top-k routing
+  // weight, and a product below 2^-14 is subnormal; m >= -13 keeps routing
+  // weights down to 2^-8 at full fp16 precision.
+  int global_preferred_min;
   int max_span() const { return max_exp - min_exp; }
 };
 

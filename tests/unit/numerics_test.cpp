@@ -113,15 +113,19 @@ TEST_P(EveryScaleByte, AcceptedExactlyWithinTheWindow) {
         return n;
       };
       const Plan plan = make_plan(set, {f}, window, counter);
-      // Brute force over every global exponent: the smallest m that keeps both
-      // block scales in the window, lies in the window's global range and
-      // gives a normal FP32 divisor.
+      // Brute force over every global exponent that keeps both block scales in
+      // the window, lies in the window's global range and gives a normal FP32
+      // divisor: the plan takes the smallest at or above the preferred
+      // minimum, else the largest.
       const WindowLimits l = window_limits(window);
-      std::optional<int> smallest;
-      for (int g = -300; g <= 300 && !smallest; ++g) {
+      std::optional<int> smallest, largest;
+      for (int g = -300; g <= 300; ++g) {
         const bool scales_ok = top_byte - 127 - g <= l.max_exp && b - 127 - g >= l.min_exp;
-        if (scales_ok && g >= l.global_min && g <= l.global_max && global_divisor_for(g)) smallest = g;
+        if (!scales_ok || g < l.global_min || g > l.global_max || !global_divisor_for(g)) continue;
+        largest = g;
+        if (!smallest && g >= l.global_preferred_min) smallest = g;
       }
+      if (!smallest) smallest = largest;
       const bool expect_refused = !smallest.has_value();
       ASSERT_EQ(plan.refused(), expect_refused) << "top " << top_byte << " byte " << b;
       if (expect_refused) {

@@ -408,9 +408,13 @@ TEST(Plan, QuietExpertGetsANormalFp16GlobalUnderMarlin) {
   // Largest exponent -16: m = k_max - 8 = -24 would make 2^(m+7) subnormal in fp16.
   const Plan plan = make_plan(set, {facts(-16, -20, {{-16, 1}, {-20, 1}})}, Window::Marlin, counter);
   EXPECT_FALSE(plan.refused());
-  EXPECT_EQ(plan.modules[0].m, -21);  // the smallest m with 2^(m+7) >= 2^-14
+  EXPECT_EQ(plan.modules[0].m, -14);  // raised toward -13 as far as the lowest block scale (2^-6) allows
   EXPECT_EQ(plan.raised_globals, 1u);
-  EXPECT_EQ(plan.modules[0].divisor, std::ldexp(1.0f, 21));
+  EXPECT_EQ(plan.modules[0].divisor, std::ldexp(1.0f, 14));
+  // A narrow span reaches the preferred -13 (2^(m+7) = 2^-6: routing weights down to 2^-8 stay normal).
+  EXPECT_EQ(make_plan(set, {facts(-16, -17, {{-16, 1}, {-17, 1}})}, Window::Marlin, counter).modules[0].m, -13);
+  // A wide one still gets a normal fp16 global, without headroom.
+  EXPECT_EQ(make_plan(set, {facts(-14, -27, {{-14, 1}, {-27, 1}})}, Window::Marlin, counter).modules[0].m, -21);
   // e4m3 keeps the largest block scale at 2^8.
   EXPECT_EQ(make_plan(set, {facts(-16, -20, {{-16, 1}, {-20, 1}})}, Window::E4M3, counter).modules[0].m, -24);
 }
@@ -447,8 +451,8 @@ TEST(Plan, PairIsRaisedTogether) {
   const Plan plan = make_plan(set, {facts(-15, -18, {{-15, 1}, {-18, 1}}), facts(-14, -17, {{-14, 1}, {-17, 1}})},
                               Window::Marlin, counter);
   EXPECT_FALSE(plan.refused());
-  EXPECT_EQ(plan.modules[0].m, -21);
-  EXPECT_EQ(plan.modules[1].m, -21);
+  EXPECT_EQ(plan.modules[0].m, -13);
+  EXPECT_EQ(plan.modules[1].m, -13);
   EXPECT_EQ(plan.raised_globals, 1u);  // one scale group
 }
 
