@@ -19,6 +19,9 @@ MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
 
 # A K3 down projection whose span (16) only the e4m3 window accepts.
 WIDE_MODULE = "language_model.model.layers.1.block_sparse_moe.experts.2.w2"
+# A down projection far quieter than the rest: largest exponent -20, span 7, so
+# only m = -21 (the fp16 boundary, lowest block scale at 2^-6) serves it.
+QUIET_MODULE = "language_model.model.layers.0.block_sparse_moe.experts.1.w2"
 
 
 def mx2nv(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -52,11 +55,19 @@ def outputs(built, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     mx2nv("generate", root / "wide", "--layout", "k3", "--shards", "2", "--set-span", f"{WIDE_MODULE}=16", *common)
     mx2nv("convert", root / "wide", root / "wide-nv", "--window", "e4m3")
     out["wide_e4m3"] = (root / "wide", root / "wide-nv")
+    # Quiet experts: every largest exponent below -13 (m = k_max - 8 would give
+    # vLLM's fp16 path a subnormal global), one far below with a wide span.
+    mx2nv("generate", root / "quiet", "--layout", "k3", "--shards", "2", "--k-max", "-15", "--span", "6",
+          "--set-k-max", f"{QUIET_MODULE}=-20", "--set-span", f"{QUIET_MODULE}=7", "--seed", "11", *common)
+    mx2nv("convert", root / "quiet", root / "quiet-nv")
+    out["quiet"] = (root / "quiet", root / "quiet-nv")
+    mx2nv("convert", root / "quiet", root / "quiet-e4m3", "--window", "e4m3")
+    out["quiet_e4m3"] = (root / "quiet", root / "quiet-e4m3")
     return out
 
 
-MARLIN_WINDOW_CASES = ["demo", "k3", "flat"]
-ALL_CASES = MARLIN_WINDOW_CASES + ["wide_e4m3"]
+MARLIN_WINDOW_CASES = ["demo", "k3", "flat", "quiet"]
+ALL_CASES = MARLIN_WINDOW_CASES + ["wide_e4m3", "quiet_e4m3"]
 
 
 @pytest.fixture

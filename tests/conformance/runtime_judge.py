@@ -74,7 +74,7 @@ Loader = Callable[[dict, torch.dtype], object]  # experts -> kernel inputs
 
 def judge(src: Checkpoint, dst: Checkpoint, load: Loader, scale_order, dtype: torch.dtype, source_values) -> dict:
     """Every weight the runtime computes with against the MXFP4 source."""
-    report = {"layers": 0, "values": 0, "mismatches": 0, "nonfinite": 0, "warnings": [], "bad": []}
+    report = {"layers": 0, "values": 0, "mismatches": 0, "nonfinite": 0, "zeroed_groups": 0, "warnings": [], "bad": []}
     for layer in moe_layers(dst):
         inputs = load(checkpoint_experts(dst, layer), dtype)
         report["warnings"] += inputs.warnings
@@ -89,6 +89,9 @@ def judge(src: Checkpoint, dst: Checkpoint, load: Loader, scale_order, dtype: to
                 report["values"] += want.numel()
                 report["mismatches"] += bad
                 report["nonfinite"] += int((~torch.isfinite(have)).sum())
+                # Active 32-groups of the source that the runtime turned into zeros.
+                groups = lambda t: t.reshape(*t.shape[:-1], -1, 32)  # noqa: E731
+                report["zeroed_groups"] += int(((groups(want) != 0).any(-1) & (groups(have) == 0).all(-1)).sum())
                 if bad:
                     report["bad"].append(module)
     return report

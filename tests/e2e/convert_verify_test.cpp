@@ -189,6 +189,50 @@ TEST(Windows, GateUpSharingCanPushAModuleOverTheSpan) {
   EXPECT_EQ(r.over_span[0].span, 16);
 }
 
+TEST(Windows, QuietExpertsGetANormalFp16GlobalUnderMarlin) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::K3, 2);
+  spec.k_max = -16;  // every module quiet: m = k_max - 8 = -24 would be subnormal in fp16 after x 2^7
+  spec.span = 5;
+  write_fixture(d / "src", spec);
+  const Report r = convert(d / "src", d / "marlin");
+  ASSERT_EQ(r.result, "ok");
+  EXPECT_EQ(r.raised_globals, r.scale_groups);
+  EXPECT_EQ(verify(d / "src", d / "marlin").result, "ok");
+  // The e4m3 window keeps m = k_max - 8: exact on disk, outside Marlin's global range.
+  ASSERT_EQ(convert(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+  EXPECT_EQ(verify(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+  const Report vm = verify(d / "src", d / "e4m3", Window::Marlin);
+  EXPECT_EQ(vm.result, "mismatch");
+  EXPECT_EQ(vm.mismatches, 0u);  // every value is right on disk; the globals are not
+  bool named = false;
+  for (const auto& diff : vm.differences) named = named || diff.find("global range") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+TEST(Windows, AQuietExpertNoGlobalServesIsRefusedWithItsRanges) {
+  ScratchDir d;
+  FixtureSpec spec = small(FixtureLayout::K3, 2);
+  const std::string quiet = fixture_module_name(spec, 1, 0, 2);
+  spec.overrides[quiet].k_max = -30;  // block scales need m in [-38, -34]; fp16 needs m >= -21
+  spec.overrides[quiet].span = 10;
+  write_fixture(d / "src", spec);
+  const Report r = convert(d / "src", d / "dst");
+  ASSERT_EQ(r.result, "refused");
+  EXPECT_TRUE(r.over_span.empty());
+  ASSERT_EQ(r.global_conflicts.size(), 1u);
+  EXPECT_EQ(r.global_conflicts[0].scale_group, quiet);
+  EXPECT_EQ(r.global_conflicts[0].needed_min, -38);
+  EXPECT_EQ(r.global_conflicts[0].needed_max, -34);
+  EXPECT_EQ(r.global_conflicts[0].allowed_min, -21);
+  EXPECT_FALSE(fs::exists(d / "dst"));
+  const Inspection in = inspect_checkpoint(d / "src", Window::Marlin, 2);
+  EXPECT_EQ(in.report.result, "refused");
+  EXPECT_EQ(in.outcomes[0].global_conflicts.size(), 1u);
+  EXPECT_FALSE(in.outcomes[1].refused);  // e4m3 takes it
+  EXPECT_EQ(convert(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+}
+
 TEST(Inputs, NaNScaleIsInvalidInputAndWritesNothing) {
   ScratchDir d;
   FixtureSpec spec = small(FixtureLayout::K3, 2);
