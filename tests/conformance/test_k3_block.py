@@ -1,5 +1,6 @@
 """Oracle 4: a K3 Stable LatentMoE block run with expert weights from the
-MXFP4 source and from the NVFP4 output as vLLM's Marlin path would load them:
+MXFP4 source and from the NVFP4 output as vLLM 0.33.0's own Marlin load path
+(run from its wheel, test_runtimes.py) hands them to the kernel:
 bit-identical outputs, in both activation dtypes' load paths."""
 
 import pytest
@@ -7,31 +8,33 @@ import torch
 
 from checkpoints import SUFFIX_SCALE, open_checkpoint, patch_bytes, tensor_location
 from k3_block import BlockWeights, forward, random_dense
-from marlin import load_layer, moe_layers
-from test_vllm_marlin import source_values
+import vllm_marlin
+from runtime_judge import checkpoint_experts, kernel_weights, moe_layers
+from test_runtimes import source_values
 
 TOKENS, TOP_K, FULL_HIDDEN, SHARED = 8, 2, 512, 192
 
 
 def source_block(src, layer, dense, routed_norm):
-    w13 = torch.stack([torch.cat([source_values(src, layer.names[(e, "gate")]),
-                                  source_values(src, layer.names[(e, "up")])]) for e in layer.experts])
-    w2 = torch.stack([source_values(src, layer.names[(e, "down")]) for e in layer.experts])
+    w13 = torch.stack([torch.cat([source_values(src, layer.names[(e, "w1")]),
+                                  source_values(src, layer.names[(e, "w3")])]) for e in layer.experts])
+    w2 = torch.stack([source_values(src, layer.names[(e, "w2")]) for e in layer.experts])
     return BlockWeights(dense["router"], dense["correction_bias"], dense["latent_down"], dense["latent_up"],
                         w13.float(), w2.float(), dense["routed_norm"] if routed_norm else None, dense["shared"])
 
 
 def nvfp4_block(dst, layer, dense, routed_norm, dtype):
-    mw = load_layer(dst, layer, dtype)
+    w = kernel_weights(vllm_marlin.load_layer(checkpoint_experts(dst, layer), dtype), vllm_marlin.scale_order, dtype)
+    w13 = torch.cat([w["w1"], w["w3"]], dim=1).float()
     return BlockWeights(dense["router"], dense["correction_bias"], dense["latent_down"], dense["latent_up"],
-                        mw.w13, mw.w2, dense["routed_norm"] if routed_norm else None, dense["shared"])
+                        w13, w["w2"].float(), dense["routed_norm"] if routed_norm else None, dense["shared"])
 
 
 def run_both(src_dir, dst_dir, dtype, routed_norm=True):
     src, dst = open_checkpoint(src_dir), open_checkpoint(dst_dir)
     outs = []
     for layer in moe_layers(dst):
-        latent = source_values(src, layer.names[(layer.experts[0], "gate")]).shape[1]
+        latent = source_values(src, layer.names[(layer.experts[0], "w1")]).shape[1]
         dense = random_dense(len(layer.experts), FULL_HIDDEN, latent, SHARED, seed=len(outs))
         x = torch.randn(TOKENS, FULL_HIDDEN, generator=torch.Generator().manual_seed(99))
         a = forward(x, source_block(src, layer, dense, routed_norm), TOP_K)
@@ -58,7 +61,7 @@ def test_block_outputs_differ_for_a_broken_output(outputs, broken_copy):
     layer = moe_layers(ck)[0]
     # Damage every expert's down-projection scales of layer 0 so routing cannot avoid them.
     for e in layer.experts:
-        m = layer.names[(e, "down")]
+        m = layer.names[(e, "w2")]
         shard = dst / ck.weight_map[m + SUFFIX_SCALE]
         begin, end = tensor_location(shard, m + SUFFIX_SCALE)
         data = bytearray(shard.read_bytes()[begin:end])
