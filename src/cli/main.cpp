@@ -9,6 +9,7 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/convert.hpp"
 #include "io/distributed.hpp"
+#include "io/gate.hpp"
 #include "io/inspect.hpp"
 #include "io/report_file.hpp"
 #include "io/verify.hpp"
@@ -217,6 +218,22 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads)
   return in.report.exit_code();
 }
 
+int run_gate(const GateOptions& o, bool json) {
+  const GateResult r = run_gate(o);
+  if (json) {
+    fmt::print("{}\n", gate_to_json(r).dump(2));
+  } else {
+    fmt::print("mx2nv gate: {} (hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}\n",
+               printable(r.checkpoint), r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp);
+    for (const auto& v : r.verdicts) {
+      fmt::print("  {:<7} {:<8} {:<7} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
+                 v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
+      for (const auto& why : v.reasons) fmt::print("      - {}\n", printable(why));
+    }
+  }
+  return r.blocked() ? kExitRefusedOrMismatch : kExitOk;
+}
+
 int run_demo(const fs::path& dir, unsigned threads) {
   const fs::path marker = dir / ".mx2nv-demo";
   std::error_code ec;
@@ -363,6 +380,18 @@ int main(int argc, char** argv) {
   add_threads(inspect);
   inspect->add_flag("--json", json, "print JSON instead of a summary");
 
+  GateOptions gate_options;
+  std::string gate_dtype = "both";
+  auto* gate = app.add_subcommand("gate", "go/no-go: will vLLM / SGLang run this NVFP4A16 checkpoint exactly?");
+  gate->add_option("CHECKPOINT", gate_options.checkpoint, "compressed-tensors NVFP4 checkpoint directory")->required();
+  gate->add_option("--runtime", gate_options.runtime, "vllm, sglang or all (default)")
+      ->check(CLI::IsMember({"vllm", "sglang", "all"}));
+  gate->add_option("--tp", gate_options.tp, "tensor-parallel degree (default 1)")->check(CLI::Range(1u, 1024u));
+  gate->add_option("--dtype", gate_dtype, "activation dtype: fp16, bf16 or both (default)")
+      ->check(CLI::IsMember({"fp16", "bf16", "both"}));
+  add_threads(gate);
+  gate->add_flag("--json", json, "print JSON instead of a summary");
+
   FixtureSpec gen;
   std::string gen_dir, gen_layout = "k3";
   std::vector<std::string> set_span, set_kmax, all_zero, nan_scale;
@@ -440,6 +469,13 @@ int main(int argc, char** argv) {
     }
     if (*inspect) return run_inspect(src, window, json, threads);
     if (*demo) return run_demo(demo_dir, threads);
+    if (*gate) {
+      gate_options.threads = threads;
+      if (gate_dtype != "both") {
+        gate_options.dtypes = {gate_dtype == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
+      }
+      return run_gate(gate_options, json);
+    }
     if (*generate) {
       gen.layout = gen_layout == "flat" ? FixtureLayout::Flat : FixtureLayout::K3;
       gen.out_of_window_zero_groups = extreme == "on";

@@ -1,0 +1,86 @@
+// Whether the pinned runtimes will run a compressed-tensors NVFP4A16 MoE
+// checkpoint exactly: the go/no-go behind `mx2nv gate` and inspect's TP table.
+// Pure logic over facts gathered elsewhere (src/io/gate.cpp reads them).
+//
+// Every rule names the runtime code it comes from (vLLM 0.33.0 and SGLang
+// 0.5.23 wheels, vLLM's kernel sources); README "mx2nv gate" lists them.
+#pragma once
+
+#include "core/strict_json.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+enum class ActivationDtype { Fp16, Bf16 };
+std::string_view activation_dtype_name(ActivationDtype d);
+
+struct RuntimeBackend {
+  std::string_view runtime;  // "vllm" | "sglang"
+  std::string_view version;  // the pinned release the rules were read from
+  std::string_view backend;  // "marlin" | "humming"
+  std::string_view gpus;     // where it is selected
+  bool verified;             // value-exact rules established (judged by tests/conformance)
+};
+// vllm/marlin, vllm/humming, sglang/marlin.
+const std::vector<RuntimeBackend>& runtime_backends();
+
+// What the scheme selectors read from quantization_config (per config group).
+struct SchemeFacts {
+  bool compressed_tensors = false;
+  std::string format;  // the group's, else the global one
+  std::optional<int> num_bits, group_size;
+  std::string type, strategy;
+  bool symmetric = false;
+  bool input_activations_null = false;
+};
+// Throws Error(InvalidInput) when config.json has no quantization_config.
+std::vector<SchemeFacts> scheme_facts(const Json& config);
+
+// The MoE layer shape: the same for every layer a checkpoint has.
+struct MoeDims {
+  std::uint64_t hidden = 0;        // K of w1/w3
+  std::uint64_t intermediate = 0;  // N of w1/w3 (full, before TP)
+  std::uint64_t experts = 0;       // per layer
+  std::uint64_t layers = 0;
+};
+
+// Scale and global facts of the checkpoint (io/gate.cpp).
+struct ScaleFacts {
+  std::vector<std::string> gate_up_differ;  // experts whose w1 and w3 globals are not bit-equal
+  // Global multipliers g = 1 / weight_global_scale, over every expert module.
+  double min_multiplier = 0, max_multiplier = 0;
+  std::vector<std::string> multipliers_not_pow2;  // first few modules whose g is no power of two
+  std::uint64_t modules_not_pow2 = 0;
+  // Active 16-blocks whose block scale Marlin zeroes (vLLM) or bf16 misreads (SGLang).
+  std::uint64_t active_below_fp16 = 0;  // 0 < scale < 2^-6
+  std::uint64_t active_below_bf16 = 0;  // 0 < scale x sf < 2^-6, sf per layer bank (vLLM bf16 rescale)
+  std::uint64_t negative_scales = 0;
+};
+
+struct Verdict {
+  const RuntimeBackend* backend = nullptr;
+  ActivationDtype dtype = ActivationDtype::Bf16;
+  unsigned tp = 1;
+  enum Kind { Run, Blocked, Unverified } kind = Run;
+  std::vector<std::string> reasons;  // why BLOCKED (every one) or why UNVERIFIED
+  std::vector<std::string> notes;    // facts that do not block
+};
+std::string_view verdict_name(Verdict::Kind k);
+
+// The layer-dimension rule of one backend at one TP degree: nullopt when it
+// runs, else why not.
+std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& dims, unsigned tp);
+
+Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned tp,
+                      const std::vector<SchemeFacts>& schemes, const MoeDims& dims, const ScaleFacts& scales);
+
+// TP degrees for the feasibility table: 1, 2, 4, ..., 64.
+std::vector<unsigned> tp_degrees();
+Json tp_table_json(const MoeDims& dims);
+
+}  // namespace mx2nv

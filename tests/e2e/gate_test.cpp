@@ -1,0 +1,123 @@
+// mx2nv gate through the CLI: documented verdicts and exit codes on mx2nv's
+// own output, an over-TP case, and an NVFP4 checkpoint whose gate and up
+// globals differ (made by hand here: values right on disk, wrong in vLLM).
+#include "e2e_support.hpp"
+
+#include <cstring>
+
+namespace mx2nv::e2e {
+namespace {
+
+using nlohmann::json;
+
+// A converted K3-shaped checkpoint: hidden 256, intermediate 128, 2 MoE layers.
+fs::path converted(const ScratchDir& d) {
+  FixtureSpec spec;
+  spec.hidden = 256;
+  spec.intermediate = 128;
+  spec.shards = 2;
+  write_fixture(d / "src", spec);
+  const CliResult c = run_cli("convert " + (d / "src").string() + " " + (d / "dst").string());
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  return d / "dst";
+}
+
+json gate_json(const fs::path& ck, const std::string& args, int expected_exit) {
+  const CliResult r = run_cli("gate " + ck.string() + " --json " + args);
+  EXPECT_EQ(r.exit_code, expected_exit) << r.out << r.err;
+  return json::parse(r.out);
+}
+
+std::map<std::string, std::string> verdicts(const json& j) {
+  std::map<std::string, std::string> out;
+  for (const auto& v : j["verdicts"]) {
+    out[v["runtime"].get<std::string>() + "/" + v["backend"].get<std::string>() + "/" + v["dtype"].get<std::string>()] =
+        v["verdict"];
+  }
+  return out;
+}
+
+TEST(Gate, Mx2nvOutputRunsOnBothMarlinPaths) {
+  ScratchDir d;
+  const json j = gate_json(converted(d), "", 0);
+  const auto v = verdicts(j);
+  for (const char* key : {"vllm/marlin/fp16", "vllm/marlin/bf16", "sglang/marlin/fp16", "sglang/marlin/bf16"}) {
+    EXPECT_EQ(v.at(key), "RUN") << key;
+  }
+  EXPECT_EQ(v.at("vllm/humming/bf16"), "UNVERIFIED");
+  EXPECT_EQ(j["dims"]["hidden"], 256);
+  EXPECT_EQ(j["dims"]["intermediate"], 128);
+  EXPECT_EQ(j["scales"]["gate_up_globals_differ"], 0);
+  EXPECT_EQ(j["result"], "RUN");
+}
+
+TEST(Gate, TooMuchTensorParallelismIsBlockedWithTheRule) {
+  ScratchDir d;
+  const fs::path ck = converted(d);
+  // intermediate 128 / TP 4 = 32: SGLang needs a multiple of 64, vLLM of 16.
+  const json at4 = gate_json(ck, "--tp 4", 1);
+  EXPECT_EQ(verdicts(at4).at("sglang/marlin/bf16"), "BLOCKED");
+  EXPECT_EQ(verdicts(at4).at("vllm/marlin/bf16"), "RUN");
+  EXPECT_EQ(gate_json(ck, "--tp 4 --runtime vllm", 0)["result"], "RUN");
+  // TP 16: 8 per rank, below one NVFP4 group: vLLM too.
+  const json at16 = gate_json(ck, "--tp 16 --runtime vllm --dtype fp16", 1);
+  ASSERT_EQ(at16["verdicts"].size(), 2u);  // marlin and humming, fp16 only
+  EXPECT_NE(at16["verdicts"][0]["reasons"][0].get<std::string>().find("% 16"), std::string::npos);
+  // The TP table shows the same.
+  bool found = false;
+  for (const auto& row : at16["tp_table"]) {
+    if (row["tp"] == 4) {
+      found = true;
+      EXPECT_EQ(row["vllm-marlin"], "ok");
+      EXPECT_NE(row["sglang-marlin"], "ok");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Gate, GateAndUpGlobalsThatDifferAreBlocked) {
+  ScratchDir d;
+  const fs::path ck = converted(d);
+  // Halve one expert's w3 divisor and every one of its block scales (E4M3 byte
+  // - 8 halves a normal power of two): the file's values stay right.
+  const std::string up = "language_model.model.layers.0.block_sparse_moe.experts.1.w3";
+  for (const auto& entry : fs::directory_iterator(ck)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    std::string all = read_file(entry.path());
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(all[static_cast<std::size_t>(i)])) << (8 * i);
+    const json header = json::parse(all.substr(8, n));
+    if (!header.contains(up + ".weight_global_scale")) continue;
+    const auto at = [&](const std::string& t) { return 8 + n + header[t]["data_offsets"][0].get<std::uint64_t>(); };
+    float g = 0;
+    std::memcpy(&g, all.data() + at(up + ".weight_global_scale"), 4);
+    g /= 2;
+    std::memcpy(all.data() + at(up + ".weight_global_scale"), &g, 4);
+    const auto end = 8 + n + header[up + ".weight_scale"]["data_offsets"][1].get<std::uint64_t>();
+    for (auto i = at(up + ".weight_scale"); i < end; ++i) {
+      auto& b = reinterpret_cast<unsigned char&>(all[i]);
+      if (b >= 0x10) b = static_cast<unsigned char>(b - 8);
+    }
+    write_file(entry.path(), all);
+  }
+  const json j = gate_json(ck, "", 1);
+  EXPECT_EQ(j["scales"]["gate_up_globals_differ"], 1);
+  const auto v = verdicts(j);
+  EXPECT_EQ(v.at("vllm/marlin/bf16"), "BLOCKED");
+  EXPECT_EQ(v.at("sglang/marlin/fp16"), "BLOCKED");
+  for (const auto& verdict : j["verdicts"]) {
+    if (verdict["backend"] == "marlin") {
+      EXPECT_NE(verdict["reasons"][0].get<std::string>().find("gate/up globals differ"), std::string::npos);
+    }
+  }
+}
+
+TEST(Gate, NotAnNvfp4CheckpointIsInvalidInput) {
+  ScratchDir d;
+  write_fixture(d / "src", tiny_spec());  // MXFP4
+  EXPECT_EQ(run_cli("gate " + (d / "src").string()).exit_code, 3);
+  EXPECT_EQ(run_cli("gate " + (d / "src").string() + " --tp 0").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace mx2nv::e2e
