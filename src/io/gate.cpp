@@ -135,7 +135,7 @@ bool GateResult::blocked() const {
 GateResult run_gate(const GateOptions& o) {
   GateResult result;
   result.checkpoint = fs::absolute(o.checkpoint).lexically_normal().string();
-  const Checkpoint ck = open_checkpoint(o.checkpoint);
+  const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target);  // an mx2nv output may hold .mx2nv/
   const std::vector<SchemeFacts> schemes = scheme_facts(parse_strict_json(ck.config_text, "config.json").value);
 
   std::unordered_map<std::string, Located> tensors;

@@ -196,14 +196,14 @@ TEST(Windows, QuietExpertsGetANormalFp16GlobalUnderMarlin) {
   spec.span = 5;
   write_fixture(d / "src", spec);
   const Report r = convert(d / "src", d / "marlin");
-  ASSERT_EQ(r.result, "ok");
+  ASSERT_EQ(r.result, Outcome::Ok);
   EXPECT_EQ(r.raised_globals, r.scale_groups);
-  EXPECT_EQ(verify(d / "src", d / "marlin").result, "ok");
+  EXPECT_EQ(verify(d / "src", d / "marlin").result, Outcome::Ok);
   // The e4m3 window keeps m = k_max - 8: exact on disk, outside Marlin's global range.
-  ASSERT_EQ(convert(d / "src", d / "e4m3", Window::E4M3).result, "ok");
-  EXPECT_EQ(verify(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+  ASSERT_EQ(convert(d / "src", d / "e4m3", Window::E4M3).result, Outcome::Ok);
+  EXPECT_EQ(verify(d / "src", d / "e4m3", Window::E4M3).result, Outcome::Ok);
   const Report vm = verify(d / "src", d / "e4m3", Window::Marlin);
-  EXPECT_EQ(vm.result, "mismatch");
+  EXPECT_EQ(vm.result, Outcome::Mismatch);
   EXPECT_EQ(vm.mismatches, 0u);  // every value is right on disk; the globals are not
   bool named = false;
   for (const auto& diff : vm.differences) named = named || diff.find("global range") != std::string::npos;
@@ -218,7 +218,7 @@ TEST(Windows, AQuietExpertNoGlobalServesIsRefusedWithItsRanges) {
   spec.overrides[quiet].span = 10;
   write_fixture(d / "src", spec);
   const Report r = convert(d / "src", d / "dst");
-  ASSERT_EQ(r.result, "refused");
+  ASSERT_EQ(r.result, Outcome::Refused);
   EXPECT_TRUE(r.over_span.empty());
   ASSERT_EQ(r.global_conflicts.size(), 1u);
   EXPECT_EQ(r.global_conflicts[0].scale_group, quiet);
@@ -227,10 +227,10 @@ TEST(Windows, AQuietExpertNoGlobalServesIsRefusedWithItsRanges) {
   EXPECT_EQ(r.global_conflicts[0].allowed_min, -21);
   EXPECT_FALSE(fs::exists(d / "dst"));
   const Inspection in = inspect_checkpoint(d / "src", Window::Marlin, 2);
-  EXPECT_EQ(in.report.result, "refused");
+  EXPECT_EQ(in.report.result, Outcome::Refused);
   EXPECT_EQ(in.outcomes[0].global_conflicts.size(), 1u);
   EXPECT_FALSE(in.outcomes[1].refused);  // e4m3 takes it
-  EXPECT_EQ(convert(d / "src", d / "e4m3", Window::E4M3).result, "ok");
+  EXPECT_EQ(convert(d / "src", d / "e4m3", Window::E4M3).result, Outcome::Ok);
 }
 
 TEST(Inputs, NaNScaleIsInvalidInputAndWritesNothing) {

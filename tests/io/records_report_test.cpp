@@ -142,6 +142,9 @@ TEST(Report, MatchesTheGoldenFile) {
   r.shared_bytes = 900;
   r.copied_bytes = 20;
   r.written_bytes = 100;
+  r.global_conflicts = {{"layers.0.experts.2.w2", -30, -40, -38, -34, -21, 8}};
+  r.unrepresentable_globals = {"layers.0.experts.2.w2"};
+  r.raised_globals = 2;
   r.seconds = 1.23456;
   const std::string golden_path = std::string(MX2NV_SOURCE_DIR) + "/tests/io/golden/report.json";
   const std::string got = report_to_json(r).dump(2) + "\n";
