@@ -209,10 +209,21 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads)
                  o.window == window ? "  (selected)" : "");
       fmt::print(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
       if (o.marlin_zeroed_groups) fmt::print(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
-      if (o.raised_globals) fmt::print(", {} globals raised above k_max - 8 (quiet experts)", o.raised_globals);
+      if (o.raised_globals) fmt::print(", {} globals raised above k_max - 8 (fp16 room for routing weights)", o.raised_globals);
       fmt::print("\n");
       print_over_span(o.over_span, stdout);
       print_global_conflicts(o.global_conflicts, o.unrepresentable_globals);
+    }
+    if (in.moe_dims) {
+      fmt::print("  TP       after conversion (hidden {}, intermediate {}):", in.moe_dims->hidden, in.moe_dims->intermediate);
+      for (const unsigned tp : tp_degrees()) {
+        std::string ok;
+        for (const auto& b : runtime_backends()) {
+          if (!dims_problem(b, *in.moe_dims, tp)) ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", b.runtime, b.backend);
+        }
+        fmt::print(" {}:{}", tp, ok.empty() ? "none" : ok);
+      }
+      fmt::print("\n");
     }
   }
   return in.report.exit_code();

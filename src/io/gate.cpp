@@ -45,28 +45,6 @@ struct Layer {
   std::map<std::uint64_t, std::array<std::ptrdiff_t, 3>> experts;  // expert -> module index per role
 };
 
-std::optional<Role> role_of(std::string_view proj) {
-  if (proj == "w1" || proj == "gate_proj") return W1;
-  if (proj == "w3" || proj == "up_proj") return W3;
-  if (proj == "w2" || proj == "down_proj") return W2;
-  return std::nullopt;
-}
-
-// "P.E.proj" -> (P, E, role) for routed-expert modules.
-bool split_expert(std::string_view module, std::string& prefix, std::uint64_t& expert, Role& role) {
-  const auto dot = module.rfind('.');
-  if (dot == std::string_view::npos) return false;
-  const auto r = role_of(module.substr(dot + 1));
-  const auto dot2 = module.rfind('.', dot - 1);
-  if (!r || dot2 == std::string_view::npos || dot2 + 1 >= dot) return false;
-  const std::string_view e = module.substr(dot2 + 1, dot - dot2 - 1);
-  if (e.size() > 9 || !std::all_of(e.begin(), e.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-  prefix = std::string(module.substr(0, dot2));
-  expert = std::stoull(std::string(e));
-  role = *r;
-  return true;
-}
-
 double e4m3_scale(std::uint8_t b) { return e4m3_value(b); }
 
 bool block_active(const std::byte* p) {  // 8 packed bytes = 16 E2M1 codes
@@ -148,10 +126,11 @@ GateResult run_gate(const GateOptions& o) {
   for (const auto& [name, located] : tensors) {
     if (!name.ends_with(kPackedSuffix)) continue;
     const std::string base = name.substr(0, name.size() - kPackedSuffix.size());
-    std::string prefix;
-    std::uint64_t expert = 0;
-    Role role = W1;
-    if (!split_expert(base, prefix, expert, role)) continue;
+    const auto parsed = parse_expert_module(base);
+    if (!parsed) continue;
+    const std::string& prefix = parsed->layer;
+    const std::uint64_t expert = parsed->expert;
+    const Role role = parsed->role == 0 ? W1 : parsed->role == 1 ? W3 : W2;
     ExpertModule m;
     m.name = base;
     m.role = role;

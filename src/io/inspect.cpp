@@ -1,5 +1,6 @@
 #include "io/inspect.hpp"
 
+#include "core/runtime_rules.hpp"
 #include "core/target_layout.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/parallel.hpp"
@@ -66,6 +67,9 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
     }
     in.outcomes.push_back(std::move(o));
   }
+  std::vector<ModuleShape> shapes;
+  for (const auto& m : in.modules) shapes.push_back({m.name, m.rows, m.groups * 32});
+  in.moe_dims = moe_dims_of(shapes);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return in;
 }
@@ -89,6 +93,11 @@ Json inspection_to_json(const Inspection& in) {
         {"raised_globals", o.raised_globals},
         {"canonicalised_zero_groups", o.canonicalised_zero_groups},
         {"marlin_zeroed_groups", o.marlin_zeroed_groups}};
+  }
+  if (const auto& dims = in.moe_dims) {
+    j["moe_dims"] = {{"hidden", dims->hidden}, {"intermediate", dims->intermediate}, {"experts", dims->experts},
+                     {"moe_layers", dims->layers}};
+    j["tp_table"] = tp_table_json(*dims);  // after conversion, per runtime backend (README "mx2nv gate")
   }
   j["modules"] = Json::array();
   for (const auto& m : in.modules) {

@@ -4,6 +4,7 @@
 
 #include "core/numerics.hpp"
 #include "core/report.hpp"
+#include "core/runtime_rules.hpp"
 #include "io/file.hpp"
 
 namespace mx2nv {
@@ -34,6 +35,7 @@ struct Inspection {
   std::uint64_t probes = 0;
   std::uint64_t fully_scanned_modules = 0;
   int max_span = 0;
+  std::optional<MoeDims> moe_dims;  // routed-expert shape, for the TP feasibility table
 };
 
 Inspection inspect_checkpoint(const fs::path& source, Window window, unsigned threads);
