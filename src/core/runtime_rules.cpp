@@ -161,7 +161,7 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
     } else {
       v.notes.push_back(fmt::format("gate/up globals differ for {} experts: Humming keeps one per half, as a "
                                     "per-channel scale in the activation dtype (humming/schema/"
-                                    "compressed_tensors.py:243-260)", s.gate_up_differ.size()));
+                                    "compressed_tensors.py:244-260, humming-kernels 0.1.19)", s.gate_up_differ.size()));
     }
   }
 
