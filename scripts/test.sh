@@ -11,8 +11,5 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 if [[ -d tests/conformance ]]; then  # Python suites: conformance oracles, hostile-input corpus
   scripts/python-env.sh
-  .venv/bin/python -m pytest -q tests/conformance tests/corpus
-  # A separate run: each suite's conftest.py is imported as `conftest`, and
-  # conformance modules import their cases from theirs.
-  .venv/bin/python -m pytest -q tests/engines
+  .venv/bin/python -m pytest -q tests/conformance tests/corpus tests/engines
 fi
