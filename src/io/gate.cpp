@@ -21,10 +21,23 @@ constexpr std::size_t kNamedExamples = 5;
 
 enum Role { W1, W3, W2 };
 
+// Where one tensor of an NVFP4 module lives; headers are dropped after the
+// scan, so this keeps only what gate reads later.
 struct Located {
-  const OpenShard* shard = nullptr;
-  const TensorInfo* info = nullptr;
-  std::uint64_t offset() const { return shard->header.data_start() + info->begin; }
+  std::size_t shard = 0;
+  const std::string* file = nullptr;  // the shard's file, for errors
+  std::uint64_t start = 0;            // absolute offset in the shard file
+  Dtype dtype = Dtype::U8;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t nbytes = 0;
+  std::string name;
+};
+
+struct Reader {
+  const Checkpoint* ck = nullptr;
+  void read(const Located& t, std::uint64_t offset, std::span<std::byte> out) const {
+    ck->files->open(t.shard)->read_at(t.start + offset, out);
+  }
 };
 
 struct ExpertModule {
@@ -56,16 +69,16 @@ bool block_active(const std::byte* p) {  // 8 packed bytes = 16 E2M1 codes
 }
 
 // Pass 1 over a module's block scales: the largest, the suspects, NaN refused.
-void scan_scales(ExpertModule& m) {
+void scan_scales(ExpertModule& m, const Reader& io) {
   std::vector<std::byte> buf(static_cast<std::size_t>(std::min(m.rows, kChunkRows) * m.blocks));
   for (std::uint64_t row = 0; row < m.rows; row += kChunkRows) {
     const std::uint64_t n = std::min(kChunkRows, m.rows - row);
     const auto bytes = static_cast<std::size_t>(n * m.blocks);
-    m.scale.shard->handle.read_at(m.scale.offset() + row * m.blocks, {buf.data(), bytes});
+    io.read(m.scale, row * m.blocks, {buf.data(), bytes});
     for (std::size_t i = 0; i < bytes; ++i) {
       const auto b = std::to_integer<std::uint8_t>(buf[i]);
       if ((b & 0x7F) == 0x7F) {
-        fail_input("{}: tensor \"{}\" row {} block {}: block scale is NaN", m.scale.shard->file, m.scale.info->name,
+        fail_input("{}: tensor \"{}\" row {} block {}: block scale is NaN", *m.scale.file, m.scale.name,
                    row + i / m.blocks, i % m.blocks);
       }
       const double v = e4m3_scale(b);
@@ -78,7 +91,7 @@ void scan_scales(ExpertModule& m) {
 
 // Pass 2, only for modules with suspects: which suspect blocks are active,
 // below 2^-6 (fp16) and below 2^-6 / sf (bf16).
-std::pair<std::uint64_t, std::uint64_t> count_active_small(const ExpertModule& m, double sf) {
+std::pair<std::uint64_t, std::uint64_t> count_active_small(const ExpertModule& m, double sf, const Reader& io) {
   std::uint64_t fp16 = 0, bf16 = 0;
   const std::uint64_t rows = std::min(m.rows, kChunkRows);
   std::vector<std::byte> scales(static_cast<std::size_t>(rows * m.blocks));
@@ -86,8 +99,8 @@ std::pair<std::uint64_t, std::uint64_t> count_active_small(const ExpertModule& m
   for (std::uint64_t row = 0; row < m.rows; row += kChunkRows) {
     const std::uint64_t n = std::min(kChunkRows, m.rows - row);
     const auto ns = static_cast<std::size_t>(n * m.blocks);
-    m.scale.shard->handle.read_at(m.scale.offset() + row * m.blocks, {scales.data(), ns});
-    m.packed.shard->handle.read_at(m.packed.offset() + row * m.blocks * 8, {packed.data(), ns * 8});
+    io.read(m.scale, row * m.blocks, {scales.data(), ns});
+    io.read(m.packed, row * m.blocks * 8, {packed.data(), ns * 8});
     for (std::size_t i = 0; i < ns; ++i) {
       const double v = e4m3_scale(std::to_integer<std::uint8_t>(scales[i]));
       if (v <= 0 || v >= std::ldexp(1.0, kE4M3MinNormalPow2) || !block_active(&packed[i * 8])) continue;
@@ -113,13 +126,20 @@ bool GateResult::blocked() const {
 GateResult run_gate(const GateOptions& o) {
   GateResult result;
   result.checkpoint = fs::absolute(o.checkpoint).lexically_normal().string();
-  const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target);  // an mx2nv output may hold .mx2nv/
+  // Only the NVFP4 modules' tensors are kept from each header as it streams
+  // by, so memory follows the module count, not the checkpoint's size.
+  std::unordered_map<std::string, Located> tensors;
+  const auto keep = [&](std::size_t shard, std::string_view, const ShardHeader& header) {
+    for (const auto& t : header.tensors()) {
+      if (!t.name.ends_with(kPackedSuffix) && !t.name.ends_with(kScaleSuffix) && !t.name.ends_with(kGlobalSuffix)) continue;
+      tensors.emplace(t.name, Located{shard, nullptr, header.data_start() + t.begin, t.dtype, t.shape, t.nbytes(), t.name});
+    }
+  };
+  const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
+  for (auto& [name, t] : tensors) t.file = &ck.shards[t.shard].file;
+  const Reader io{&ck};
   const std::vector<SchemeFacts> schemes = scheme_facts(parse_strict_json(ck.config_text, "config.json").value);
 
-  std::unordered_map<std::string, Located> tensors;
-  for (const auto& s : ck.shards) {
-    for (const auto& t : s.header.tensors()) tensors.emplace(t.name, Located{&s, &t});
-  }
   std::vector<ExpertModule> modules;
   std::vector<Layer> layers;
   std::map<std::string, std::size_t> layer_index;
@@ -142,11 +162,11 @@ GateResult run_gate(const GateOptions& o) {
     }
     m.scale = s->second;
     m.global = g->second;
-    const auto& ps = m.packed.info->shape;
-    const auto& ss = m.scale.info->shape;
-    if (m.packed.info->dtype != Dtype::U8 || ps.size() != 2 || m.scale.info->dtype != Dtype::F8_E4M3 || ss.size() != 2 ||
-        ss[0] != ps[0] || ps[1] % 8 != 0 || ss[1] != ps[1] / 8 || m.global.info->dtype != Dtype::F32 ||
-        m.global.info->nbytes() != 4) {
+    const auto& ps = m.packed.shape;
+    const auto& ss = m.scale.shape;
+    if (m.packed.dtype != Dtype::U8 || ps.size() != 2 || m.scale.dtype != Dtype::F8_E4M3 || ss.size() != 2 ||
+        ss[0] != ps[0] || ps[1] % 8 != 0 || ss[1] != ps[1] / 8 || m.global.dtype != Dtype::F32 ||
+        m.global.nbytes != 4) {
       fail_input("\"{}\": not NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 [N, K/16], "
                  "weight_global_scale F32 with one value)", base);
     }
@@ -190,9 +210,9 @@ GateResult run_gate(const GateOptions& o) {
   parallel_for(modules.size(), o.threads, [&](std::size_t i) {
     ExpertModule& m = modules[i];
     std::byte le[4];
-    m.global.shard->handle.read_at(m.global.offset(), le);
+    io.read(m.global, 0, le);
     std::memcpy(&m.global_value, le, 4);
-    scan_scales(m);
+    scan_scales(m, io);
   });
   ScaleFacts& s = result.scales;
   bool first = true;
@@ -227,7 +247,7 @@ GateResult run_gate(const GateOptions& o) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> small(modules.size());
   parallel_for(modules.size(), o.threads, [&](std::size_t i) {
     const ExpertModule& m = modules[i];
-    if (m.suspects) small[i] = count_active_small(m, bank_scale_factor(bank_max[m.layer * 2 + (m.role == W2 ? 1 : 0)]));
+    if (m.suspects) small[i] = count_active_small(m, bank_scale_factor(bank_max[m.layer * 2 + (m.role == W2 ? 1 : 0)]), io);
   });
   for (const auto& [fp16, bf16] : small) {
     s.active_below_fp16 += fp16;
