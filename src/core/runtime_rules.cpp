@@ -22,7 +22,8 @@ constexpr std::string_view kSglangSelect =
 const RuntimeBackend kBackends[] = {
     {"vllm", "0.33.0", "marlin", "GPUs from sm75 without a native FP4 A16 path, and sm100+ (W4A4 kernels reject A16); "
                                  "--moe-backend marlin anywhere", true},
-    {"vllm", "0.33.0", "humming", "sm90 (H100/H200): humming/priority.py:11 puts it ahead of Marlin", false},
+    {"vllm", "0.33.0", "humming", "sm90 (H100/H200): utils/humming/priority.py:11 puts it ahead of Marlin "
+                                  "(humming-kernels 0.1.19)", true},
     {"sglang", "0.5.23", "marlin", "sm80+ (compressed_tensors_w4a16_nvfp4_moe.py:52-55)", true},
 };
 
@@ -31,6 +32,70 @@ bool is_nvfp4a16(const SchemeFacts& s) {
   // no input quantization; the NVFP4 compressor needs the nvfp4 format.
   return s.compressed_tensors && s.format == "nvfp4-pack-quantized" && s.strategy == "tensor_group" &&
          s.type == "float" && s.num_bits == 4 && s.group_size == 16 && s.symmetric && s.input_activations_null;
+}
+
+// vLLM 0.33.0 hands NVFP4 MoE layers on sm90 to humming-kernels 0.1.19
+// (fused_moe/oracle/nvfp4.py:425-451); paths below are inside that wheel.
+// Block scales are converted by the hardware (cvt.rn.f16x2.e4m3x2,
+// include/humming/datatype/dequant_native.cuh:92; bf16 through fp16,
+// datatype/dequant.cuh:141-149): every E4M3 value exact, so no block-scale
+// rule. What matters is the second-level scale g = 1/weight_global_scale,
+// computed in FP32 (schema/compressed_tensors.py:248):
+//  * every expert of a layer has equal gate and up globals: one FP32 g per
+//    expert (schema/base.py:173-174), times 2^2 in FP32 and applied to the
+//    FP32 accumulator (arith/epilogue_arith.cuh:119-122, :146-149);
+//  * else every w13 global of the layer goes per channel, cast to the
+//    activation dtype (schema/compressed_tensors.py:259-261) and applied
+//    after the accumulator is narrowed to it (epilogue_arith.cuh:217-220).
+void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
+  const auto block = [&](std::string reason) {
+    v.kind = Verdict::Blocked;
+    v.reasons.push_back(std::move(reason));
+  };
+  const std::string_view dt = fp16 ? "fp16" : "bf16";
+  v.notes.push_back("assumes vLLM's default VLLM_HUMMING_USE_F16_ACCUM=0 (envs.py:1573-1574): with 1 the global "
+                    "is applied in the activation dtype (humming arith/epilogue_arith.cuh:155-161), not judged");
+  v.notes.push_back("block scales: converted by the hardware (humming datatype/dequant_native.cuh:92, dequant.cuh:"
+                    "141-149): every E4M3 value exact, below 2^-6 and negative ones too");
+  if (s.max_multiplier <= 0) return;
+  if (s.gate_up_differ.empty()) {
+    v.notes.push_back("globals: one FP32 multiplier per expert on the FP32 accumulator (humming schema/base.py:"
+                      "173-174, arith/epilogue_arith.cuh:119-122, :146-149)");
+    if (s.min_multiplier < std::ldexp(1.0, -126)) {
+      block(fmt::format("a global multiplier 1/weight_global_scale = {:g} is no normal FP32 (humming schema/"
+                        "compressed_tensors.py:248 computes it in FP32)", s.min_multiplier));
+    }
+    if (s.max_multiplier >= std::ldexp(1.0, 126)) {
+      block(fmt::format("a global multiplier {:g} overflows FP32 after x 2^2 (humming arith/epilogue_arith.cuh:122)",
+                        s.max_multiplier));
+    }
+    return;
+  }
+  v.notes.push_back(fmt::format("gate/up globals differ for {} experts (first: {}): Humming keeps one per half, so "
+                                "every w13 global of such a layer goes per channel in {} (humming schema/"
+                                "compressed_tensors.py:259-261, schema/base.py:173-199)",
+                                s.gate_up_differ.size(), s.gate_up_differ.front(), dt));
+  const double tiny = fp16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
+  const double max = fp16 ? 65504.0 : std::ldexp(2.0 - 1.0 / 128, 127);
+  if (s.min_multiplier < tiny) {
+    block(fmt::format("a global multiplier {:g} is below {:g}: as a per-channel {} scale it is no normal number and "
+                      "drops bits of every output it multiplies (humming arith/epilogue_arith.cuh:217-220)",
+                      s.min_multiplier, tiny, dt));
+  }
+  if (s.max_multiplier > max) {
+    block(fmt::format("a global multiplier {:g} overflows {} (humming schema/compressed_tensors.py:261)",
+                      s.max_multiplier, dt));
+  }
+  if (s.modules_not_pow2) {
+    block(fmt::format("{} modules have globals that are not powers of two (first: {}): cast to {} per channel they "
+                      "are rounded to {} significant bits (humming schema/compressed_tensors.py:261)",
+                      s.modules_not_pow2, s.multipliers_not_pow2.empty() ? "" : s.multipliers_not_pow2[0], dt,
+                      fp16 ? 11 : 8));
+  }
+  if (fp16) {
+    v.notes.push_back("per-channel globals act after the FP32 accumulator is narrowed to fp16 (humming arith/"
+                      "epilogue_arith.cuh:198-220): a w13 output above 4 x 65504 x g overflows");
+  }
 }
 
 std::string describe(const SchemeFacts& s) {
@@ -158,18 +223,11 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
       block(fmt::format("gate/up globals differ for {} experts (first: {}): vLLM applies w1's global to w3's "
                         "half too, so the up projection is wrong (compressed_tensors_moe_w4a4_nvfp4.py:223-231)",
                         s.gate_up_differ.size(), first));
-    } else {
-      v.notes.push_back(fmt::format("gate/up globals differ for {} experts: Humming keeps one per half, as a "
-                                    "per-channel scale in the activation dtype (humming/schema/"
-                                    "compressed_tensors.py:244-260, humming-kernels 0.1.19)", s.gate_up_differ.size()));
     }
   }
 
   if (b.backend == "humming") {
-    v.kind = v.kind == Verdict::Blocked ? Verdict::Blocked : Verdict::Unverified;
-    v.reasons.push_back("Humming's NVFP4 kernel (JIT-compiled from humming-kernels) is not judged value by value by "
-                        "mx2nv's conformance suite; its decode of block scales below 2^-6 and of the global is not "
-                        "established");
+    judge_humming(v, fp16, s);
     return v;
   }
 

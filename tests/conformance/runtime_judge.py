@@ -1,8 +1,8 @@
 """Judge an NVFP4 output by the weights a runtime's own load path hands its
 kernel: per MoE layer, every expert's tensors go through the runtime's code
-(vllm_marlin.py / sglang_marlin.py), the kernel decode (marlin_kernel.py)
-turns the result into weights, and each weight must equal the MXFP4 source
-value exactly."""
+(vllm_marlin.py / sglang_marlin.py / vllm_humming.py), the kernel decode
+(marlin_kernel.py / humming_kernel.py) turns the result into weights, and
+each weight must equal the MXFP4 source value exactly."""
 
 from __future__ import annotations
 
@@ -70,15 +70,20 @@ def kernel_weights(k, scale_order: Callable[[int, int], torch.Tensor], dtype: to
 
 
 Loader = Callable[[dict, torch.dtype], object]  # experts -> kernel inputs
+Decoder = Callable[[object, torch.dtype], dict]  # kernel inputs -> {"w1", "w3", "w2"} weights
 
 
-def judge(src: Checkpoint, dst: Checkpoint, load: Loader, scale_order, dtype: torch.dtype, source_values) -> dict:
+def marlin_decoder(scale_order) -> Decoder:
+    return lambda inputs, dtype: kernel_weights(inputs, scale_order, dtype)
+
+
+def judge(src: Checkpoint, dst: Checkpoint, load: Loader, decode: Decoder, dtype: torch.dtype, source_values) -> dict:
     """Every weight the runtime computes with against the MXFP4 source."""
     report = {"layers": 0, "values": 0, "mismatches": 0, "nonfinite": 0, "zeroed_groups": 0, "warnings": [], "bad": []}
     for layer in moe_layers(dst):
         inputs = load(checkpoint_experts(dst, layer), dtype)
         report["warnings"] += inputs.warnings
-        got = kernel_weights(inputs, scale_order, dtype)
+        got = decode(inputs, dtype)
         report["layers"] += 1
         for i, e in enumerate(layer.experts):
             for proj in ("w1", "w3", "w2"):

@@ -1,13 +1,17 @@
 """Oracle 3: the runtimes' own code. Every NVFP4 output goes through vLLM
 0.33.0's and SGLang 0.5.23's released load paths (their expert weight
-loaders, NVFP4 MoE method/scheme and Marlin scale/global processing, run from
-the wheels on the CPU: vllm_marlin.py, sglang_marlin.py); the kernel's byte
-decode (marlin_kernel.py) turns what they hand the kernel into weights, and
-every weight must equal the MXFP4 source value, in fp16 and in bf16.
+loaders, NVFP4 MoE method/scheme and Marlin or Humming scale/global
+processing, run from the wheels on the CPU: vllm_marlin.py, sglang_marlin.py,
+vllm_humming.py with humming-kernels 0.1.19's own Python); the kernel's byte
+decode (marlin_kernel.py, humming_kernel.py) turns what they hand the kernel
+into weights, and every weight must equal the MXFP4 source value, in fp16 and
+in bf16.
 
 Backends judged: vLLM Marlin (GPUs without FP4 tensor cores except sm90, or
---moe-backend marlin) and SGLang's CompressedTensorsW4A16Nvfp4MoE (FP4
-Marlin). vLLM's Humming backend (sm90) is not judged: see README."""
+--moe-backend marlin), vLLM Humming (sm90: H100/H200) and SGLang's
+CompressedTensorsW4A16Nvfp4MoE (FP4 Marlin). Humming-only facts (windows it
+also reproduces, gate/up globals, its compile-time flags) are in
+test_humming.py."""
 
 import json
 import shutil
@@ -16,14 +20,20 @@ import numpy as np
 import pytest
 import torch
 
+import humming_kernel
 import sglang_marlin
+import vllm_humming
 import vllm_marlin
 from checkpoints import SUFFIX_GLOBAL, SUFFIX_PACKED, SUFFIX_SCALE, open_checkpoint, patch_bytes, tensor_location
 from conftest import MARLIN_WINDOW_CASES, QUIET_MODULE, mx2nv, report_of
 from oracles import mxfp4_values, numerics, u8
-from runtime_judge import judge, moe_layers
+from runtime_judge import judge, marlin_decoder, moe_layers
 
-BACKENDS = {"vllm-marlin": vllm_marlin, "sglang-marlin": sglang_marlin}
+# backend -> (its load path, the kernel's decode)
+BACKENDS = {"vllm-marlin": (vllm_marlin.load_layer, marlin_decoder(vllm_marlin.scale_order)),
+            "vllm-humming": (vllm_humming.load_layer, humming_kernel.weights),
+            "sglang-marlin": (sglang_marlin.load_layer, marlin_decoder(sglang_marlin.scale_order))}
+MARLIN_BACKENDS = ["vllm-marlin", "sglang-marlin"]
 # The demo has the k3 case's layout at 4x the size; the other oracles cover it.
 RUNTIME_CASES = [c for c in MARLIN_WINDOW_CASES if c != "demo"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -34,8 +44,8 @@ def source_values(ck, module):
 
 
 def run(backend: str, src, dst, dtype: str) -> dict:
-    b = BACKENDS[backend]
-    return judge(open_checkpoint(src), open_checkpoint(dst), b.load_layer, b.scale_order, DTYPES[dtype], source_values)
+    load, decode = BACKENDS[backend]
+    return judge(open_checkpoint(src), open_checkpoint(dst), load, decode, DTYPES[dtype], source_values)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -62,11 +72,11 @@ def test_quiet_fixture_exercises_raised_globals(outputs):
     assert g == 2.0**21  # multiplier 2^-21: x 2^7 = 2^-14, the smallest normal fp16
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", MARLIN_BACKENDS)
 def test_e4m3_window_quiet_output_fails_in_fp16(outputs, backend):
     """The e4m3 window keeps m = k_max - 8 for quiet experts: right on disk,
-    but the fp16 global leaves the normal range, so the runtimes' fp16 weights
-    are wrong (vLLM: folded into the routing weight; SGLang: the global itself
+    but the fp16 global leaves the normal range, so the Marlin paths' fp16
+    weights are wrong (vLLM: folded into the routing weight; SGLang: the global itself
     is cast to fp16 first). bf16 has the range and stays exact."""
     src, dst = outputs["quiet_e4m3"]
     assert numerics(open_checkpoint(src), open_checkpoint(dst))["mismatches"] == 0

@@ -30,6 +30,9 @@ CACHE = Path(os.environ.get("MX2NV_WHEEL_CACHE", REPO / "build" / "wheels"))
 # The pinned releases the suite judges outputs with.
 VLLM = ("vllm", "0.33.0")
 SGLANG = ("sglang", "0.5.23")
+# vLLM 0.33.0's pin for its Humming backend (a hard dependency of that release);
+# the wheel ships the kernel's CUDA sources too (.cuh, JIT-compiled at run time).
+HUMMING = ("humming-kernels", "0.1.19")
 
 # Fixed target so the same wheel is chosen whatever Python runs the tests.
 _PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
@@ -37,9 +40,10 @@ _PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.11", "--implementat
                                  "manylinux2014_x86_64") for arg in ("--platform", tag)]]
 
 
-def wheel_dir(package: str, version: str) -> Path:
-    """The wheel's unpacked .py files (only those; the compiled parts are
-    never needed). Downloads once; later calls reuse the cache."""
+def wheel_dir(package: str, version: str, suffixes: tuple[str, ...] = (".py",)) -> Path:
+    """The wheel's unpacked .py files (and any other `suffixes`, e.g. kernel
+    sources; the compiled parts are never needed). Downloads once; later calls
+    reuse the cache."""
     root = CACHE / f"{package}-{version}"
     done = root / ".complete"
     if done.exists():
@@ -52,7 +56,7 @@ def wheel_dir(package: str, version: str) -> Path:
                 and p.suffix == ".whl"]
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
-            if name.endswith(".py") and not name.startswith("/") and ".." not in name.split("/"):
+            if name.endswith(suffixes) and not name.startswith("/") and ".." not in name.split("/"):
                 z.extract(name, root)
     wheel.unlink()  # only the sources are kept; pip's own cache keeps the download
     done.write_text(f"{package}=={version}\n")
@@ -77,14 +81,19 @@ class WheelCode:
         exec(compile(module, str(self.root / rel), "exec"), into)
 
     def functions(self, rel: str, *names: str) -> None:
-        """Top-level functions (or classes, e.g. an Enum) of `rel`, into the namespace."""
+        """Top-level functions, classes (e.g. an Enum) or assigned names of `rel`, into the namespace."""
         tree = self._tree(rel)
         found = {}
         for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
-                name = node.name if not isinstance(node, ast.Assign) else getattr(node.targets[0], "id", None)
-                if name in names:
-                    found[name] = node
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                name = node.name
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                name = getattr(target, "id", None)
+            else:
+                continue
+            if name in names:
+                found[name] = node
         missing = set(names) - set(found)
         if missing:
             raise LookupError(f"{rel}: {sorted(missing)} not found")
