@@ -58,39 +58,38 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
   v.notes.push_back("block scales: converted by the hardware (humming datatype/dequant_native.cuh:92, dequant.cuh:"
                     "141-149): every E4M3 value exact, below 2^-6 and negative ones too");
   if (s.max_multiplier <= 0) return;
-  if (s.gate_up_differ.empty()) {
-    v.notes.push_back("globals: one FP32 multiplier per expert on the FP32 accumulator (humming schema/base.py:"
-                      "173-174, arith/epilogue_arith.cuh:119-122, :146-149)");
-    if (s.min_multiplier < std::ldexp(1.0, -126)) {
-      block(fmt::format("a global multiplier 1/weight_global_scale = {:g} is no normal FP32 (humming schema/"
-                        "compressed_tensors.py:248 computes it in FP32)", s.min_multiplier));
-    }
-    if (s.max_multiplier >= std::ldexp(1.0, 126)) {
-      block(fmt::format("a global multiplier {:g} overflows FP32 after x 2^2 (humming arith/epilogue_arith.cuh:122)",
-                        s.max_multiplier));
-    }
-    return;
+  // w2, and w1/w3 of layers whose pairs agree: one FP32 multiplier per expert.
+  v.notes.push_back("globals: one FP32 multiplier per expert on the FP32 accumulator where a layer's gate and up "
+                    "globals agree, and always for w2 (humming schema/base.py:173-174, arith/epilogue_arith.cuh:"
+                    "119-122, :146-149)");
+  if (s.min_multiplier < std::ldexp(1.0, -126)) {
+    block(fmt::format("a global multiplier 1/weight_global_scale = {:g} is no normal FP32 (humming schema/"
+                      "compressed_tensors.py:248 computes it in FP32)", s.min_multiplier));
   }
+  if (s.max_multiplier >= std::ldexp(1.0, 126)) {
+    block(fmt::format("a global multiplier {:g} overflows FP32 after x 2^2 (humming arith/epilogue_arith.cuh:122)",
+                      s.max_multiplier));
+  }
+  if (s.gate_up_differ.empty()) return;
   v.notes.push_back(fmt::format("gate/up globals differ for {} experts (first: {}): Humming keeps one per half, so "
                                 "every w13 global of such a layer goes per channel in {} (humming schema/"
                                 "compressed_tensors.py:259-261, schema/base.py:173-199)",
                                 s.gate_up_differ.size(), s.gate_up_differ.front(), dt));
   const double tiny = fp16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
   const double max = fp16 ? 65504.0 : std::ldexp(2.0 - 1.0 / 128, 127);
-  if (s.min_multiplier < tiny) {
-    block(fmt::format("a global multiplier {:g} is below {:g}: as a per-channel {} scale it is no normal number and "
-                      "drops bits of every output it multiplies (humming arith/epilogue_arith.cuh:217-220)",
-                      s.min_multiplier, tiny, dt));
+  if (s.channel_min_multiplier < tiny) {
+    block(fmt::format("a w1/w3 global multiplier {:g} of such a layer is below {:g}: as a per-channel {} scale it is "
+                      "no normal number and drops bits of every output it multiplies (humming arith/"
+                      "epilogue_arith.cuh:217-220)", s.channel_min_multiplier, tiny, dt));
   }
-  if (s.max_multiplier > max) {
-    block(fmt::format("a global multiplier {:g} overflows {} (humming schema/compressed_tensors.py:261)",
-                      s.max_multiplier, dt));
+  if (s.channel_max_multiplier > max) {
+    block(fmt::format("a w1/w3 global multiplier {:g} of such a layer overflows {} (humming schema/"
+                      "compressed_tensors.py:261)", s.channel_max_multiplier, dt));
   }
-  if (s.modules_not_pow2) {
-    block(fmt::format("{} modules have globals that are not powers of two (first: {}): cast to {} per channel they "
+  if (s.channel_not_pow2) {
+    block(fmt::format("{} w1/w3 globals of such layers are not powers of two (first: {}): cast to {} per channel they "
                       "are rounded to {} significant bits (humming schema/compressed_tensors.py:261)",
-                      s.modules_not_pow2, s.multipliers_not_pow2.empty() ? "" : s.multipliers_not_pow2[0], dt,
-                      fp16 ? 11 : 8));
+                      s.channel_not_pow2, s.channel_not_pow2_example, dt, fp16 ? 11 : 8));
   }
   if (fp16) {
     v.notes.push_back("per-channel globals act after the FP32 accumulator is narrowed to fp16 (humming arith/"

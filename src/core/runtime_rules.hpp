@@ -52,6 +52,11 @@ struct MoeDims {
 // Scale and global facts of the checkpoint (io/gate.cpp).
 struct ScaleFacts {
   std::vector<std::string> gate_up_differ;  // experts whose w1 and w3 globals are not bit-equal
+  // The w1/w3 multipliers of layers holding such an expert (Humming moves
+  // every one of them into a per-channel scale of the activation dtype).
+  double channel_min_multiplier = 0, channel_max_multiplier = 0;
+  std::uint64_t channel_not_pow2 = 0;
+  std::string channel_not_pow2_example;
   // Global multipliers g = 1 / weight_global_scale, over every expert module.
   double min_multiplier = 0, max_multiplier = 0;
   std::vector<std::string> multipliers_not_pow2;  // first few modules whose g is no power of two

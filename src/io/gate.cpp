@@ -238,6 +238,27 @@ GateResult run_gate(const GateOptions& o) {
       if (std::memcmp(&a, &b, 4) != 0) s.gate_up_differ.push_back(fmt::format("{}.{}", layer.prefix, e));
     }
   }
+  // Layers with a differing pair: their w1/w3 globals become per-channel scales under Humming.
+  std::vector<bool> mixed(layers.size(), false);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (const auto& [e, slots] : layers[l].experts) {
+      const float a = modules[static_cast<std::size_t>(slots[W1])].global_value;
+      const float b = modules[static_cast<std::size_t>(slots[W3])].global_value;
+      if (std::memcmp(&a, &b, 4) != 0) mixed[l] = true;
+    }
+  }
+  bool first_channel = true;
+  for (const auto& m : modules) {
+    if (m.role == W2 || !mixed[m.layer]) continue;
+    const double g = 1.0 / static_cast<double>(m.global_value);
+    s.channel_min_multiplier = first_channel ? g : std::min(s.channel_min_multiplier, g);
+    s.channel_max_multiplier = first_channel ? g : std::max(s.channel_max_multiplier, g);
+    first_channel = false;
+    int e = 0;
+    if (std::frexp(static_cast<double>(m.global_value), &e) != 0.5) {
+      if (s.channel_not_pow2++ == 0) s.channel_not_pow2_example = m.name;
+    }
+  }
   // Banks: per layer, w13 (every expert's w1 and w3) and w2 share vLLM's bf16 rescale.
   std::vector<double> bank_max(layers.size() * 2, 0.0);
   for (const auto& m : modules) {
@@ -277,6 +298,10 @@ Json gate_to_json(const GateResult& r) {
                  {"min_global_multiplier", r.scales.min_multiplier},
                  {"max_global_multiplier", r.scales.max_multiplier},
                  {"globals_not_power_of_two", r.scales.modules_not_pow2},
+                 {"per_channel_globals",  // w1/w3 of layers with a differing pair (Humming)
+                  {{"min_multiplier", r.scales.channel_min_multiplier},
+                   {"max_multiplier", r.scales.channel_max_multiplier},
+                   {"not_power_of_two", r.scales.channel_not_pow2}}},
                  {"active_blocks_below_2^-6_fp16", r.scales.active_below_fp16},
                  {"active_blocks_below_2^-6_bf16_after_rescale", r.scales.active_below_bf16},
                  {"negative_block_scales", r.scales.negative_scales}};

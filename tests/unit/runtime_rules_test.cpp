@@ -60,18 +60,23 @@ TEST(HummingRules, PerExpertGlobalMustBeANormalFp32AfterTimesFour) {
 }
 
 TEST(HummingRules, PerChannelGlobalsMustBeExactNormalsOfTheDtype) {
-  ScaleFacts s = powers_of_two(-14, 15);
+  ScaleFacts s = powers_of_two(-30, 15);  // w2 of quiet experts: FP32, fine
   s.gate_up_differ = {"layers.0.experts.1"};
+  s.channel_min_multiplier = std::ldexp(1.0, -14);
+  s.channel_max_multiplier = std::ldexp(1.0, 15);
   EXPECT_EQ(kind(ActivationDtype::Fp16, s), Verdict::Run);
-  s.min_multiplier = std::ldexp(1.0, -15);  // subnormal fp16, normal bf16
+  s.channel_min_multiplier = std::ldexp(1.0, -15);  // subnormal fp16, normal bf16
   EXPECT_EQ(kind(ActivationDtype::Fp16, s), Verdict::Blocked);
   EXPECT_EQ(kind(ActivationDtype::Bf16, s), Verdict::Run);
-  s.max_multiplier = 65536.0;  // overflows fp16 only
+  s.channel_max_multiplier = 65536.0;  // overflows fp16 only
   const Verdict v = judge_backend(humming(), ActivationDtype::Fp16, 1, nvfp4a16(), kDims, s);
   EXPECT_EQ(v.reasons.size(), 2u);
-  s.modules_not_pow2 = 1;  // a rounded multiplier: wrong in both
-  s.multipliers_not_pow2 = {"layers.0.experts.1.w3"};
+  s.channel_not_pow2 = 1;  // a rounded multiplier: wrong in both
+  s.channel_not_pow2_example = "layers.0.experts.1.w3";
   EXPECT_EQ(kind(ActivationDtype::Bf16, s), Verdict::Blocked);
+  s.channel_not_pow2 = 0;
+  s.modules_not_pow2 = 5;  // elsewhere (w2, or layers whose pairs agree): FP32, fine
+  EXPECT_EQ(kind(ActivationDtype::Bf16, s), Verdict::Run);
 }
 
 }  // namespace
