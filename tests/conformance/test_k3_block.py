@@ -1,6 +1,6 @@
 """Oracle 4: a K3 Stable LatentMoE block run with expert weights from the
-MXFP4 source and from the NVFP4 output as vLLM 0.33.0's own Marlin load path
-(run from its wheel, test_runtimes.py) hands them to the kernel:
+MXFP4 source and from the NVFP4 output as vLLM 0.33.0's own Marlin and Humming
+load paths (run from the wheels, test_runtimes.py) hand them to the kernel:
 bit-identical outputs, in both activation dtypes' load paths."""
 
 import pytest
@@ -8,9 +8,10 @@ import torch
 
 from checkpoints import SUFFIX_SCALE, open_checkpoint, patch_bytes, tensor_location
 from k3_block import BlockWeights, forward, random_dense
-import vllm_marlin
-from runtime_judge import checkpoint_experts, kernel_weights, moe_layers
-from test_runtimes import source_values
+from runtime_judge import checkpoint_experts, moe_layers
+from test_runtimes import BACKENDS, source_values
+
+VLLM_BACKENDS = ["vllm-marlin", "vllm-humming"]
 
 TOKENS, TOP_K, FULL_HIDDEN, SHARED = 8, 2, 512, 192
 
@@ -23,14 +24,15 @@ def source_block(src, layer, dense, routed_norm):
                         w13.float(), w2.float(), dense["routed_norm"] if routed_norm else None, dense["shared"])
 
 
-def nvfp4_block(dst, layer, dense, routed_norm, dtype):
-    w = kernel_weights(vllm_marlin.load_layer(checkpoint_experts(dst, layer), dtype), vllm_marlin.scale_order, dtype)
+def nvfp4_block(dst, layer, dense, routed_norm, dtype, backend):
+    load, decode = BACKENDS[backend]
+    w = decode(load(checkpoint_experts(dst, layer), dtype), dtype)
     w13 = torch.cat([w["w1"], w["w3"]], dim=1).float()
     return BlockWeights(dense["router"], dense["correction_bias"], dense["latent_down"], dense["latent_up"],
                         w13, w["w2"].float(), dense["routed_norm"] if routed_norm else None, dense["shared"])
 
 
-def run_both(src_dir, dst_dir, dtype, routed_norm=True):
+def run_both(src_dir, dst_dir, dtype, backend, routed_norm=True):
     src, dst = open_checkpoint(src_dir), open_checkpoint(dst_dir)
     outs = []
     for layer in moe_layers(dst):
@@ -38,16 +40,17 @@ def run_both(src_dir, dst_dir, dtype, routed_norm=True):
         dense = random_dense(len(layer.experts), FULL_HIDDEN, latent, SHARED, seed=len(outs))
         x = torch.randn(TOKENS, FULL_HIDDEN, generator=torch.Generator().manual_seed(99))
         a = forward(x, source_block(src, layer, dense, routed_norm), TOP_K)
-        b = forward(x, nvfp4_block(dst, layer, dense, routed_norm, dtype), TOP_K)
+        b = forward(x, nvfp4_block(dst, layer, dense, routed_norm, dtype, backend), TOP_K)
         outs.append((a, b))
     return outs
 
 
 @pytest.mark.parametrize("routed_norm", [True, False], ids=["routed-norm", "no-norm"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_block_outputs_are_bit_identical(outputs, dtype, routed_norm):
+@pytest.mark.parametrize("backend", VLLM_BACKENDS)
+def test_block_outputs_are_bit_identical(outputs, backend, dtype, routed_norm):
     src, dst = outputs["k3"]
-    pairs = run_both(src, dst, dtype, routed_norm)
+    pairs = run_both(src, dst, dtype, backend, routed_norm)
     assert pairs
     for a, b in pairs:
         assert torch.isfinite(a).all()
@@ -55,7 +58,8 @@ def test_block_outputs_are_bit_identical(outputs, dtype, routed_norm):
         assert torch.equal(a, b)
 
 
-def test_block_outputs_differ_for_a_broken_output(outputs, broken_copy):
+@pytest.mark.parametrize("backend", VLLM_BACKENDS)
+def test_block_outputs_differ_for_a_broken_output(outputs, broken_copy, backend):
     src, dst = broken_copy("k3")
     ck = open_checkpoint(dst)
     layer = moe_layers(ck)[0]
@@ -68,5 +72,5 @@ def test_block_outputs_differ_for_a_broken_output(outputs, broken_copy):
         for i in range(0, len(data), 2):
             data[i] = max(0, data[i] - 8)
         patch_bytes(shard, begin, bytes(data))
-    a, b = run_both(src, dst, torch.bfloat16)[0]
+    a, b = run_both(src, dst, torch.bfloat16, backend)[0]
     assert not torch.equal(a, b)
