@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import humming_code
+import humming_kernel
+import marlin_kernel
 import vllm_humming
 from checkpoints import open_checkpoint
 from conftest import mx2nv
@@ -109,3 +111,22 @@ def test_per_channel_globals_below_the_fp16_range_fail_in_fp16(outputs, tmp_path
     verdicts = {(v["backend"], v["dtype"]): v for v in gate["verdicts"]}
     assert verdicts[("humming", "fp16")]["verdict"] == "BLOCKED"
     assert verdicts[("humming", "bf16")]["verdict"] == "RUN"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_code_times_every_block_scale_is_exact_in_the_decode(dtype):
+    """Exhaustive over the small domain: each of the 16 FP4 codes times each
+    finite E4M3 block scale (subnormals included), decoded as the kernel does,
+    equals e2m1 x scale x 2^-2 (the 2^2 goes on the global): no E4M3 scale is
+    off-limits for Humming, unlike Marlin's 2^-6 floor."""
+    t = DTYPES[dtype]
+    scales = torch.arange(256, dtype=torch.uint8)
+    scales = scales[(scales & 0x7F) != 0x7F]  # the two NaN encodings
+    codes = torch.arange(16, dtype=torch.uint8)
+    e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64)
+    exact_codes = torch.cat([e2m1, -e2m1])
+    exact_scales = scales.view(torch.float8_e4m3fn).double()
+    b = marlin_kernel.fp4(codes | (codes << 4), t)[::2] * torch.tensor(2.0 ** humming_kernel.MAINLOOP_OFFSET[t], dtype=t)
+    w = b.view(-1, 1) * humming_kernel.scale_to_dtype(scales, t).view(1, -1)
+    want = exact_codes.view(-1, 1) * exact_scales.view(1, -1) / 4
+    assert torch.equal(w.double(), want)
