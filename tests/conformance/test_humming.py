@@ -17,7 +17,7 @@ import vllm_humming
 from checkpoints import open_checkpoint
 from conftest import mx2nv
 from runtime_judge import checkpoint_experts, moe_layers
-from test_runtimes import DTYPES, _mismatch_up_global, run
+from test_runtimes import DTYPES, _mismatch_up_global, run, source_values
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -130,3 +130,24 @@ def test_every_code_times_every_block_scale_is_exact_in_the_decode(dtype):
     w = b.view(-1, 1) * humming_kernel.scale_to_dtype(scales, t).view(1, -1)
     want = exact_codes.view(-1, 1) * exact_scales.view(1, -1) / 4
     assert torch.equal(w.double(), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tp", [2, 4])
+def test_each_tensor_parallel_rank_is_exact_through_humming(outputs, tp, dtype):
+    """Per rank, vLLM's loader takes a slice of w1/w3 rows and w2 columns, and
+    Humming pads N to 256 and K to 128 (utils/humming/moe.py:411-412): at TP 2
+    and 4 the k3 layer (intermediate 128) is padded on both sublayers, and every
+    rank's weights still equal the source's slice."""
+    src, dst = outputs["k3"]
+    s, d = open_checkpoint(src), open_checkpoint(dst)
+    layer = moe_layers(d)[0]
+    for rank in range(tp):
+        k = vllm_humming.load_layer(checkpoint_experts(d, layer), DTYPES[dtype], tp_size=tp, tp_rank=rank)
+        got = humming_kernel.weights(k, DTYPES[dtype])
+        n = k.intermediate
+        for i, e in enumerate(layer.experts):
+            for proj in ("w1", "w3", "w2"):
+                want = source_values(s, layer.names[(e, proj)])
+                want = want[rank * n:(rank + 1) * n] if proj != "w2" else want[:, rank * n:(rank + 1) * n]
+                assert torch.equal(got[proj][i], want), (rank, e, proj)
