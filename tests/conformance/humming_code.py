@@ -3,8 +3,8 @@ imported from the released wheel (wheels.py) and run on the CPU.
 
 The package's `__init__` loads its native launcher (a CUDA library), so the
 package is entered through a shell module that only sets `__path__`; every
-other module is the wheel's own file, imported as usual. Four modules are
-stubs, each unable to change a value:
+other module is the wheel's own file, imported as usual. Four modules and one
+call are stubs, each unable to change a value:
 
   * `humming` (package shell): skips `__init__`, whose only effects are the
     version string and importing `humming.ops` / `humming.dtypes`.
