@@ -12,6 +12,7 @@
 #include "io/gate.hpp"
 #include "io/inspect.hpp"
 #include "io/report_file.hpp"
+#include "io/requantize.hpp"
 #include "io/verify.hpp"
 
 #include <CLI/CLI.hpp>
@@ -192,6 +193,21 @@ int run_merge(const std::vector<std::string>& parts, const std::optional<ReportF
     report_path->write(dump_json(merged) + "\n");
   }
   return merged["exit_code"].get<int>();
+}
+
+int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& report_path) {
+  const Report r = requantize_checkpoint(o);
+  fmt::print("mx2nv requantize: ok, LOSSY: {} modules requantized from decoded values ({} values), {:.2f} s\n",
+             r.requantized.size(), r.values_compared, r.seconds);
+  print_counts(r);
+  double worst_rmse = 0, worst_cosine = 1;
+  for (const auto& m : r.requantized) {
+    worst_rmse = std::max(worst_rmse, m.relative_rmse);
+    worst_cosine = std::min(worst_cosine, m.cosine);
+  }
+  fmt::print("  error    worst relative RMSE {:.6g}, worst cosine {:.9f}, max abs error {:.6g} (per module: --report)\n",
+             worst_rmse, worst_cosine, r.max_abs_error);
+  return finish(r, report_path);
 }
 
 int run_inspect(const fs::path& src, Window window, bool json, unsigned threads) {
@@ -385,6 +401,14 @@ int main(int argc, char** argv) {
   add_threads(plan);
   add_report(plan);
 
+  auto* requantize = app.add_subcommand(
+      "requantize", "LOSSY companion: requantize every expert of SRC from its decoded values into an empty DST, "
+                    "as compressed-tensors' NVFP4 quantization would; per-module error table in the report");
+  requantize->add_option("SRC", src, "source checkpoint directory")->required();
+  requantize->add_option("DST", dst, "target directory (created; must be empty)")->required();
+  add_threads(requantize);
+  add_report(requantize);
+
   auto* inspect = app.add_subcommand("inspect", "dry run: spans, predicted outcome under both windows, sizes");
   inspect->add_option("SRC", src, "source checkpoint directory")->required();
   add_window(inspect);
@@ -478,6 +502,7 @@ int main(int argc, char** argv) {
       plan_options.threads = threads;
       return run_plan(plan_options, report_file);
     }
+    if (*requantize) return run_requantize({src, dst, threads}, report_file);
     if (*inspect) return run_inspect(src, window, json, threads);
     if (*demo) return run_demo(demo_dir, threads);
     if (*gate) {
@@ -515,11 +540,15 @@ int main(int argc, char** argv) {
   } catch (...) {
     const Error e = current_exception_as_error();
     fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what()));
-    if (report_file && (*convert || *verify || *plan)) {
+    if (report_file && (*convert || *verify || *plan || *requantize)) {
       // The error path's report is the success path's, with result "error".
       try {
         const fs::path target(dst);
-        Report r = start_report(convert->parsed() ? "convert" : plan->parsed() ? "plan" : "verify", window, src, &target);
+        const char* command = convert->parsed()      ? "convert"
+                              : plan->parsed()       ? "plan"
+                              : requantize->parsed() ? "requantize"
+                                                     : "verify";
+        Report r = start_report(command, window, src, &target);
         r.set_error(e);
         write_report(report_file, r);
       } catch (...) {

@@ -81,6 +81,18 @@ Json report_to_json(const Report& r) {
     j["over_span"].push_back(
         {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
   }
+  if (r.command == "requantize" || !r.requantized.empty()) {
+    const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
+    j["requantized"] = Json::array();
+    for (const auto& m : r.requantized) {
+      j["requantized"].push_back({{"module", json_text(m.module)},
+                                  {"global_scale", m.global_scale},
+                                  {"values", m.values},
+                                  {"relative_rmse", number(m.relative_rmse)},
+                                  {"cosine", number(m.cosine)},
+                                  {"max_abs_error", number(m.max_abs_error)}});
+    }
+  }
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
   j["global_conflicts"] = global_conflicts_to_json(r.global_conflicts);

@@ -24,6 +24,17 @@ struct Provenance {
 // "…/snapshots/<rev>/…" -> rev (the Hugging Face cache layout).
 std::optional<std::string> hf_snapshot_revision(const std::string& path);
 
+// One requantized module's error against its MXFP4 values (requantize,
+// convert --overspan requantize): the report's per-module error table.
+struct ModuleError {
+  std::string module;
+  float global_scale = 1.0f;  // the weight_global_scale written (shared by a gate/up pair)
+  std::uint64_t values = 0;
+  double relative_rmse = 0;
+  double cosine = 1;
+  double max_abs_error = 0;
+};
+
 struct Report {
   std::string command;
   Outcome result = Outcome::Ok;
@@ -65,6 +76,7 @@ struct Report {
   std::vector<std::string> unrepresentable_globals;  // scale groups no global exponent serves
   std::vector<GlobalConflict> global_conflicts;      // the same, with the ranges that do not meet
   std::uint64_t raised_globals = 0;  // scale groups whose global is above k_max - 8 (the window's global range)
+  std::vector<ModuleError> requantized;  // lossy modules, sorted by name
   std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
   std::string error;                     // the error message when result == "error"
   double seconds = 0;

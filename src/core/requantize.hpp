@@ -1,0 +1,86 @@
+// Lossy NVFP4 quantization of decoded MXFP4 values, computed exactly as
+// compressed-tensors' own NVFP4 quantization computes it (pinned 0.20.1, CPU
+// path), step by step in float32 — the dtype the decoded values are handed to
+// it in (every E2M1 x 2^k below 2^128 is exact in float32):
+//
+//   global  = generate_gparam:   2688 / max(amax, FLT_MIN), 1.0 when not finite
+//             (2688 = 448 x 6; amax over the whole module, or over the gate/up
+//             pair so both halves keep one global)
+//   scale   = calculate_qparams: global x (block_amax / 6), clamped to +-448,
+//             rounded to E4M3 (nearest, ties to even); a scale rounding to 0
+//             becomes E4M3's epsilon 0.125
+//   code    = _quantize:         x / (scale / global), clamped to +-6, rounded
+//             to E2M1 (nearest, ties to even); the sign bit is set for x < 0,
+//             so -0.0 becomes +0 and small negatives become -0 (0x8)
+//
+// Blocks are 16 values along a row: a 32-value MXFP4 group is two blocks.
+// This is the "documented recomputation" verify and the conformance suite
+// check byte for byte. The error metrics compare the dequantized result
+// (code x scale / global, in double) with the MXFP4 values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace mx2nv {
+
+inline constexpr std::size_t kNvBlock = 16;  // values per NVFP4 block scale
+
+// code x 2^k as float32; nullopt when it is beyond float32's range (|v| >= 2^128,
+// which only scale bytes 253 and 254 can produce).
+std::optional<float> mxfp4_value_f32(std::uint8_t code, int k);
+
+// The largest |value| of a 32-group: 16 packed bytes and its E8M0 byte (not
+// NaN). nullopt when a value is beyond float32.
+std::optional<float> mxfp4_group_amax(std::span<const std::byte, 16> packed, std::uint8_t e8m0);
+
+// generate_gparam for NVFP4 weights.
+float nvfp4_global_scale(float amax);
+
+// float -> E4M3FN byte, round to nearest, ties to even. |x| must be <= 448
+// (callers clamp first, as compressed-tensors does); NaN is not accepted.
+std::uint8_t e4m3_round(float x);
+
+struct BlockScale {
+  std::uint8_t byte;  // the E4M3FN byte written to weight_scale
+  float value;        // its value as the quantizer uses it (0.125 for a rounded-away 0)
+};
+// calculate_qparams for one block.
+BlockScale nvfp4_block_scale(float block_amax, float global);
+
+// _quantize + cast_to_fp4 + pack: the E2M1 code of x for a block.
+std::uint8_t nvfp4_code(float x, float scale_value, float global);
+
+// Accumulates the error of quantized values q against reference values x
+// (both exact in double), in a fixed order so results are reproducible.
+struct ErrorStats {
+  double sum_err2 = 0;  // sum (q - x)^2
+  double sum_ref2 = 0;  // sum x^2
+  double sum_q2 = 0;    // sum q^2
+  double sum_dot = 0;   // sum q x
+  double max_abs = 0;   // max |q - x|
+  std::uint64_t values = 0;
+  void add(double reference, double quantized);
+  void merge(const ErrorStats& other);
+  // sqrt(sum_err2 / sum_ref2); 0 when nothing differs, +inf when x is all zero but q is not.
+  double relative_rmse() const;
+  // sum_dot / sqrt(sum_ref2 sum_q2); 1 when both are all zero, 0 when only one is.
+  double cosine() const;
+};
+
+// Requantizes one MXFP4 32-group (16 packed bytes, E8M0 byte `e8m0`, not NaN)
+// under `global`: writes 16 packed NVFP4 bytes and the two block-scale bytes,
+// and adds every value to `stats`. Returns false, writing nothing, when a
+// value is beyond float32.
+bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+                      std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
+
+// Only the two block-scale bytes requantize_group would write (no codes, no
+// stats): for writing weight_scale without redoing every value. Returns false
+// when a value is beyond float32.
+bool requantize_group_scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+                             std::span<std::uint8_t, 2> out_scales);
+
+}  // namespace mx2nv

@@ -1,0 +1,227 @@
+// The requantization numerics and the exact BF16 encoding, exhaustively where
+// the domain is small (every E4M3 byte, every E2M1 code, every E8M0 byte).
+#include "core/bf16.hpp"
+#include "core/numerics.hpp"
+#include "core/requantize.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace mx2nv {
+namespace {
+
+// Every finite E4M3 value, ascending, non-negative.
+std::vector<double> e4m3_positive_values() {
+  std::vector<double> v;
+  for (int b = 0; b < 0x7F; ++b) v.push_back(e4m3_value(static_cast<std::uint8_t>(b)));
+  return v;
+}
+
+TEST(E4M3Round, EveryByteRoundTrips) {
+  for (int b = 0; b < 256; ++b) {
+    const auto byte = static_cast<std::uint8_t>(b);
+    if ((byte & 0x7F) == 0x7F) continue;  // NaN
+    EXPECT_EQ(e4m3_round(static_cast<float>(e4m3_value(byte))), byte) << b;
+  }
+}
+
+TEST(E4M3Round, MidpointsTieToEvenAndNeighboursRoundToNearest) {
+  const auto v = e4m3_positive_values();
+  for (std::size_t i = 0; i + 1 < v.size(); ++i) {
+    const double mid = (v[i] + v[i + 1]) / 2;  // exact in float: E4M3 has 3 mantissa bits
+    const std::uint8_t even = (i % 2 == 0) ? static_cast<std::uint8_t>(i) : static_cast<std::uint8_t>(i + 1);
+    EXPECT_EQ(e4m3_round(static_cast<float>(mid)), even) << mid;
+    EXPECT_EQ(e4m3_round(std::nextafter(static_cast<float>(mid), 0.0f)), i) << mid;
+    EXPECT_EQ(e4m3_round(std::nextafter(static_cast<float>(mid), 1000.0f)), i + 1) << mid;
+  }
+  EXPECT_EQ(e4m3_round(-2.0f), 0x80 | e4m3_round(2.0f));
+}
+
+TEST(E4M3Round, RandomFloatsRoundToANearestValue) {
+  const auto v = e4m3_positive_values();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> exponent(-14, 8.8);
+  for (int i = 0; i < 100000; ++i) {
+    const auto x = static_cast<float>(std::pow(2.0, exponent(rng)));
+    if (x > 448) continue;
+    const double got = e4m3_value(e4m3_round(x));
+    double best = std::numeric_limits<double>::infinity();
+    for (const double c : v) best = std::min(best, std::fabs(c - x));
+    EXPECT_EQ(std::fabs(got - x), best) << x;
+  }
+}
+
+TEST(E2M1Code, EveryCodeRoundTripsAndTiesGoToEven) {
+  for (std::uint8_t c = 0; c < 16; ++c) {
+    const auto x = static_cast<float>(e2m1_value(c));
+    // -0.0 is +0 for compressed-tensors (it multiplies by sign(x), and sign(-0.0) is 0).
+    EXPECT_EQ(nvfp4_code(x, 1.0f, 1.0f), c == 0x8 ? 0 : c) << int(c);
+  }
+  // Midpoints between consecutive magnitudes go to the even code (0, 1, 2, 4 are codes 0, 2, 4, 6).
+  const std::array<float, 7> mids{0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const std::array<std::uint8_t, 7> even{0, 2, 2, 4, 4, 6, 6};
+  for (std::size_t i = 0; i < mids.size(); ++i) {
+    EXPECT_EQ(nvfp4_code(mids[i], 1.0f, 1.0f), even[i]) << mids[i];
+    EXPECT_EQ(nvfp4_code(-mids[i], 1.0f, 1.0f), 0x8 | even[i]) << mids[i];
+  }
+  EXPECT_EQ(nvfp4_code(-0.1f, 1.0f, 1.0f), 0x8);  // a negative rounding to zero keeps its sign
+  EXPECT_EQ(nvfp4_code(100.0f, 1.0f, 1.0f), 7);    // clamped to 6
+  EXPECT_EQ(nvfp4_code(3.0f, 2.0f, 4.0f), 7);      // 3 / (2 / 4) = 6
+}
+
+TEST(GlobalScale, FollowsGenerateGparam) {
+  EXPECT_EQ(nvfp4_global_scale(6.0f), 448.0f);
+  EXPECT_EQ(nvfp4_global_scale(-6.0f), 448.0f);
+  EXPECT_EQ(nvfp4_global_scale(3.0f), 896.0f);
+  EXPECT_EQ(nvfp4_global_scale(0.0f), 1.0f);        // 2688 / FLT_MIN overflows: 1.0
+  EXPECT_EQ(nvfp4_global_scale(1e-37f), 1.0f);
+  EXPECT_EQ(nvfp4_global_scale(1.0f), 2688.0f);
+}
+
+TEST(BlockScale, RoundsToE4M3AndReplacesZeroByEpsilon) {
+  const BlockScale full = nvfp4_block_scale(6.0f, 448.0f);
+  EXPECT_EQ(full.byte, 0x7E);
+  EXPECT_EQ(full.value, 448.0f);
+  const BlockScale none = nvfp4_block_scale(0.0f, 448.0f);
+  EXPECT_EQ(none.byte, 0x20);
+  EXPECT_EQ(none.value, 0.125f);
+  const BlockScale clamped = nvfp4_block_scale(7.0f, 448.0f);  // 522.7 clamps to 448
+  EXPECT_EQ(clamped.byte, 0x7E);
+}
+
+std::array<std::byte, 16> pack(const std::array<std::uint8_t, 32>& codes) {
+  std::array<std::byte, 16> out{};
+  for (std::size_t j = 0; j < 16; ++j) out[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  return out;
+}
+
+TEST(RequantizeGroup, AGroupAtTheModuleMaximumIsReproducedExactly) {
+  std::array<std::uint8_t, 32> codes{};
+  for (std::size_t i = 0; i < 32; ++i) codes[i] = static_cast<std::uint8_t>(i % 16 == 0 ? 7 : i % 16);
+  const auto src = pack(codes);
+  const std::uint8_t e8m0 = 127 + 3;  // 2^3: amax 48
+  const float global = nvfp4_global_scale(*mxfp4_group_amax(src, e8m0));
+  EXPECT_EQ(global, 2688.0f / 48.0f);
+  std::array<std::byte, 16> out{};
+  std::array<std::uint8_t, 2> scales{};
+  ErrorStats stats;
+  ASSERT_TRUE(requantize_group(src, e8m0, global, out, scales, stats));
+  // Both blocks hold a 6: scale 448, effective scale 448 / (2688 / 48) = 8 = 2^3.
+  EXPECT_EQ(scales[0], 0x7E);
+  EXPECT_EQ(scales[1], 0x7E);
+  for (std::size_t j = 0; j < 16; ++j) {
+    // -0 (0x8) becomes +0; everything else is unchanged.
+    const auto expect = static_cast<std::uint8_t>(std::to_integer<std::uint8_t>(src[j]));
+    const auto lo = static_cast<std::uint8_t>((expect & 0xF) == 0x8 ? 0 : expect & 0xF);
+    const auto hi = static_cast<std::uint8_t>((expect >> 4) == 0x8 ? 0 : expect >> 4);
+    EXPECT_EQ(std::to_integer<std::uint8_t>(out[j]), lo | (hi << 4)) << j;
+  }
+  EXPECT_EQ(stats.values, 32u);
+  EXPECT_EQ(stats.max_abs, 0.0);
+  EXPECT_EQ(stats.relative_rmse(), 0.0);
+  EXPECT_DOUBLE_EQ(stats.cosine(), 1.0);
+}
+
+TEST(RequantizeGroup, ASmallGroupUnderALargeGlobalLosesPrecisionMeasurably) {
+  std::array<std::uint8_t, 32> codes{};
+  codes.fill(3);  // 1.5
+  const auto src = pack(codes);
+  // The module's maximum is 6 x 2^20; this group is 1.5 x 2^0: scale 448 x 1.5/6/2^20 = 1.07e-4, below E4M3's range.
+  const float global = nvfp4_global_scale(std::ldexp(6.0f, 20));
+  std::array<std::byte, 16> out{};
+  std::array<std::uint8_t, 2> scales{};
+  ErrorStats stats;
+  ASSERT_TRUE(requantize_group(src, 127, global, out, scales, stats));
+  // The scale rounds to 0 and becomes 0.125: the effective scale 0.125 / global = 292.6 sends every value to 0.
+  EXPECT_EQ(scales[0], 0x20);
+  EXPECT_EQ(scales[1], 0x20);
+  for (const auto b : out) EXPECT_EQ(std::to_integer<int>(b), 0);
+  EXPECT_EQ(stats.max_abs, 1.5);
+  EXPECT_EQ(stats.relative_rmse(), 1.0);
+  EXPECT_EQ(stats.cosine(), 0.0);
+}
+
+TEST(RequantizeGroup, ValuesBeyondFloat32AreRefused) {
+  std::array<std::uint8_t, 32> codes{};
+  codes[5] = 7;  // 6 x 2^127 overflows float32
+  const auto src = pack(codes);
+  std::array<std::byte, 16> out{};
+  std::array<std::uint8_t, 2> scales{};
+  ErrorStats stats;
+  EXPECT_FALSE(requantize_group(src, 254, 1.0f, out, scales, stats));
+  EXPECT_FALSE(mxfp4_group_amax(src, 254).has_value());
+  EXPECT_EQ(stats.values, 0u);
+  codes[5] = 1;  // 0.5 x 2^127 is fine
+  EXPECT_TRUE(mxfp4_group_amax(pack(codes), 254).has_value());
+}
+
+TEST(RequantizeGroup, ScalesOnlyPathAgreesWithTheFullPathForEveryScaleByte) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> nibble(0, 15);
+  for (int b = 0; b < 255; ++b) {
+    std::array<std::uint8_t, 32> codes{};
+    for (auto& c : codes) c = static_cast<std::uint8_t>(nibble(rng));
+    if (b % 3 == 0) std::fill(codes.begin() + 16, codes.end(), std::uint8_t{0x8});  // an all -0 block
+    const auto src = pack(codes);
+    for (const float global : {1.0f, 448.0f, nvfp4_global_scale(std::ldexp(6.0f, b - 127)), 3e30f}) {
+      std::array<std::byte, 16> out{};
+      std::array<std::uint8_t, 2> full{}, only{};
+      ErrorStats stats;
+      const bool ok = requantize_group(src, static_cast<std::uint8_t>(b), global, out, full, stats);
+      EXPECT_EQ(requantize_group_scales(src, static_cast<std::uint8_t>(b), global, only), ok) << b;
+      if (ok) {
+        EXPECT_EQ(full, only) << b << " " << global;
+      }
+    }
+  }
+}
+
+TEST(ErrorStats, FormulasOnAHandExample) {
+  ErrorStats s;
+  s.add(1.0, 1.5);
+  s.add(-2.0, -2.0);
+  s.add(0.0, 0.5);
+  EXPECT_DOUBLE_EQ(s.relative_rmse(), std::sqrt((0.25 + 0.25) / 5.0));
+  EXPECT_DOUBLE_EQ(s.cosine(), (1.5 + 4.0) / std::sqrt(5.0 * (2.25 + 4 + 0.25)));
+  EXPECT_EQ(s.max_abs, 0.5);
+  ErrorStats zero;
+  zero.add(0, 0);
+  EXPECT_EQ(zero.relative_rmse(), 0.0);
+  EXPECT_EQ(zero.cosine(), 1.0);
+  ErrorStats merged;
+  merged.merge(s);
+  merged.merge(zero);
+  EXPECT_EQ(merged.values, 4u);
+  EXPECT_DOUBLE_EQ(merged.relative_rmse(), s.relative_rmse());
+}
+
+TEST(Bf16, EveryMxfp4ValueIsExactOrBeyondBf16sRange) {
+  const double bf16_max = bf16_value(0x7F7F);
+  int refused = 0;
+  for (int b = 0; b < 255; ++b) {
+    for (std::uint8_t c = 0; c < 16; ++c) {
+      const double v = e2m1_value(c) * e8m0_value(static_cast<std::uint8_t>(b));
+      const auto bits = bf16_exact(v);
+      if (std::fabs(v) > bf16_max) {
+        EXPECT_FALSE(bits.has_value()) << v;
+        ++refused;
+        continue;
+      }
+      ASSERT_TRUE(bits.has_value()) << v;
+      EXPECT_EQ(bf16_value(*bits), v);
+      EXPECT_EQ(std::signbit(bf16_value(*bits)), std::signbit(v));
+    }
+  }
+  // 4 and 6 x 2^126, 2, 3, 4 and 6 x 2^127 (>= 2^128), both signs.
+  EXPECT_EQ(refused, 12);
+  EXPECT_FALSE(bf16_exact(1.0 + 1.0 / 1024).has_value());  // needs more than 7 mantissa bits
+  EXPECT_FALSE(bf16_exact(std::nan("")).has_value());
+}
+
+}  // namespace
+}  // namespace mx2nv
