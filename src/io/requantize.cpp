@@ -103,10 +103,7 @@ ShardOutcome write_requantized_shard(const SourceCheckpoint& source, std::size_t
                                      std::vector<ErrorStats>& stats, Destination& out) {
   const OpenShard& in = source.checkpoint.shards[shard];
   const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
-  std::vector<TensorInfo> header_order;
-  header_order.reserve(layout.tensors.size());
-  for (const auto& t : layout.tensors) header_order.push_back(t.info);
-  const std::string header = serialize_header(layout.metadata, header_order);
+  const std::string header = serialize_target_header(layout);  // convert's header, padding included
 
   Destination::Pending target = out.begin(in.file);
   target.file.write_at(0, std::as_bytes(std::span(header)));
