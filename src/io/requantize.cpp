@@ -1,5 +1,6 @@
 #include "io/requantize.hpp"
 
+
 #include "core/error.hpp"
 #include "core/quant_config.hpp"
 #include "core/shard_index.hpp"
@@ -8,6 +9,7 @@
 #include "io/destination.hpp"
 #include "io/parallel.hpp"
 #include "io/shard_writer.hpp"
+#include "io/stream_hash.hpp"
 
 #include <xxhash.h>
 
@@ -31,15 +33,17 @@ constexpr std::uint64_t kChunkGroups = kCopyBufferBytes / kGroupBytes;
 // visit(packed, scales, first_group) over a module's groups in file order.
 template <typename Visit>
 void for_each_chunk(const SourceCheckpoint& source, const QuantModule& m, Visit&& visit) {
-  const OpenShard& ps = source.checkpoint.shards[m.packed_shard];
-  const OpenShard& ss = source.checkpoint.shards[m.scale_shard];
+  const Checkpoint& ck = source.checkpoint;
+  const auto packed_file = ck.files->open(m.packed_shard);
+  const auto scale_file = ck.files->open(m.scale_shard);
   std::vector<std::byte> packed(kChunkGroups * kGroupBytes);
   std::vector<std::byte> scales(kChunkGroups);
   const std::uint64_t total = m.group_count();
   for (std::uint64_t first = 0; first < total; first += kChunkGroups) {
     const auto n = static_cast<std::size_t>(std::min(kChunkGroups, total - first));
-    ps.handle.read_at(ps.header.data_start() + m.packed.begin + first * kGroupBytes, {packed.data(), n * kGroupBytes});
-    ss.handle.read_at(ss.header.data_start() + m.scale.begin + first, {scales.data(), n});
+    packed_file->read_at(ck.shards[m.packed_shard].data_start + m.packed.begin + first * kGroupBytes,
+                         {packed.data(), n * kGroupBytes});
+    scale_file->read_at(ck.shards[m.scale_shard].data_start + m.scale.begin + first, {scales.data(), n});
     visit(std::span<const std::byte>(packed.data(), n * kGroupBytes), std::span<const std::byte>(scales.data(), n), first);
     throw_if_stopped();
   }
@@ -101,11 +105,11 @@ struct ShardOutcome {
 // One output shard: convert's layout, requantized contents.
 ShardOutcome write_requantized_shard(const SourceCheckpoint& source, std::size_t shard, const std::vector<float>& globals,
                                      std::vector<ErrorStats>& stats, Destination& out) {
-  const OpenShard& in = source.checkpoint.shards[shard];
+  const OpenShard in = source.checkpoint.read_shard(shard);  // its header, read again (not kept)
   const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
   const std::string header = serialize_target_header(layout);  // convert's header, padding included
 
-  Destination::Pending target = out.begin(in.file);
+  Destination::Pending target = out.begin(in.summary->file);
   target.file.write_at(0, std::as_bytes(std::span(header)));
   const std::uint64_t data_start = header.size();
   ShardOutcome result;
@@ -266,15 +270,17 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     out.finish(finished, std::string(kConfigFileName), config);
   } else {
     out.write_file(std::string(kConfigFileName), config);
-    std::map<std::string, std::string> weight_map;
-    for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-      for (const auto& t : make_target_layout(ck.shards[s].header, s, set).tensors) {
-        weight_map.emplace(t.info.name, ck.shards[s].file);
-      }
-    }
-    const std::string index = render_shard_index(ck.index->document, weight_map, report.target_tensor_bytes);
-    finished.index_hash = text_hash(index);
-    out.finish(finished, std::string(kIndexFileName), index);
+    // The index streams to its temporary file and its hash, then commits (as convert's).
+    Destination::Pending index = out.begin(std::string(kIndexFileName));
+    StreamHash hash;
+    std::uint64_t written = 0;
+    render_target_index(source, report.target_tensor_bytes, [&](std::string_view piece) {
+      index.file.write_at(written, std::as_bytes(std::span(piece)));
+      hash.update(std::as_bytes(std::span(piece)));
+      written += piece.size();
+    });
+    finished.index_hash = hash.digest();
+    out.finish(finished, index);
   }
 
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
