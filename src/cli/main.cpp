@@ -9,6 +9,7 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/convert.hpp"
 #include "io/distributed.hpp"
+#include "core/overspan.hpp"
 #include "io/gate.hpp"
 #include "io/inspect.hpp"
 #include "io/report_file.hpp"
@@ -94,6 +95,23 @@ int finish(const Report& r, const std::optional<ReportFile>& report_file) {
   return r.exit_code();
 }
 
+// What --overspan did: every lossy module with its measured error, every BF16 layer with why and its size cost.
+void print_overspan(const Report& r) {
+  for (const auto& m : r.requantized) {
+    fmt::print("  LOSSY    {} requantized: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}{}\n",
+               printable(m.module), m.relative_rmse, m.cosine, m.max_abs_error,
+               m.marlin_zeroed_blocks ? fmt::format(", {} block scales below 2^-6 (Marlin zeroes them)",
+                                                    m.marlin_zeroed_blocks)
+                                      : std::string());
+  }
+  for (const auto& l : r.bf16_layers) {
+    std::string why;
+    for (const auto& m : l.refused) why += (why.empty() ? "" : ", ") + printable(m);
+    fmt::print("  BF16     {}: {} modules written as BF16 weight (exact), +{} bytes; over the window: {}\n",
+               printable(l.layer), l.modules.size(), l.bf16_bytes - l.nvfp4_bytes, why.empty() ? "-" : why);
+  }
+}
+
 int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = convert_checkpoint(o);
   if (r.already_complete) {
@@ -112,10 +130,13 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
       fmt::print("  --window e4m3 allows spans up to 17 (exact on disk, but vLLM's Marlin path zeroes block scales "
                  "below 2^-6); run `mx2nv inspect` for both outcomes.\n");
     }
+    fmt::print("  --overspan bf16 writes the affected MoE layers as BF16 (exact, larger); --overspan requantize "
+               "requantizes only these modules (lossy, measured); `mx2nv inspect` shows both costs.\n");
     return finish(r, report_path);
   }
   fmt::print("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
   print_counts(r);
+  print_overspan(r);
   if (o.resume) fmt::print("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
   if (r.marlin_zeroed_groups > 0) {
     fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
@@ -128,9 +149,16 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
 int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = verify_checkpoint(o);
   if (r.result == Outcome::Ok) {
-    fmt::print("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
-               r.values_compared, window_name(o.window), r.seconds);
+    if (r.requantized.empty()) {
+      fmt::print("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
+                 r.values_compared, window_name(o.window), r.seconds);
+    } else {
+      fmt::print("mx2nv verify: ok, LOSSY modules equal the documented requantization bit for bit, every other value "
+                 "identical ({} values), window {}, {:.2f} s\n",
+                 r.values_compared, window_name(o.window), r.seconds);
+    }
     print_counts(r);
+    print_overspan(r);
   } else {
     fmt::print("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
     for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", printable(d));
@@ -153,6 +181,7 @@ int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path)
   }
   fmt::print("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
              printable(written.string()));
+  print_overspan(r);
   fmt::print("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
              printable(written.string()));
   fmt::print("  then     mx2nv convert --plan {} --finalize\n", printable(written.string()));
@@ -229,6 +258,18 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads)
       fmt::print("\n");
       print_over_span(o.over_span, stdout);
       print_global_conflicts(o.global_conflicts, o.unrepresentable_globals);
+    }
+    if (in.overspan) {  // the selected window refuses: what each --overspan choice would cost
+      const auto& c = *in.overspan;
+      fmt::print("  --overspan fail        refused, nothing written\n");
+      fmt::print("  --overspan bf16        exact; {} MoE layers as BF16, size {:+} bytes\n", c.bf16_layers.size(),
+                 c.bf16_size_change);
+      for (const auto& l : c.bf16_layers) fmt::print("    {}: {} modules\n", printable(l.layer), l.modules.size());
+      fmt::print("  --overspan requantize  LOSSY, same size; {} modules requantized:\n", c.requantized.size());
+      for (const auto& m : c.requantized) {
+        fmt::print("    {}: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}\n", printable(m.module),
+                   m.relative_rmse, m.cosine, m.max_abs_error);
+      }
     }
     if (in.moe_dims) {
       fmt::print("  TP       after conversion (hidden {}, intermediate {}):", in.moe_dims->hidden, in.moe_dims->intermediate);
@@ -373,6 +414,16 @@ int main(int argc, char** argv) {
                       "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy "
                       "(read and write every byte, never share)")
       ->check(CLI::IsMember({"auto", "reflink", "copy"}));
+  std::string overspan_text = "fail";
+  const auto add_overspan = [&](CLI::App* sub) {
+    sub->add_option("--overspan", overspan_text,
+                    "scale groups the window refuses: fail (default: refuse, write nothing), bf16 (every expert of "
+                    "an affected MoE layer written as an exact BF16 weight and listed in the config's ignore; larger) "
+                    "or requantize (LOSSY: only those modules, a gate/up pair together, requantized from decoded "
+                    "values as compressed-tensors would; per-module error in the report)")
+        ->check(CLI::IsMember({"fail", "bf16", "requantize"}));
+  };
+  add_overspan(convert);
   convert->add_flag("--resume", resume,
                     "continue an interrupted conversion into DST (finished shards whose records still match are "
                     "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
@@ -397,6 +448,7 @@ int main(int argc, char** argv) {
   plan->add_option("SRC", src, "source checkpoint directory")->required();
   plan->add_option("DST", dst, "target directory")->required();
   plan->add_option("--plan-out", plan_out, "write the plan here instead of DST/.mx2nv/plan.json");
+  add_overspan(plan);
   add_window(plan);
   add_threads(plan);
   add_report(plan);
@@ -485,7 +537,8 @@ int main(int argc, char** argv) {
       fail(ErrorKind::Usage, "SRC and DST are required");
     }
     if (*convert) {
-      return run_convert({src, dst, window, threads, resume, parse_copy_mode(copy_text).value_or(CopyMode::Auto)},
+      return run_convert({src, dst, window, threads, resume, parse_copy_mode(copy_text).value_or(CopyMode::Auto),
+                          parse_overspan(overspan_text).value_or(OverSpanChoice::Fail)},
                          report_file);
     }
     if (*verify && !merge_parts.empty()) return run_merge(merge_parts, report_file);
@@ -500,6 +553,7 @@ int main(int argc, char** argv) {
       plan_options.target = dst;
       plan_options.window = window;
       plan_options.threads = threads;
+      plan_options.overspan = parse_overspan(overspan_text).value_or(OverSpanChoice::Fail);
       return run_plan(plan_options, report_file);
     }
     if (*requantize) return run_requantize({src, dst, threads}, report_file);

@@ -29,6 +29,7 @@ namespace mx2nv {
 inline constexpr std::string_view kPackedSuffix = ".weight_packed";
 inline constexpr std::string_view kScaleSuffix = ".weight_scale";
 inline constexpr std::string_view kGlobalSuffix = ".weight_global_scale";
+inline constexpr std::string_view kBf16WeightSuffix = ".weight";  // a module written dequantized (--overspan bf16)
 inline constexpr std::uint64_t kMxGroup = 32;       // values per MXFP4 scale
 inline constexpr std::uint64_t kNvGroup = 16;       // values per NVFP4 scale
 inline constexpr std::uint64_t kGroupBytes = kMxGroup / 2;  // packed bytes per 32-group

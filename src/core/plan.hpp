@@ -38,7 +38,15 @@ struct ModuleFacts {
 // Number of active groups of module `module` whose exponent is in [k_lo, k_hi].
 using ActiveCounter = std::function<std::uint64_t(std::size_t module, int k_lo, int k_hi)>;
 
+// What convert writes for a module: its exact NVFP4 transcode (the default),
+// or, for scale groups the window refuses (`--overspan`, core/overspan.hpp),
+// the lossy requantization from decoded values (divisor = compressed-tensors'
+// global; m and zero_scales unused) or a BF16 `weight` (no NVFP4 tensors).
+enum class Treatment : std::uint8_t { Exact = 0, Requantized = 1, Bf16 = 2 };
+enum class OverSpanChoice { Fail, Bf16, Requantize };
+
 struct ModulePlan {
+  Treatment treatment = Treatment::Exact;
   int m = 0;                 // global exponent: scales become 2^(k - m), divisor 2^-m
   float divisor = 1.0f;      // weight_global_scale
   bool zero_scales = false;  // the scale group has no active group: all scales 0x00
@@ -72,6 +80,9 @@ struct Plan {
   std::vector<std::string> bad_globals;    // scale groups no global exponent serves (names)
   std::vector<GlobalConflict> global_conflicts;  // the same, with the ranges that do not meet
   std::uint64_t raised_globals = 0;        // scale groups whose m is above k_max - 8 (quiet experts)
+  OverSpanChoice overspan = OverSpanChoice::Fail;
+  std::vector<OverSpan> resolved_over_span;   // refusals the --overspan choice resolved (why)
+  std::vector<std::string> resolved_globals;  // likewise for bad_globals
   bool refused() const { return !over_span.empty() || !bad_globals.empty(); }
 };
 

@@ -1,6 +1,7 @@
 #include "core/plan_file.hpp"
 
 #include "core/error.hpp"
+#include "core/overspan.hpp"
 #include "core/printable.hpp"
 #include "core/strict_json.hpp"
 
@@ -29,16 +30,17 @@ Json content_json(const PlanFile& p) {
     const ModulePlan& m = p.modules[i];
     modules.push_back(Json::array({p.module_names[i], m.m, std::bit_cast<std::uint32_t>(m.divisor),
                                    m.zero_scales ? 1 : 0, m.span, m.groups_outside, m.canonical_zero_groups,
-                                   m.marlin_zeroed_groups}));
+                                   m.marlin_zeroed_groups, static_cast<int>(m.treatment)}));
   }
   return {{"format", kPlanFormat},
           {"tool_version", p.tool_version},
           {"window", window_name(p.window)},
+          {"overspan", overspan_name(p.overspan)},
           {"source", json_text(p.source)},
           {"target", json_text(p.target)},
           {"shards", shards},
           {"module_columns", {"name", "m", "divisor_bits", "zero_scales", "span", "groups_outside",
-                              "canonical_zero_groups", "marlin_zeroed_groups"}},
+                              "canonical_zero_groups", "marlin_zeroed_groups", "treatment"}},
           {"modules", modules}};
 }
 
@@ -67,6 +69,9 @@ PlanFile plan_file_from_text(std::string_view text, std::string_view what) {
     const auto window = parse_window(j.at("window").get<std::string>());
     if (!window) fail_input("{}: unknown window {}", what, j.at("window").dump());
     p.window = *window;
+    const auto overspan = parse_overspan(j.at("overspan").get<std::string>());
+    if (!overspan) fail_input("{}: unknown overspan choice {}", what, j.at("overspan").dump());
+    p.overspan = *overspan;
     p.source = j.at("source").get<std::string>();
     p.target = j.at("target").get<std::string>();
     for (const Json& s : j.at("shards")) {
@@ -81,7 +86,7 @@ PlanFile plan_file_from_text(std::string_view text, std::string_view what) {
       p.shards.push_back(std::move(ps));
     }
     for (const Json& row : j.at("modules")) {
-      if (!row.is_array() || row.size() != 8) fail_input("{}: a module row is not 8 columns", what);
+      if (!row.is_array() || row.size() != 9) fail_input("{}: a module row is not 9 columns", what);
       p.module_names.push_back(row[0].get<std::string>());
       ModulePlan m;
       m.m = row[1].get<int>();
@@ -91,6 +96,12 @@ PlanFile plan_file_from_text(std::string_view text, std::string_view what) {
       m.groups_outside = row[5].get<std::uint64_t>();
       m.canonical_zero_groups = row[6].get<std::uint64_t>();
       m.marlin_zeroed_groups = row[7].get<std::uint64_t>();
+      const int treatment = row[8].get<int>();
+      if (treatment < 0 || treatment > static_cast<int>(Treatment::Bf16) ||
+          (treatment != 0 && p.overspan == OverSpanChoice::Fail)) {
+        fail_input("{}: module {} has an unknown treatment {}", what, row[0].dump(), treatment);
+      }
+      m.treatment = static_cast<Treatment>(treatment);
       if (!std::isfinite(m.divisor) || m.divisor <= 0) fail_input("{}: module {} has a bad global", what, row[0].dump());
       p.modules.push_back(m);
     }
@@ -113,6 +124,7 @@ Plan plan_for_modules(const PlanFile& file, const std::vector<std::string>& modu
   }
   Plan plan;
   plan.window = file.window;
+  plan.overspan = file.overspan;
   plan.modules = file.modules;
   return plan;
 }

@@ -16,7 +16,7 @@
 
 namespace mx2nv {
 
-inline constexpr std::string_view kPlanFormat = "mx2nv-plan/1";
+inline constexpr std::string_view kPlanFormat = "mx2nv-plan/2";
 inline constexpr std::string_view kPlanFileName = "plan.json";  // inside DST/.mx2nv/ by default
 
 struct PlannedShard {
@@ -32,6 +32,7 @@ struct PlannedShard {
 struct PlanFile {
   std::string tool_version;
   Window window = Window::Marlin;
+  OverSpanChoice overspan = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)
   std::string source;  // absolute paths when planned (informational: other machines may mount elsewhere)
   std::string target;
   std::vector<PlannedShard> shards;         // in the source's shard order

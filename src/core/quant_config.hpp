@@ -7,6 +7,7 @@
 #include "core/strict_json.hpp"
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace mx2nv {
@@ -29,11 +30,14 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text);
 // The NVFP4A16 quantization_config for a validated MXFP4 one: formats become
 // nvfp4-pack-quantized; weights become strategy tensor_group, group_size 16,
 // scale_dtype torch.float8_e4m3fn, zp_dtype null; everything else unchanged.
-Json nvfp4_quant_config(const Json& source_quant_config);
+// `bf16_modules` (convert --overspan bf16): module names written as BF16,
+// appended to quantization_config.ignore so loaders take the unquantized path.
+Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::string>& bf16_modules = {});
 
 // config.json text with only the quantization_config value replaced: every
 // other byte of the file is kept, so a diff shows exactly what changed.
-std::string rewrite_config_text(std::string_view config_text, const SourceQuantConfig& source);
+std::string rewrite_config_text(std::string_view config_text, const SourceQuantConfig& source,
+                                const std::vector<std::string>& bf16_modules = {});
 
 // Keys compressed-tensors' QuantizationArgs and QuantizationScheme accept.
 bool is_known_quantization_args_key(std::string_view key);

@@ -90,8 +90,33 @@ Json report_to_json(const Report& r) {
                                   {"values", m.values},
                                   {"relative_rmse", number(m.relative_rmse)},
                                   {"cosine", number(m.cosine)},
-                                  {"max_abs_error", number(m.max_abs_error)}});
+                                  {"max_abs_error", number(m.max_abs_error)},
+                                  {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
     }
+  }
+  if (r.overspan != "fail") {
+    Json layers = Json::array();
+    for (const auto& l : r.bf16_layers) {
+      Json modules = Json::array(), refused = Json::array();
+      for (const auto& m : l.modules) modules.push_back(json_text(m));
+      for (const auto& m : l.refused) refused.push_back(json_text(m));
+      layers.push_back({{"layer", json_text(l.layer)},
+                        {"modules", modules},
+                        {"why", refused},
+                        {"bf16_bytes", l.bf16_bytes},
+                        {"nvfp4_bytes", l.nvfp4_bytes},
+                        {"size_cost_bytes", static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
+    }
+    Json resolved = Json::array();
+    for (const auto& o : r.resolved_over_span) {
+      resolved.push_back(
+          {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
+    }
+    j["overspan"] = {{"choice", r.overspan},
+                     {"lossy", !r.requantized.empty()},
+                     {"resolved_over_span", resolved},
+                     {"bf16_layers", layers},
+                     {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
   }
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/numerics.hpp"
+#include "core/overspan.hpp"
 #include "core/plan.hpp"
 #include "core/strict_json.hpp"
 
@@ -33,6 +34,9 @@ struct ModuleError {
   double relative_rmse = 0;
   double cosine = 1;
   double max_abs_error = 0;
+  // Block scales below 2^-6 (E4M3 subnormals): exact on disk, flushed to zero
+  // by vLLM's Marlin path (README "Windows"); the error above is on disk.
+  std::uint64_t marlin_zeroed_blocks = 0;
 };
 
 struct Report {
@@ -77,6 +81,12 @@ struct Report {
   std::vector<GlobalConflict> global_conflicts;      // the same, with the ranges that do not meet
   std::uint64_t raised_globals = 0;  // scale groups whose global is above k_max - 8 (the window's global range)
   std::vector<ModuleError> requantized;  // lossy modules, sorted by name
+  // convert --overspan (absent from the JSON for fail): the choice, the
+  // refusals it resolved (why), the BF16 layers with their size cost.
+  std::string overspan = "fail";
+  std::vector<OverSpan> resolved_over_span;
+  std::vector<Bf16Layer> bf16_layers;
+  std::uint64_t requantized_marlin_zeroed_blocks = 0;
   std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
   std::string error;                     // the error message when result == "error"
   double seconds = 0;

@@ -105,6 +105,7 @@ void ErrorStats::merge(const ErrorStats& o) {
   sum_dot += o.sum_dot;
   max_abs = std::max(max_abs, o.max_abs);
   values += o.values;
+  marlin_zeroed_blocks += o.marlin_zeroed_blocks;
 }
 
 double ErrorStats::relative_rmse() const {
@@ -135,6 +136,8 @@ bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, 
     for (std::size_t i = 0; i < kNvBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
     const BlockScale scale = nvfp4_block_scale(amax, global);
     out_scales[block] = scale.byte;
+    // An E4M3 subnormal block scale (below 2^-6): vLLM's Marlin path flushes it to zero.
+    if ((scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0) ++stats.marlin_zeroed_blocks;
     for (std::size_t i = 0; i < kNvBlock; ++i) {
       const std::uint8_t c = nvfp4_code(x[i], scale.value, global);
       codes[block * kNvBlock + i] = c;

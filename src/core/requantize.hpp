@@ -62,6 +62,7 @@ struct ErrorStats {
   double sum_dot = 0;   // sum q x
   double max_abs = 0;   // max |q - x|
   std::uint64_t values = 0;
+  std::uint64_t marlin_zeroed_blocks = 0;  // block scales E4M3 holds only as subnormals (< 2^-6)
   void add(double reference, double quantized);
   void merge(const ErrorStats& other);
   // sqrt(sum_err2 / sum_ref2); 0 when nothing differs, +inf when x is all zero but q is not.

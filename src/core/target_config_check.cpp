@@ -80,7 +80,8 @@ void check_group(const std::string& name, const Json& scheme, const Json& d, con
 
 }  // namespace
 
-std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::string_view dst_text) {
+std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::string_view dst_text,
+                                             const std::vector<std::string>& bf16_modules) {
   Collector diff;
   Json dst;
   try {
@@ -102,7 +103,14 @@ std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::
     diff.add("config.json: quantization_config missing where the source has it");
     return diff.list;
   }
-  const Json& s = src.quant_config;
+  // The source's, with the BF16 modules appended to ignore (as convert writes it).
+  Json expected_qc = src.quant_config;
+  if (!bf16_modules.empty()) {
+    Json& ignore = expected_qc["ignore"];
+    if (!ignore.is_array()) ignore = Json::array();
+    for (const auto& m : bf16_modules) ignore.push_back(m);
+  }
+  const Json& s = expected_qc;
   for (const auto& [key, value] : s.items()) {
     if (key == "format" || key == "config_groups") continue;
     if (!qc.contains(key) || qc[key] != value) diff.add("config.json: quantization_config.{} changed", key);

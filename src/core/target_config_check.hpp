@@ -13,6 +13,9 @@
 namespace mx2nv {
 
 // Every difference found (empty when the config is exactly what it must be).
-std::vector<std::string> check_target_config(const SourceQuantConfig& source, std::string_view target_config_text);
+// `bf16_modules`: the modules written as BF16 (convert --overspan bf16), which
+// quantization_config.ignore must list after the source's entries.
+std::vector<std::string> check_target_config(const SourceQuantConfig& source, std::string_view target_config_text,
+                                             const std::vector<std::string>& bf16_modules = {});
 
 }  // namespace mx2nv

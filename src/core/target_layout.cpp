@@ -11,8 +11,11 @@ namespace {
 
 // Header order: the source's, a global following its module's scale.
 // position_of_source[i] is where source tensor i went.
+constexpr std::size_t kDropped = static_cast<std::size_t>(-1);
+
 void build_header_order(TargetLayout& layout, const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
-                        std::vector<std::size_t>& position_of_source) {
+                        std::span<const ModulePlan> plan, std::vector<std::size_t>& position_of_source) {
+  const auto treatment = [&](std::size_t m) { return plan.empty() ? Treatment::Exact : plan[m].treatment; };
   const auto& src = source.tensors();
   position_of_source.resize(src.size());
   for (std::size_t i = 0; i < src.size(); ++i) {
@@ -22,8 +25,18 @@ void build_header_order(TargetLayout& layout, const ShardHeader& source, std::si
     if (const auto m = modules.module_of(src[i].name, kPackedSuffix)) {
       t.role = TensorRole::Packed;
       t.module = *m;
-    } else if (const auto ms = modules.module_of(src[i].name, kScaleSuffix);
-               ms && modules.modules[*ms].scale_shard == shard) {
+      if (treatment(*m) == Treatment::Requantized) t.role = TensorRole::Requantized;
+      if (treatment(*m) == Treatment::Bf16) {
+        t.role = TensorRole::Bf16Weight;
+        t.info.name = modules.modules[*m].name + std::string(kBf16WeightSuffix);
+        if (source.find(t.info.name) != nullptr) fail_input("tensor \"{}\" exists beside a quantized module of that name", t.info.name);
+        t.info.dtype = Dtype::BF16;
+        t.info.shape = {modules.modules[*m].rows, modules.modules[*m].groups * 32};
+      }
+    } else if (const auto ms = modules.module_of(src[i].name, kScaleSuffix); ms && treatment(*ms) == Treatment::Bf16) {
+      position_of_source[i] = kDropped;  // a BF16 module has no scales
+      continue;
+    } else if (ms && modules.modules[*ms].scale_shard == shard) {
       t.role = TensorRole::Scale;
       t.module = *ms;
       t.info.dtype = Dtype::F8_E4M3;
@@ -45,11 +58,12 @@ void build_header_order(TargetLayout& layout, const ShardHeader& source, std::si
 
 }  // namespace
 
-TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules) {
+TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
+                                std::span<const ModulePlan> plan) {
   TargetLayout layout;
   layout.metadata = source.metadata();
   std::vector<std::size_t> position_of_source;
-  build_header_order(layout, source, shard, modules, position_of_source);
+  build_header_order(layout, source, shard, modules, plan, position_of_source);
 
   std::uint64_t cursor = 0;
   const auto place = [&](std::size_t index) {
@@ -72,7 +86,7 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
   const std::vector<std::size_t> offset_order = source.offset_order();
   std::vector<std::size_t> unchanged;  // target indices
   for (const std::size_t i : offset_order) {
-    if (is_unchanged(layout.tensors[position_of_source[i]].role)) {
+    if (position_of_source[i] != kDropped && is_unchanged(layout.tensors[position_of_source[i]].role)) {
       unchanged.push_back(position_of_source[i]);
       place(unchanged.back());
     }
@@ -103,7 +117,7 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
   // 2. Changed tensors in source order, each global right after its scale.
   for (const std::size_t i : offset_order) {
     const std::size_t index = position_of_source[i];
-    if (is_unchanged(layout.tensors[index].role)) continue;
+    if (index == kDropped || is_unchanged(layout.tensors[index].role)) continue;
     place(index);
     if (layout.tensors[index].role == TensorRole::Scale) place(index + 1);
   }

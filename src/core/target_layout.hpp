@@ -28,12 +28,14 @@
 #pragma once
 
 #include "core/modules.hpp"
+#include "core/plan.hpp"
 #include "core/safetensors.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,7 +47,11 @@ namespace mx2nv {
 // output bytes do not depend on where they are written.
 inline constexpr std::uint64_t kShareBlock = 4096;
 
-enum class TensorRole { PassThrough, Packed, Scale, Global };
+// Requantized: the packed codes of a module convert --overspan requantize
+// recomputes. Bf16Weight: the `weight` [N, K] of a module written dequantized
+// (--overspan bf16), in its packed tensor's place; its scale and global are
+// not written.
+enum class TensorRole { PassThrough, Packed, Scale, Global, Requantized, Bf16Weight };
 
 // Unchanged tensors are copied (or shared) byte for byte from SRC.
 constexpr bool is_unchanged(TensorRole role) { return role == TensorRole::PassThrough || role == TensorRole::Packed; }
@@ -68,7 +74,10 @@ struct TargetLayout {
   std::optional<std::map<std::string, std::string>> metadata;
 };
 
-TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules);
+// `plan` (parallel to modules.modules, or empty: every module exact) says
+// which modules are requantized or written as BF16.
+TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
+                                std::span<const ModulePlan> plan = {});
 
 // The target shard's header bytes (length prefix, JSON, padding).
 std::string serialize_target_header(const TargetLayout& layout);

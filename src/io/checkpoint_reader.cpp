@@ -163,19 +163,41 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads) 
   return s;
 }
 
-void render_target_index(const SourceCheckpoint& source, std::uint64_t total_size, const TextSink& sink) {
+void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
+                         const TextSink& sink) {
   const ShardIndex& index = source.checkpoint.index.value();
-  const auto& modules = source.modules.modules;
+  const auto& set = source.modules;
+  const auto& modules = set.modules;
   const std::size_t indexed = index.tensors.size();
+  const auto bf16 = [&](std::size_t m) { return !plan.empty() && plan[m].treatment == Treatment::Bf16; };
   const auto entry = [&](std::size_t i) -> IndexEntry {
     if (i < indexed) {
       const auto id = static_cast<NameTable::Id>(i);
-      return {index.tensors.name(id), {}, index.shard_files[index.shard_of[id]]};
+      const std::string_view name = index.tensors.name(id);
+      if (const auto m = set.module_of(name, kPackedSuffix); m && bf16(*m)) {
+        return {modules[*m].name, kBf16WeightSuffix, index.shard_files[index.shard_of[id]]};
+      }
+      return {name, {}, index.shard_files[index.shard_of[id]]};
     }
     const QuantModule& m = modules[i - indexed];
     return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
   };
-  render_shard_index(index.other, indexed + modules.size(), entry, total_size, sink);
+  bool any_bf16 = false;
+  for (std::size_t m = 0; m < modules.size(); ++m) any_bf16 = any_bf16 || bf16(m);
+  if (!any_bf16) {
+    render_shard_index(index.other, indexed + modules.size(), entry, total_size, sink);
+    return;
+  }
+  // Some entries are gone (a BF16 module's scale and global): number the kept ones.
+  std::vector<std::size_t> kept;
+  for (std::size_t i = 0; i < indexed; ++i) {
+    const auto m = set.module_of(index.tensors.name(static_cast<NameTable::Id>(i)), kScaleSuffix);
+    if (!m || !bf16(*m)) kept.push_back(i);
+  }
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (!bf16(m)) kept.push_back(indexed + m);
+  }
+  render_shard_index(index.other, kept.size(), [&](std::size_t k) { return entry(kept[k]); }, total_size, sink);
 }
 
 Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target) {

@@ -102,7 +102,10 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads =
 
 // The index of the converted checkpoint: the source's, plus each module's
 // weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index.
-void render_target_index(const SourceCheckpoint& source, std::uint64_t total_size, const TextSink& sink);
+// `plan` (parallel to the modules, or empty: every module exact): a BF16
+// module's weight_packed becomes its `weight`, and it has no scale or global.
+void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
+                         const TextSink& sink);
 
 // A report for `command` with its provenance filled in: absolute paths and,
 // when SRC is a Hugging Face cache snapshot, its revision.

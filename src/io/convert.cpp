@@ -30,7 +30,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads);
+  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.overspan);
   if (!planned) {
     report.seconds = seconds_since(started);
     return report;

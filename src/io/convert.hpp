@@ -6,6 +6,7 @@
 
 #include "core/numerics.hpp"
 #include "core/report.hpp"
+#include "core/plan.hpp"
 #include "io/copy_engine.hpp"
 #include "io/file.hpp"
 
@@ -18,6 +19,7 @@ struct ConvertOptions {
   unsigned threads = 1;
   bool resume = false;  // continue an interrupted conversion into DST
   CopyMode copy = CopyMode::Auto;  // how unchanged bytes reach DST (--copy)
+  OverSpanChoice overspan = OverSpanChoice::Fail;  // scale groups the window refuses (--overspan)
 };
 
 Report convert_checkpoint(const ConvertOptions& options);

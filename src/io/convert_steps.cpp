@@ -5,6 +5,7 @@
 #include "core/target_layout.hpp"
 #include "io/cancel.hpp"
 #include "io/parallel.hpp"
+#include "io/overspan.hpp"
 #include "io/planner.hpp"
 #include "io/shard_writer.hpp"
 #include "io/stream_hash.hpp"
@@ -34,10 +35,11 @@ void copy_companion(const fs::path& from, Destination& out, const std::string& r
 // mtime, header hash), the window and tool version (with the source, they
 // determine the plan), the output shards' and companions' sizes, the
 // config's and index's checksums. (`mx2nv verify` is the full proof.)
-std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window) {
+std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window,
+                                             OverSpanChoice choice) {
   const FinishedRecord& f = *dst.finished();
   if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", f.tool_version);
-  if (f.window != window_name(window)) return fmt::format("it was converted under window {}", f.window);
+  if (!mode_matches(f.window, window, choice)) return fmt::format("it was converted under window {}", f.window);
   if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
     const ShardRecord& r = f.shards[s];
@@ -105,7 +107,8 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
 }
 
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
-                                           const SourceCheckpoint& source, const OpenShard& in) {
+                                           const SourceCheckpoint& source, const OpenShard& in,
+                                           std::span<const ModulePlan> plan_modules) {
   const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
   auto record = dst.read_record(expected.shard);
   if (!record || !record->same_source(expected) || record->plan_hash != expected.plan_hash) return std::nullopt;
@@ -114,7 +117,7 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
       stamp->ctime_ns != record->output_ctime_ns) {
     return std::nullopt;
   }
-  const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
+  const TargetLayout layout = make_target_layout(in.header, shard, source.modules, plan_modules);
   const std::uint64_t data_start = serialize_target_header(layout).size();
   if (data_start + layout.data_size != stamp->size) return std::nullopt;
   if (hash_written_bytes(dst.open_read(expected.shard), layout, data_start) != record->written_hash) {
@@ -135,7 +138,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
     const OpenShard in = source.checkpoint.read_shard(s);  // its header, read again (not kept from planning)
     ShardRecord r = expected_record(source, plan, in);
     const Destination::ShardLock lock = out.lock_shard(r.shard);
-    if (const auto earlier = reuse ? reusable_record(out, r, source, in) : std::nullopt) {
+    if (const auto earlier = reuse ? reusable_record(out, r, source, in, plan.modules) : std::nullopt) {
       records[i] = *earlier;
       ++reused_count;
       return;
@@ -170,7 +173,7 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   const Checkpoint& ck = source.checkpoint;
   FinishedRecord finished;
   finished.tool_version = MX2NV_VERSION;
-  finished.window = window_name(plan.window);
+  finished.window = plan_mode_name(plan);
   finished.shards = std::move(records);
   finished.canonicalised_zero_groups = report.canonicalised_zero_groups;
   finished.marlin_zeroed_groups = report.marlin_zeroed_groups;
@@ -183,7 +186,11 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   }
   report.shared_bytes += companions.shared;
   report.copied_bytes += companions.copied;
-  const std::string config = rewrite_config_text(ck.config_text, source.quant);
+  std::vector<std::string> bf16_modules;
+  for (std::size_t i = 0; i < plan.modules.size(); ++i) {
+    if (plan.modules[i].treatment == Treatment::Bf16) bf16_modules.push_back(source.modules.modules[i].name);
+  }
+  const std::string config = rewrite_config_text(ck.config_text, source.quant, bf16_modules);
   finished.config_hash = text_hash(config);
   report.written_bytes += config.size();
   if (!ck.index) {
@@ -195,7 +202,7 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   Destination::Pending index = out.begin(std::string(kIndexFileName));
   StreamHash hash;
   std::uint64_t written = 0;
-  render_target_index(source, report.target_tensor_bytes, [&](std::string_view piece) {
+  render_target_index(source, plan.modules, report.target_tensor_bytes, [&](std::string_view piece) {
     index.file.write_at(written, std::as_bytes(std::span(piece)));
     hash.update(std::as_bytes(std::span(piece)));
     written += piece.size();
@@ -205,9 +212,10 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   out.finish(finished, index);
 }
 
-bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window) {
+bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
+                     OverSpanChoice choice) {
   if (dst.state() != DestinationState::Finished) return false;
-  if (const auto why = finished_mismatch(dst, source, window)) {
+  if (const auto why = finished_mismatch(dst, source, window, choice)) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
          dst.root().string(), *why);
   }
@@ -221,10 +229,12 @@ bool answer_finished(Report& report, const Destination& dst, const Checkpoint& s
 }
 
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
-                              unsigned threads) {
-  if (answer_finished(report, dst, source.checkpoint, window)) return std::nullopt;
+                              unsigned threads, OverSpanChoice choice) {
+  if (answer_finished(report, dst, source.checkpoint, window, choice)) return std::nullopt;
   const ScanResult scan = scan_modules(source, threads);
   Plan plan = plan_conversion(source, scan, window);
+  apply_overspan(source, plan, choice, threads);
+  if (choice != OverSpanChoice::Fail) add_overspan_report(report, source, plan, threads);
   add_plan_counts(report, plan);
   if (report_refusal(report, plan)) return std::nullopt;
   throw_if_stopped();

@@ -41,7 +41,8 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
 // this plan and the output file on disk (shard_record.hpp says why the
 // output's identity and the bytes mx2nv wrote itself are enough to check).
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
-                                           const SourceCheckpoint& source, const OpenShard& shard);
+                                           const SourceCheckpoint& source, const OpenShard& shard,
+                                           std::span<const ModulePlan> plan_modules);
 
 // Finalize: companions, config, then the finished record and the commit point
 // (the index; for a single-file model config.json). Adds the bytes it writes
@@ -53,13 +54,18 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
 // already holds a finished conversion: true, with `report` filled as "already
 // complete", when it is this conversion of SRC under `window`; Error(Usage)
 // naming what differs when it is another; false when DST is not finished.
-bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window);
+// `choice` (convert --overspan) also accepts a DST whose refused modules were
+// rewritten that way (finished.json mode "<window>+<choice>").
+bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
+                     OverSpanChoice choice = OverSpanChoice::Fail);
 
 // The plan step of convert and `mx2nv plan`: nullopt when there is nothing to
 // execute, either because DST already holds this conversion (answer_finished)
 // or because the window refuses a module (report_refusal).
+// With `choice` other than fail, refused scale groups are resolved that way
+// (io/overspan.hpp) and the report gets the over-span section.
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
-                              unsigned threads);
+                              unsigned threads, OverSpanChoice choice = OverSpanChoice::Fail);
 
 // True, with the refusal in `report`, when the plan refuses a module.
 bool report_refusal(Report& report, const Plan& plan);

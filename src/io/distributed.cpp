@@ -8,6 +8,7 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/convert_steps.hpp"
 #include "io/destination.hpp"
+#include "io/overspan.hpp"
 #include "io/planner.hpp"
 #include "io/report_file.hpp"
 
@@ -81,13 +82,14 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
   PlanFile f;
   f.tool_version = MX2NV_VERSION;
   f.window = plan.window;
+  f.overspan = plan.overspan;
   f.source = fs::absolute(src).lexically_normal().string();
   f.target = fs::absolute(dst).lexically_normal().string();
   const Checkpoint& ck = source.checkpoint;
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
     const OpenShard in = ck.read_shard(s);
     const ShardRecord r = expected_record(source, plan, in);
-    const TargetLayout layout = make_target_layout(in.header, s, source.modules);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
     f.shards.push_back({r.shard, r.source_size, r.source_mtime_ns, r.source_header_hash, r.plan_hash,
                         layout.data_size, layout.tensors.size()});
   }
@@ -114,10 +116,15 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     Destination out(*options.source, *dst, true);
     if (out.state() == DestinationState::Finished) {
       const SourceCheckpoint source = open_source_checkpoint(*options.source);
-      const Window window = parse_window(out.finished()->window).value_or(Window::Marlin);
+      const std::string& mode = out.finished()->window;
+      const Window window = parse_window(mode.substr(0, mode.find('+'))).value_or(Window::Marlin);
       Report report = start_report("convert", window, *options.source, &*dst);
       add_source_counts(report, source);
-      answer_finished(report, out, source.checkpoint, window);
+      // The finished record's mode says which --overspan choice wrote it.
+      OverSpanChoice choice = OverSpanChoice::Fail;
+      if (mode.ends_with("+requantize")) choice = OverSpanChoice::Requantize;
+      if (mode.ends_with("+bf16")) choice = OverSpanChoice::Bf16;
+      answer_finished(report, out, source.checkpoint, window, choice);
       report.seconds = seconds_since(started);
       return report;
     }
@@ -175,7 +182,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   Report report = start_report("plan", options.window, options.source, &options.target);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
   add_source_counts(report, source);
-  const std::optional<Plan> planned_here = plan_step(report, out, source, options.window, options.threads);
+  const std::optional<Plan> planned_here = plan_step(report, out, source, options.window, options.threads, options.overspan);
   if (!planned_here) {
     report.seconds = seconds_since(started);
     return report;
@@ -219,7 +226,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source);
   add_source_counts(report, source);
-  if (answer_finished(report, out, source.checkpoint, loaded->file.window)) {
+  if (answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan)) {
     report.seconds = seconds_since(started);
     return report;
   }
@@ -248,7 +255,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(loaded->source);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  if (answer_finished(report, out, ck, loaded->file.window)) {
+  if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan)) {
     report.seconds = seconds_since(started);
     return report;
   }
@@ -277,6 +284,7 @@ Report finalize_planned(const PlannedOptions& options) {
   }
   out.open_for_writing(files_written(ck));
   add_plan_counts(report, plan);
+  if (plan.overspan != OverSpanChoice::Fail) add_overspan_report(report, source, plan, options.threads);
   add_shard_counts(report, records);
   report.copy_mode = std::string(copy_mode_name(options.copy));
   CopyEngine engine(options.copy);

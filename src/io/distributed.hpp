@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/numerics.hpp"
+#include "core/plan.hpp"
 #include "core/report.hpp"
 #include "io/copy_engine.hpp"
 #include "io/file.hpp"
@@ -39,6 +40,7 @@ struct PlanOptions {
   Window window = Window::Marlin;
   unsigned threads = 1;
   std::optional<fs::path> plan_out;  // default: DST/.mx2nv/plan.json
+  OverSpanChoice overspan = OverSpanChoice::Fail;  // as convert --overspan; recorded in the plan
 };
 // Plans and writes the plan file. report.result is Refused (nothing written)
 // when the window refuses a module.

@@ -1,9 +1,12 @@
 #include "io/inspect.hpp"
 
+#include "core/error.hpp"
+#include "core/printable.hpp"
 #include "core/runtime_rules.hpp"
 #include "core/target_layout.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/parallel.hpp"
+#include "io/overspan.hpp"
 #include "io/planner.hpp"
 
 #include <algorithm>
@@ -57,6 +60,30 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
       r.raised_globals = plan.raised_globals;
       r.canonicalised_zero_groups = o.canonicalised_zero_groups;
       r.marlin_zeroed_groups = o.marlin_zeroed_groups;
+      if (plan.refused()) {
+        Inspection::OverSpanCost cost;
+        try {
+          Plan bf16 = plan;
+          apply_overspan(source, bf16, OverSpanChoice::Bf16, threads);
+          cost.bf16_layers = bf16_layers(source.modules, bf16);
+          for (const auto& l : cost.bf16_layers) {
+            cost.bf16_size_change += static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes);
+          }
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::InvalidInput) throw;
+          cost.bf16_refused = e.what();
+        }
+        try {
+          Plan lossy = plan;
+          apply_overspan(source, lossy, OverSpanChoice::Requantize, threads);
+          if (lossy.refused()) cost.requantize_refused = "a requantized global is outside the window's global range";
+          cost.requantized = measure_requantized(source, lossy, threads);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::InvalidInput) throw;
+          cost.requantize_refused = e.what();
+        }
+        in.overspan = std::move(cost);
+      }
       for (std::size_t i = 0; i < source.modules.modules.size(); ++i) {
         const QuantModule& m = source.modules.modules[i];
         ModuleSummary s{m.name, m.rows, m.groups, scan.facts[i].k_max, scan.facts[i].k_min, plan.modules[i].span,
@@ -93,6 +120,24 @@ Json inspection_to_json(const Inspection& in) {
         {"raised_globals", o.raised_globals},
         {"canonicalised_zero_groups", o.canonicalised_zero_groups},
         {"marlin_zeroed_groups", o.marlin_zeroed_groups}};
+  }
+  if (in.overspan) {
+    Json layers = Json::array(), rows = Json::array();
+    for (const auto& l : in.overspan->bf16_layers) {
+      layers.push_back({{"layer", json_text(l.layer)}, {"modules", l.modules.size()}, {"why", l.refused},
+                        {"size_cost_bytes", static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
+    }
+    for (const auto& m : in.overspan->requantized) {
+      rows.push_back({{"module", json_text(m.module)}, {"global_scale", m.global_scale}, {"values", m.values},
+                      {"relative_rmse", m.relative_rmse}, {"cosine", m.cosine}, {"max_abs_error", m.max_abs_error},
+                      {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
+    }
+    const auto result = [](const std::string& why) { return why.empty() ? Json("ok") : Json("refused: " + printable(why)); };
+    j["overspan"] = {{"fail", {{"result", "refused"}}},
+                     {"bf16", {{"result", result(in.overspan->bf16_refused)}, {"lossless", true}, {"layers", layers},
+                               {"size_change_bytes", in.overspan->bf16_size_change}}},
+                     {"requantize", {{"result", result(in.overspan->requantize_refused)}, {"lossless", false},
+                                     {"lossy_modules", rows}, {"size_change_bytes", 0}}}};
   }
   if (const auto& dims = in.moe_dims) {
     j["moe_dims"] = {{"hidden", dims->hidden}, {"intermediate", dims->intermediate}, {"experts", dims->experts},

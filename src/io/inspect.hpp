@@ -36,6 +36,15 @@ struct Inspection {
   std::uint64_t fully_scanned_modules = 0;
   int max_span = 0;
   std::optional<MoeDims> moe_dims;  // routed-expert shape, for the TP feasibility table
+  // When the selected window refuses: what convert --overspan bf16 and
+  // requantize would do (the same layers, sizes and errors convert reports).
+  struct OverSpanCost {
+    std::vector<Bf16Layer> bf16_layers;
+    std::int64_t bf16_size_change = 0;  // bytes, BF16 weights minus the NVFP4 tensors they replace
+    std::vector<ModuleError> requantized;
+    std::string bf16_refused, requantize_refused;  // why that choice would refuse too (empty: it converts)
+  };
+  std::optional<OverSpanCost> overspan;
 };
 
 Inspection inspect_checkpoint(const fs::path& source, Window window, unsigned threads);

@@ -1,7 +1,9 @@
 #include "io/requantize.hpp"
 
 
+#include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "core/numerics.hpp"
 #include "core/quant_config.hpp"
 #include "core/shard_index.hpp"
 #include "core/target_layout.hpp"
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -130,7 +133,11 @@ ShardOutcome write_requantized_shard(const SourceCheckpoint& source, std::size_t
         emit(0, le);
         break;
       }
+      case TensorRole::Bf16Weight:  // not in a layout made without a plan
+        stream_bf16_weight(source, t.module, emit);
+        break;
       case TensorRole::Packed:
+      case TensorRole::Requantized:
         // Each module's packed tensor is written exactly once: its stats slot is this thread's.
         stream_requantized_packed(source, t.module, globals[t.module], emit, stats[t.module]);
         break;
@@ -212,6 +219,67 @@ void stream_requantized_scales(const SourceCheckpoint& source, std::size_t modul
   sink.flush();
 }
 
+namespace {
+
+// The BF16 bytes of one decoded 32-group (64 bytes, little-endian).
+void bf16_group(const QuantModule& m, std::uint64_t group, std::span<const std::byte, 16> packed, std::uint8_t e8m0,
+                std::span<std::byte, 64> out) {
+  if (e8m0 == kE8M0NaN) group_failure(m, group, "NaN scale (E8M0 0xFF)");
+  const int k = e8m0_exponent(e8m0);
+  for (std::size_t i = 0; i < 32; ++i) {
+    const auto b = std::to_integer<std::uint8_t>(packed[i / 2]);
+    const auto code = static_cast<std::uint8_t>(i % 2 == 0 ? (b & 0xF) : (b >> 4));
+    const auto bits = bf16_exact(std::ldexp(e2m1_value(code), k));
+    if (!bits) group_failure(m, group, "a value is beyond BF16's range");
+    out[2 * i] = static_cast<std::byte>(*bits & 0xFF);
+    out[2 * i + 1] = static_cast<std::byte>(*bits >> 8);
+  }
+}
+
+}  // namespace
+
+void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, const TensorEmit& emit) {
+  ChunkedEmit sink(emit);
+  const QuantModule& m = source.modules.modules[module];
+  std::array<std::byte, 64> values{};
+  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+    for (std::size_t g = 0; g < scales.size(); ++g) {
+      bf16_group(m, first + g, group_bytes(packed, g), std::to_integer<std::uint8_t>(scales[g]), values);
+      sink.add(values);
+    }
+  });
+  sink.flush();
+}
+
+RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, float global,
+                                   const TensorRead& read_packed, const TensorRead& read_scales) {
+  RequantizedCheck check;
+  std::vector<std::byte> theirs;
+  const auto compare = [&](const TensorRead& read, std::uint64_t& differing) {
+    return TensorEmit([&](std::uint64_t offset, std::span<const std::byte> ours) {
+      theirs.resize(ours.size());
+      read(offset, theirs);
+      for (std::size_t i = 0; i < ours.size(); ++i) differing += ours[i] != theirs[i] ? 1u : 0u;
+    });
+  };
+  stream_requantized_packed(source, module, global, compare(read_packed, check.packed_bytes_differing), check.error);
+  stream_requantized_scales(source, module, global, compare(read_scales, check.scale_bytes_differing));
+  return check;
+}
+
+std::uint64_t count_bf16_differences(const SourceCheckpoint& source, std::size_t module, const TensorRead& read_weight) {
+  std::uint64_t differing = 0;
+  std::vector<std::byte> theirs;
+  stream_bf16_weight(source, module, [&](std::uint64_t offset, std::span<const std::byte> ours) {
+    theirs.resize(ours.size());
+    read_weight(offset, theirs);
+    for (std::size_t i = 0; i + 1 < ours.size(); i += 2) {
+      differing += (ours[i] != theirs[i] || ours[i + 1] != theirs[i + 1]) ? 1u : 0u;
+    }
+  });
+  return differing;
+}
+
 Report requantize_checkpoint(const RequantizeOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Destination out(options.source, options.target, /*resume=*/false);
@@ -274,7 +342,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     Destination::Pending index = out.begin(std::string(kIndexFileName));
     StreamHash hash;
     std::uint64_t written = 0;
-    render_target_index(source, report.target_tensor_bytes, [&](std::string_view piece) {
+    render_target_index(source, {}, report.target_tensor_bytes, [&](std::string_view piece) {
       index.file.write_at(written, std::as_bytes(std::span(piece)));
       hash.update(std::as_bytes(std::span(piece)));
       written += piece.size();
@@ -286,7 +354,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     const ErrorStats& e = stats[i];
     report.requantized.push_back(
-        {set.modules[i].name, globals[i], e.values, e.relative_rmse(), e.cosine(), e.max_abs});
+        {set.modules[i].name, globals[i], e.values, e.relative_rmse(), e.cosine(), e.max_abs, e.marlin_zeroed_blocks});
     report.values_compared += e.values;
     report.max_abs_error = std::max(report.max_abs_error, e.max_abs);
   }

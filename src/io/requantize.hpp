@@ -41,4 +41,23 @@ void stream_requantized_packed(const SourceCheckpoint& source, std::size_t modul
                                ErrorStats& stats);
 void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit);
 
+// Streams module `module` decoded into its BF16 `weight` [N, K] (2 bytes per
+// value, row-major; exact, -0 kept). Throws Error(InvalidInput) for a NaN
+// scale or a value BF16 cannot hold (|v| >= 2^128, scale bytes 253-254).
+void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, const TensorEmit& emit);
+
+// verify: compares DST's packed and scale bytes of `module` with the
+// documented recomputation under `global`. read(tensor_offset, out) reads DST.
+struct RequantizedCheck {
+  std::uint64_t packed_bytes_differing = 0;
+  std::uint64_t scale_bytes_differing = 0;
+  ErrorStats error;  // of the recomputed (hence, when equal, DST's) values against SRC's
+};
+using TensorRead = std::function<void(std::uint64_t offset, std::span<std::byte> out)>;
+RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, float global,
+                                   const TensorRead& read_packed, const TensorRead& read_scales);
+// verify: the number of BF16 values of `module` in DST that differ from SRC's
+// decoded values (bit for bit, -0 included). read(tensor_offset, out) reads DST.
+std::uint64_t count_bf16_differences(const SourceCheckpoint& source, std::size_t module, const TensorRead& read_weight);
+
 }  // namespace mx2nv

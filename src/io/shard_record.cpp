@@ -7,6 +7,8 @@
 #include "io/stream_hash.hpp"
 
 #include <sys/stat.h>
+
+#include <bit>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -119,10 +121,16 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, co
   ShardRecord r = source_identity(source.checkpoint, shard);
   // A new version may write different bytes, hence the version.
   std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION, window_name(plan.window));
-  for (const auto& t : make_target_layout(s.header, shard, source.modules).tensors) {
-    if (t.role != TensorRole::Scale) continue;
+  for (const auto& t : make_target_layout(s.header, shard, source.modules, plan.modules).tensors) {
+    if (t.role == TensorRole::PassThrough || t.role == TensorRole::Packed || t.role == TensorRole::Global) continue;
     const ModulePlan& p = plan.modules[t.module];
-    fingerprint += fmt::format("{}:{}:{};", t.info.name, p.m, p.zero_scales ? 1 : 0);
+    if (t.role == TensorRole::Scale && p.treatment == Treatment::Exact) {
+      fingerprint += fmt::format("{}:{}:{};", t.info.name, p.m, p.zero_scales ? 1 : 0);
+    } else if (t.role == TensorRole::Scale || t.role == TensorRole::Requantized) {
+      fingerprint += fmt::format("{}:rq:{};", t.info.name, std::bit_cast<std::uint32_t>(p.divisor));
+    } else if (t.role == TensorRole::Bf16Weight) {
+      fingerprint += fmt::format("{}:bf16;", t.info.name);
+    }
   }
   r.plan_hash = XXH3_64bits(fingerprint.data(), fingerprint.size());
   return r;

@@ -3,6 +3,7 @@
 #include "core/scale_map.hpp"
 #include "core/scale_scan.hpp"
 #include "io/cancel.hpp"
+#include "io/requantize.hpp"
 #include "io/stream_hash.hpp"
 
 #include <algorithm>
@@ -19,7 +20,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
                              CopyEngine& engine) {
   const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
-  const TargetLayout layout = make_target_layout(in.header, shard, source.modules);
+  const TargetLayout layout = make_target_layout(in.header, shard, source.modules, plan.modules);
   const std::string header = serialize_target_header(layout);
   const std::uint64_t data_start = header.size();
 
@@ -58,6 +59,24 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, c
       std::byte le[4];
       std::memcpy(le, &divisor, 4);  // host is little-endian (safetensors.hpp)
       emit(dst, le);
+      continue;
+    }
+    // convert --overspan: modules recomputed from their decoded values.
+    const TensorEmit to_target = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
+      emit(dst + offset, bytes);
+      throw_if_stopped();
+    };
+    if (t.role == TensorRole::Requantized) {
+      ErrorStats unused;  // the plan step measured the error
+      stream_requantized_packed(source, t.module, plan.modules[t.module].divisor, to_target, unused);
+      continue;
+    }
+    if (t.role == TensorRole::Scale && plan.modules[t.module].treatment == Treatment::Requantized) {
+      stream_requantized_scales(source, t.module, plan.modules[t.module].divisor, to_target);
+      continue;
+    }
+    if (t.role == TensorRole::Bf16Weight) {
+      stream_bf16_weight(source, t.module, to_target);
       continue;
     }
     const TensorInfo& s = in.header.tensors()[t.source];

@@ -38,14 +38,16 @@ Report verify_checkpoint(const VerifyOptions& options) {
   report.source_tensor_bytes = src.tensor_bytes();
 
   if (opened) {
-    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}};
+    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}};
     report.target_tensor_bytes = opened->tensor_bytes();
-    for (const auto& d : check_target_config(source.quant, opened->config_text)) diff.add("{}", d);
     check_files(ctx);
     check_shards(ctx);
+    check_overspan(ctx, report);
+    for (const auto& d : check_target_config(source.quant, opened->config_text, ctx.bf16_modules)) diff.add("{}", d);
     report.passthrough_tensors = ctx.passthrough_tensors;
     check_globals(ctx);
     check_values(ctx, report);
+    check_rewritten_values(ctx, report);
   }
 
   report.differences = diff.take();

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/verify.hpp"
+#include "core/plan.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -42,6 +43,10 @@ struct TargetModule {
   std::size_t packed_shard = 0, scale_shard = 0;  // DST shard indices
   std::optional<float> global;  // present, F32 [1], positive normal
   bool global_seen = false;     // found anywhere (even if wrong)
+  // convert --overspan bf16: DST's BF16 `weight` in place of the NVFP4 tensors.
+  std::optional<std::uint64_t> bf16_offset;
+  std::size_t bf16_shard = 0;
+  bool scale_absent = false;  // SRC's weight_scale is not in DST (right only for a BF16 module)
 };
 
 struct VerifyContext {
@@ -54,6 +59,10 @@ struct VerifyContext {
   std::vector<bool> selected;
   std::vector<TargetModule> modules;  // parallel to source.modules.modules
   std::atomic<std::uint64_t> passthrough_tensors{0};
+  // What convert --overspan wrote for each module (check_overspan); empty: every module exact.
+  std::vector<Treatment> treatments;
+  std::vector<std::string> bf16_modules;  // the config's ignore must list them
+  Treatment treatment(std::size_t module) const { return treatments.empty() ? Treatment::Exact : treatments[module]; }
 };
 
 // Byte-compares two ranges; reports the first differing offset.
@@ -66,6 +75,13 @@ void check_files(const VerifyContext& ctx);
 // Shard by shard: tensor order, placement, pass-through bytes, each module's
 // target tensors and global (filled into ctx.modules).
 void check_shards(VerifyContext& ctx);
+// Modules DST holds requantized or as BF16 (convert --overspan): allowed only
+// as convert --overspan would write them for SRC under the window (the plan is
+// recomputed); fills ctx.treatments and the report's over-span section.
+void check_overspan(VerifyContext& ctx, Report& report);
+// Their values: requantized bytes bit for bit against the recomputation (with
+// the measured error in the report), BF16 values exactly.
+void check_rewritten_values(const VerifyContext& ctx, Report& report);
 // Gate/up pairs carry one global.
 void check_globals(const VerifyContext& ctx);
 // Every value of every module, decoded on both sides; tallies into `report`.

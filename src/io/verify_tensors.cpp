@@ -63,9 +63,26 @@ void note_module_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t ds
 }
 
 // A tensor only DST has: the global of a module whose scale is in this shard, or a difference.
-void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src_shard, const TensorInfo& d) {
+void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src_shard, std::size_t dst_shard,
+                       const TensorInfo& d) {
   const auto& set = ctx.source.modules;
   const std::string& file = out.summary->file;
+  if (const auto module = set.module_of(d.name, kBf16WeightSuffix)) {
+    const QuantModule& m = set.modules[*module];
+    if (m.packed_shard != src_shard) {
+      ctx.diff.add("\"{}\" is in {}, not where its weight_packed was ({})", d.name, file,
+                   ctx.source.checkpoint.shards[m.packed_shard].file);
+      return;
+    }
+    if (d.dtype != Dtype::BF16 || d.shape != std::vector<std::uint64_t>{m.rows, m.groups * kMxGroup}) {
+      ctx.diff.add("{}: \"{}\" is {} {}, expected BF16 [{}, {}]", file, d.name, dtype_name(d.dtype),
+                   Json(d.shape).dump(), m.rows, m.groups * kMxGroup);
+      return;
+    }
+    ctx.modules[*module].bf16_shard = dst_shard;
+    ctx.modules[*module].bf16_offset = out.header.data_start() + d.begin;
+    return;
+  }
   const auto module = set.module_of(d.name, kGlobalSuffix);
   if (!module) {
     ctx.diff.add("{}: unexpected tensor \"{}\"", file, d.name);
@@ -109,18 +126,35 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
     bool same = true;
     for (const TensorInfo& t : out.header.tensors()) {
       if (set.module_of(t.name, kGlobalSuffix)) continue;
-      if (i >= a.size() || a[i].name != t.name) {
+      // A BF16 module (--overspan bf16): its weight stands where weight_packed was, its scale is gone.
+      std::string_view name = t.name;
+      std::string packed;
+      if (const auto m = set.module_of(t.name, kBf16WeightSuffix); m && in.header.find(t.name) == nullptr) {
+        packed = set.modules[*m].packed_name();
+        name = packed;
+      }
+      while (i < a.size() && set.module_of(a[i].name, kScaleSuffix) && out.header.find(a[i].name) == nullptr) ++i;
+      if (i >= a.size() || a[i].name != name) {
         same = false;
         break;
       }
       ++i;
     }
+    while (i < a.size() && set.module_of(a[i].name, kScaleSuffix) && out.header.find(a[i].name) == nullptr) ++i;
     if (!same || i != a.size()) ctx.diff.add("{}: tensor order differs from SRC", file);
   }
 
   for (const TensorInfo& t : in.header.tensors()) {
     const TensorInfo* dt = out.header.find(t.name);
     if (dt == nullptr) {
+      if (const auto m = set.module_of(t.name, kPackedSuffix);
+          m && out.header.find(set.modules[*m].name + std::string(kBf16WeightSuffix)) != nullptr) {
+        continue;  // replaced by a BF16 weight (noted below as a tensor only DST has)
+      }
+      if (const auto m = set.module_of(t.name, kScaleSuffix)) {
+        ctx.modules[*m].scale_absent = true;  // judged once the modules' treatments are known
+        continue;
+      }
       report_absent(ctx, file, t.name);
       continue;
     }
@@ -143,7 +177,7 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
                   t.nbytes(), file + ": tensor \"" + t.name + "\"", ctx.diff);
   }
   for (const TensorInfo& t : out.header.tensors()) {
-    if (in.header.find(t.name) == nullptr) note_added_tensor(ctx, out, s, t);
+    if (in.header.find(t.name) == nullptr) note_added_tensor(ctx, out, s, d, t);
   }
 }
 
@@ -166,7 +200,11 @@ void check_shards(VerifyContext& ctx) {
   }
   const auto& modules = ctx.source.modules.modules;
   for (std::size_t i = 0; i < modules.size(); ++i) {
-    if (!ctx.modules[i].global_seen) ctx.diff.add("tensor \"{}\" missing from DST", modules[i].global_name());
+    const TargetModule& t = ctx.modules[i];
+    if (t.bf16_offset && (t.global_seen || t.packed_offset || t.scale_offset)) {
+      ctx.diff.add("\"{}\" is in DST both as BF16 weight and as NVFP4 tensors", modules[i].name);
+    }
+    if (!t.global_seen && !t.bf16_offset) ctx.diff.add("tensor \"{}\" missing from DST", modules[i].global_name());
   }
 }
 

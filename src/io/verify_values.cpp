@@ -15,6 +15,7 @@ constexpr std::uint64_t kCompareGroups = 1 << 16;  // 32-groups per chunk: 1 MiB
 void compare_module(const VerifyContext& ctx, std::size_t i, CompareTally& tally) {
   const QuantModule& m = ctx.source.modules.modules[i];
   const TargetModule& t = ctx.modules[i];
+  if (ctx.treatment(i) != Treatment::Exact) return;              // check_rewritten_values
   if (!t.global || !t.packed_offset || !t.scale_offset) return;  // reported by the shard pass
   if (!ctx.selected[m.packed_shard]) return;                      // another part's (verify --shards)
   const Checkpoint& src = ctx.source.checkpoint;
