@@ -225,8 +225,10 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
   return src;
 }
 
-Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::string>& bf16_modules) {
+Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::string>& bf16_modules,
+                        const std::vector<std::string>& requantized_modules) {
   Json qc = source_quant_config;
+  if (!requantized_modules.empty()) qc[std::string(kRequantizedModulesKey)] = requantized_modules;
   if (!bf16_modules.empty()) {
     Json& ignore = qc["ignore"];
     if (!ignore.is_array()) ignore = Json::array();
@@ -245,7 +247,8 @@ Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::
 }
 
 std::string rewrite_config_text(std::string_view text, const SourceQuantConfig& source,
-                                const std::vector<std::string>& bf16_modules) {
+                                const std::vector<std::string>& bf16_modules,
+                                const std::vector<std::string>& requantized_modules) {
   std::size_t object_begin = 0;
   if (!source.parent.empty()) {
     const auto parent = find_member_value(text, 0, source.parent);
@@ -255,7 +258,7 @@ std::string rewrite_config_text(std::string_view text, const SourceQuantConfig& 
   const auto span = find_member_value(text, object_begin, "quantization_config");
   if (!span) fail_input("config.json: cannot locate quantization_config in the text");
 
-  const Json target = nvfp4_quant_config(source.quant_config, bf16_modules);
+  const Json target = nvfp4_quant_config(source.quant_config, bf16_modules, requantized_modules);
   const std::string_view old_value = text.substr(span->begin, span->end - span->begin);
   std::string replacement;
   if (old_value.find('\n') == std::string_view::npos) {

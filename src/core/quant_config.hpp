@@ -32,12 +32,18 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text);
 // scale_dtype torch.float8_e4m3fn, zp_dtype null; everything else unchanged.
 // `bf16_modules` (convert --overspan bf16): module names written as BF16,
 // appended to quantization_config.ignore so loaders take the unquantized path.
-Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::string>& bf16_modules = {});
+// `requantized_modules` (--overspan requantize): the lossy modules, listed
+// under kRequantizedModulesKey (compressed-tensors' QuantizationConfig and
+// the runtimes' loaders ignore keys they do not know).
+inline constexpr std::string_view kRequantizedModulesKey = "mx2nv_requantized_modules";
+Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::string>& bf16_modules = {},
+                        const std::vector<std::string>& requantized_modules = {});
 
 // config.json text with only the quantization_config value replaced: every
 // other byte of the file is kept, so a diff shows exactly what changed.
 std::string rewrite_config_text(std::string_view config_text, const SourceQuantConfig& source,
-                                const std::vector<std::string>& bf16_modules = {});
+                                const std::vector<std::string>& bf16_modules = {},
+                                const std::vector<std::string>& requantized_modules = {});
 
 // Keys compressed-tensors' QuantizationArgs and QuantizationScheme accept.
 bool is_known_quantization_args_key(std::string_view key);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <set>
 
 namespace mx2nv {
@@ -80,6 +81,8 @@ Json merge_verify_reports(const std::vector<Json>& parts) {
   merged["max_abs_error"] = 0.0;
   merged["differences"] = Json::array();
   std::set<std::string> differences;
+  // Requantized modules (convert --overspan requantize): each part measured its own shards' modules.
+  std::map<std::string, Json> requantized;
   std::string result = "ok";
   double seconds = 0;
   for (std::size_t p = 0; p < parts.size(); ++p) {
@@ -102,6 +105,13 @@ Json merge_verify_reports(const std::vector<Json>& parts) {
         if (item.is_string() && differences.insert(item.get<std::string>()).second) merged["differences"].push_back(item);
       }
     }
+    if (j.contains("requantized") && j["requantized"].is_array()) {
+      for (const Json& row : j["requantized"]) {
+        if (row.is_object() && row.contains("module") && row["module"].is_string()) {
+          requantized.emplace(row["module"].get<std::string>(), row);
+        }
+      }
+    }
     const Json& r = field(j, "result", p);
     if (r == "error") {
       result = "error";
@@ -119,6 +129,18 @@ Json merge_verify_reports(const std::vector<Json>& parts) {
   if (result != "error") merged["exit_code"] = result == "ok" ? 0 : 1;
   merged["seconds"] = seconds;  // the slowest part: they ran side by side
   merged["merged_parts"] = parts.size();
+  if (!requantized.empty() || merged.contains("requantized")) {
+    merged["requantized"] = Json::array();
+    std::uint64_t zeroed = 0;
+    for (auto& [name, row] : requantized) {
+      zeroed += row.value("marlin_zeroed_blocks", std::uint64_t{0});
+      merged["requantized"].push_back(std::move(row));
+    }
+    if (merged.contains("overspan") && merged["overspan"].is_object()) {
+      merged["overspan"]["requantized_marlin_zeroed_blocks"] = zeroed;
+      merged["overspan"]["lossy"] = !requantized.empty();
+    }
+  }
   return merged;
 }
 

@@ -81,7 +81,8 @@ void check_group(const std::string& name, const Json& scheme, const Json& d, con
 }  // namespace
 
 std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::string_view dst_text,
-                                             const std::vector<std::string>& bf16_modules) {
+                                             const std::vector<std::string>& bf16_modules,
+                                             const std::vector<std::string>& requantized_modules) {
   Collector diff;
   Json dst;
   try {
@@ -110,6 +111,7 @@ std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::
     if (!ignore.is_array()) ignore = Json::array();
     for (const auto& m : bf16_modules) ignore.push_back(m);
   }
+  if (!requantized_modules.empty()) expected_qc[std::string(kRequantizedModulesKey)] = requantized_modules;
   const Json& s = expected_qc;
   for (const auto& [key, value] : s.items()) {
     if (key == "format" || key == "config_groups") continue;

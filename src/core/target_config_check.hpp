@@ -16,6 +16,7 @@ namespace mx2nv {
 // `bf16_modules`: the modules written as BF16 (convert --overspan bf16), which
 // quantization_config.ignore must list after the source's entries.
 std::vector<std::string> check_target_config(const SourceQuantConfig& source, std::string_view target_config_text,
-                                             const std::vector<std::string>& bf16_modules = {});
+                                             const std::vector<std::string>& bf16_modules = {},
+                                             const std::vector<std::string>& requantized_modules = {});
 
 }  // namespace mx2nv

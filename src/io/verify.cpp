@@ -38,12 +38,12 @@ Report verify_checkpoint(const VerifyOptions& options) {
   report.source_tensor_bytes = src.tensor_bytes();
 
   if (opened) {
-    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}};
+    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}};
     report.target_tensor_bytes = opened->tensor_bytes();
     check_files(ctx);
     check_shards(ctx);
     check_overspan(ctx, report);
-    for (const auto& d : check_target_config(source.quant, opened->config_text, ctx.bf16_modules)) diff.add("{}", d);
+    for (const auto& d : check_target_config(source.quant, opened->config_text, ctx.bf16_modules, ctx.requantized_modules)) diff.add("{}", d);
     report.passthrough_tensors = ctx.passthrough_tensors;
     check_globals(ctx);
     check_values(ctx, report);

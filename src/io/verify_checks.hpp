@@ -61,7 +61,8 @@ struct VerifyContext {
   std::atomic<std::uint64_t> passthrough_tensors{0};
   // What convert --overspan wrote for each module (check_overspan); empty: every module exact.
   std::vector<Treatment> treatments;
-  std::vector<std::string> bf16_modules;  // the config's ignore must list them
+  std::vector<std::string> bf16_modules;         // the config's ignore must list them
+  std::vector<std::string> requantized_modules;  // the config must name them as lossy
   Treatment treatment(std::size_t module) const { return treatments.empty() ? Treatment::Exact : treatments[module]; }
 };
 

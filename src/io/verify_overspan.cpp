@@ -71,6 +71,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
       ctx.treatments[i] = found[i];  // check the values as what they are
     }
     if (expected == Treatment::Bf16) ctx.bf16_modules.push_back(modules[i].name);
+    if (expected == Treatment::Requantized) ctx.requantized_modules.push_back(modules[i].name);
     if (ctx.modules[i].scale_absent && found[i] != Treatment::Bf16) {
       ctx.diff.add("tensor \"{}\" missing from DST", modules[i].scale_name());
     }

@@ -61,6 +61,9 @@ def test_requantized_modules_equal_compressed_tensors_quantization(overspan):
     lossy = {row["module"] for row in report["requantized"]}
     assert lossy == {WIDE_MODULE, PAIR_GATE, PAIR_UP}
     assert report["overspan"]["choice"] == "requantize" and report["overspan"]["lossy"] is True
+    # The config names them; compressed-tensors' QuantizationConfig loads it (it ignores keys it does not know).
+    assert set(dst.quant_config["mx2nv_requantized_modules"]) == lossy
+    assert QuantizationConfig.model_validate(dst.quant_config).config_groups
     for m in src.modules():
         if m in lossy:
             ct = ct_quantize(src, m)

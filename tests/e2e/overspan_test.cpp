@@ -86,6 +86,10 @@ TEST(OverSpanRequantize, OnlyRefusedGroupsAreRequantizedAsTheCompanionWouldAndTh
   for (const auto& m : r.requantized) lossy.insert(m.module);
   EXPECT_EQ(lossy, (std::set<std::string>{gate, up, down}));
   EXPECT_EQ(report_to_json(r)["overspan"]["lossy"], true);
+  // The config names the lossy modules too.
+  const json config = json::parse(read_file(d / "dst" / std::string(kConfigFileName)));
+  const json& listed = config["text_config"]["quantization_config"]["mx2nv_requantized_modules"];
+  EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()), lossy);
 
   // Requantized modules hold what the companion writes for them; the rest is a lossless conversion.
   const Report companion = requantize_checkpoint({d / "src", d / "companion", 2});
@@ -120,6 +124,14 @@ TEST(OverSpanRequantize, OnlyRefusedGroupsAreRequantizedAsTheCompanionWouldAndTh
     EXPECT_EQ(v.requantized[i].module, r.requantized[i].module);
     EXPECT_EQ(v.requantized[i].relative_rmse, r.requantized[i].relative_rmse);
     EXPECT_EQ(v.requantized[i].max_abs_error, r.requantized[i].max_abs_error);
+  }
+  {  // ... and a config that hides the lossy modules.
+    ScratchDir hidden;
+    fs::copy(d / "dst", hidden / "dst", fs::copy_options::recursive);
+    json c = json::parse(read_file(hidden / "dst" / std::string(kConfigFileName)));
+    c["text_config"]["quantization_config"].erase("mx2nv_requantized_modules");
+    write_file(hidden / "dst" / std::string(kConfigFileName), c.dump(2));
+    EXPECT_EQ(verify(d / "src", hidden / "dst").result, Outcome::Mismatch);
   }
   {  // ... and catches a changed byte in a requantized module.
     ScratchDir broken;
@@ -264,6 +276,23 @@ TEST(OverSpan, PlannedPerShardConversionGivesTheSingleProcessBytes) {
     EXPECT_TRUE(snapshot(dst) == snapshot(reference)) << choice;
     EXPECT_EQ(run_cli("verify " + q(d / "src") + " " + q(dst)).exit_code, 0) << choice;
   }
+  // verify --shards I/N and --merge: the merged report lists every requantized module once, as a whole verify does.
+  const fs::path dst = d / "planned-requantize";
+  ASSERT_EQ(run_cli("verify " + q(d / "src") + " " + q(dst) + " --report " + q(d / "whole.json")).exit_code, 0);
+  for (const char* part : {"0", "1", "2"}) {
+    ASSERT_EQ(run_cli("verify " + q(d / "src") + " " + q(dst) + " --shards " + part + "/3 --report " +
+                      q(d / (std::string("part") + part + ".json")))
+                  .exit_code,
+              0);
+  }
+  ASSERT_EQ(run_cli("verify --merge " + q(d / "part0.json") + " " + q(d / "part1.json") + " " + q(d / "part2.json") +
+                    " --report " + q(d / "merged.json"))
+                .exit_code,
+            0);
+  const json whole = json::parse(read_file(d / "whole.json")), merged = json::parse(read_file(d / "merged.json"));
+  ASSERT_EQ(whole["requantized"].size(), 1u);
+  EXPECT_EQ(merged["requantized"], whole["requantized"]);
+  EXPECT_EQ(merged["values_compared"], whole["values_compared"]);
 }
 
 TEST(OverSpan, CliFlag) {
