@@ -36,6 +36,19 @@ ModuleScanner::ModuleScanner(const QuantModule& module, const ModuleLocation& wh
 template <typename Visit>
 void ModuleScanner::for_each_scale(Visit&& visit) {
   const std::uint64_t total = module_.group_count();
+  // A scale tensor that fits one chunk (every real expert's: 448 KiB at K3's
+  // 2048 x 7168) is read once and kept for the later passes, so a module costs
+  // one scale read, not one per pass (~5 preads a module at K3's 250k).
+  if (total <= kScaleChunk) {
+    if (kept_scales_.size() != total) {
+      kept_scales_.resize(static_cast<std::size_t>(total));
+      where_.scale->read_at(where_.scale_offset, kept_scales_);
+    }
+    for (std::uint64_t i = 0; i < total; ++i) {
+      if (!visit(i, std::to_integer<std::uint8_t>(kept_scales_[static_cast<std::size_t>(i)]))) return;
+    }
+    return;
+  }
   std::vector<std::byte> buffer(static_cast<std::size_t>(std::min(total, kScaleChunk)));
   for (std::uint64_t start = 0; start < total; start += kScaleChunk) {
     const std::uint64_t n = std::min(kScaleChunk, total - start);

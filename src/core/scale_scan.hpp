@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mx2nv {
 
@@ -70,6 +71,7 @@ class ModuleScanner {
   ModuleLocation where_;
   ByteHistogram histogram_{};
   std::optional<ByteHistogram> full_;  // active groups per scale byte, once classified
+  std::vector<std::byte> kept_scales_;  // a small module's scale bytes, once read
   std::uint64_t probes_ = 0;
   std::uint64_t scale_passes_ = 0;
 };

@@ -224,6 +224,11 @@ ShardIndex parse_shard_index(std::string_view text, std::string_view what) {
   return read_shard_index(source, text.size(), what);
 }
 
+void ShardIndex::forget_tensors() {
+  tensors = NameTable();
+  shard_of = std::vector<std::uint32_t>();
+}
+
 std::string_view ShardIndex::shard_for(std::string_view tensor) const {
   const auto id = tensors.find(tensor);
   return id ? std::string_view(shard_files[shard_of[*id]]) : std::string_view();

@@ -39,6 +39,9 @@ struct ShardIndex {
   std::vector<std::uint32_t> shard_of;  // per tensor id: index into shard_files
   std::vector<std::string> shard_files;  // distinct, sorted
   std::string_view shard_for(std::string_view tensor) const;  // "" when not indexed
+  // Drops the tensor names and their shards (~100 bytes a tensor) for a
+  // caller done with lookups; shard_for then finds nothing.
+  void forget_tensors();
 };
 
 // Streams bytes [0, size) of `source`; `what` names the file in errors.

@@ -125,6 +125,23 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
   return layout;
 }
 
+TargetTotals target_totals(std::uint64_t source_tensor_bytes, std::uint64_t source_tensors, const ModuleSet& modules) {
+  constexpr std::uint64_t kGlobalBytes = 4;  // F32 [1]
+  TargetTotals totals{source_tensor_bytes, 0};
+  for (const QuantModule& m : modules.modules) {
+    // Scale bytes are within a validated file, global bytes are 4: no overflow
+    // short of 2^64 bytes of files, checked all the same.
+    const auto grown = checked_add(totals.tensor_bytes, m.group_count() * (kNvScalesPerMxScale - 1));
+    const auto with_global = grown ? checked_add(*grown, kGlobalBytes) : std::nullopt;
+    if (!with_global) fail_input("module \"{}\": target size overflows", m.name);
+    totals.tensor_bytes = *with_global;
+  }
+  const std::uint64_t module_tensors = 2 * static_cast<std::uint64_t>(modules.modules.size());
+  if (module_tensors > source_tensors) fail_input("{} module tensors among {} tensors", module_tensors, source_tensors);
+  totals.passthrough_tensors = source_tensors - module_tensors;
+  return totals;
+}
+
 std::string serialize_target_header(const TargetLayout& layout) {
   std::vector<TensorInfo> header_order;
   header_order.reserve(layout.tensors.size());

@@ -79,6 +79,18 @@ struct TargetLayout {
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
                                 std::span<const ModulePlan> plan = {});
 
+// What the layouts of all shards add up to, from the module table alone (the
+// data section tiles with no gap, so only the tensors count): the source's
+// tensor bytes plus, per module, the second half of its scale (E4M3
+// [N, K/16] replaces E8M0 [N, K/32]) and a 4-byte global; every tensor but
+// a module's two is passed through. Equal to summing make_target_layout over
+// the shards (tested), without reading a header again: inspect at K3's scale.
+struct TargetTotals {
+  std::uint64_t tensor_bytes = 0;
+  std::uint64_t passthrough_tensors = 0;
+};
+TargetTotals target_totals(std::uint64_t source_tensor_bytes, std::uint64_t source_tensors, const ModuleSet& modules);
+
 // The target shard's header bytes (length prefix, JSON, padding).
 std::string serialize_target_header(const TargetLayout& layout);
 

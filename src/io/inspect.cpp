@@ -5,7 +5,6 @@
 #include "core/runtime_rules.hpp"
 #include "core/target_layout.hpp"
 #include "io/checkpoint_reader.hpp"
-#include "io/parallel.hpp"
 #include "io/overspan.hpp"
 #include "io/planner.hpp"
 
@@ -20,7 +19,8 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   in.report = start_report("inspect", window, path, nullptr);
   Report& r = in.report;
 
-  const SourceCheckpoint source = open_source_checkpoint(path, threads);
+  SourceCheckpoint source = open_source_checkpoint(path, threads);
+  if (source.checkpoint.index) source.checkpoint.index->forget_tensors();  // checked on opening; not used again
   const Checkpoint& ck = source.checkpoint;
   const ScanResult scan = scan_modules(source, threads);
   in.probes = scan.probes;
@@ -31,18 +31,9 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   r.scale_groups = source.modules.scale_groups.size();
   r.companion_files = ck.companions.size();
   r.source_tensor_bytes = ck.tensor_bytes();
-  // The target size is what the shard writer's layout will hold: headers are
-  // read again, a shard at a time, rather than kept from the first pass.
-  std::vector<std::uint64_t> target_bytes(ck.shards.size()), passthrough(ck.shards.size());
-  parallel_for(ck.shards.size(), threads, [&](std::size_t s) {
-    const TargetLayout layout = make_target_layout(ck.read_shard(s).header, s, source.modules);
-    target_bytes[s] = layout.data_size;
-    for (const auto& t : layout.tensors) passthrough[s] += t.role == TensorRole::PassThrough ? 1 : 0;
-  });
-  for (std::size_t s = 0; s < ck.shards.size(); ++s) {
-    r.target_tensor_bytes += target_bytes[s];
-    r.passthrough_tensors += passthrough[s];
-  }
+  const TargetTotals totals = target_totals(r.source_tensor_bytes, ck.tensor_count(), source.modules);
+  r.target_tensor_bytes = totals.tensor_bytes;
+  r.passthrough_tensors = totals.passthrough_tensors;
 
   for (const WindowInfo& spec : windows()) {
     const Window w = spec.window;

@@ -213,6 +213,46 @@ TEST(TargetLayout, WithoutUnchangedTensorsTheHeaderIsPaddedToEightLikeTheReferen
   EXPECT_EQ(serialize_target_header(layout).size() % 8, 0u);
 }
 
+TEST(TargetLayout, TotalsFromTheModuleTableEqualTheSumOfEveryShardsLayout) {
+  // Three shards: modules whole in one shard, a module split across two
+  // (packed in a, scale in b), pass-through tensors everywhere.
+  std::mt19937_64 rng(11);
+  const auto below = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
+  for (int round = 0; round < 50; ++round) {
+    std::vector<SourceShard> shards(3);
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      shards[s].residue = below(kShareBlock);
+      for (int i = 0; i < static_cast<int>(below(6)); ++i) {
+        const std::string name = "s" + std::to_string(s) + ".t" + std::to_string(i);
+        if (below(2) == 0) {
+          shards[s].add(name + ".bias", Dtype::BF16, {1 + below(500)});
+        } else {
+          shards[s].module(name, 1 + below(200), 32 * (1 + below(20)));
+        }
+      }
+    }
+    shards[0].add("split.weight_packed", Dtype::U8, {64, 64});
+    shards[1].add("split.weight_scale", Dtype::U8, {64, 4});
+    std::vector<ShardHeader> headers;
+    for (const auto& s : shards) headers.push_back(s.build());
+    std::vector<ShardTensors> views;
+    for (std::size_t s = 0; s < headers.size(); ++s) views.push_back({"s" + std::to_string(s), &headers[s]});
+    const ModuleSet modules = discover_modules(views);
+    std::uint64_t source_bytes = 0, source_tensors = 0, target_bytes = 0, passthrough = 0;
+    for (std::size_t s = 0; s < headers.size(); ++s) {
+      source_bytes += headers[s].data_size();
+      source_tensors += headers[s].tensors().size();
+      const TargetLayout layout = make_target_layout(headers[s], s, modules);
+      target_bytes += layout.data_size;
+      for (const auto& t : layout.tensors) passthrough += t.role == TensorRole::PassThrough ? 1 : 0;
+    }
+    const TargetTotals totals = target_totals(source_bytes, source_tensors, modules);
+    SCOPED_TRACE("round " + std::to_string(round));
+    EXPECT_EQ(totals.tensor_bytes, target_bytes);
+    EXPECT_EQ(totals.passthrough_tensors, passthrough);
+  }
+}
+
 TEST(TargetLayout, RandomShardsAlwaysGiveValidDeterministicTargets) {
   std::mt19937_64 rng(7);
   const auto below = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
