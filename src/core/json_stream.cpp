@@ -34,6 +34,7 @@ class ChunkReader {
     next_ += size;
     return chunk;
   }
+  std::string_view what() const { return what_; }
 
  private:
   const ByteSource& source_;
@@ -42,27 +43,74 @@ class ChunkReader {
   std::vector<char> buffer_;
 };
 
+bool is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_json_structural(char c) { return c == '{' || c == '}' || c == '[' || c == ']' || c == ':' || c == ','; }
+
 // The input adapter nlohmann's lexer reads a character at a time: a pointer
 // bump within the chunk at hand (an iterator adapter over a chunked
 // iterator cost a third of the parse in profiles at K3's scale).
+//
+// It also bounds what the lexer buffers. nlohmann keeps every character of
+// the current token *and of the whitespace before it* (token_string, for
+// error messages), so 500 MB of padding spaces in a capped index cost 500 MB
+// (times two while the string grows). Outside strings a run of whitespace
+// is handed over as one character, which changes neither the tokens nor the
+// document's validity; a token (string, number, literal) longer than
+// kMaxJsonTokenBytes is refused. Bytes skipped are counted so errors still
+// name the byte offset in the file.
 class ChunkAdapter {
  public:
   using char_type = char;
-  explicit ChunkAdapter(ChunkReader& reader) : reader_(&reader) {}
+  ChunkAdapter(ChunkReader& reader, std::uint64_t& skipped) : reader_(&reader), skipped_(&skipped) {}
   std::char_traits<char>::int_type get_character() {
-    if (at_ == end_) {
-      const std::string_view chunk = reader_->next();
-      if (chunk.empty()) return std::char_traits<char>::eof();
-      at_ = chunk.data();
-      end_ = chunk.data() + chunk.size();
+    for (;;) {
+      if (at_ == end_) {
+        const std::string_view chunk = reader_->next();
+        if (chunk.empty()) return std::char_traits<char>::eof();
+        at_ = chunk.data();
+        end_ = chunk.data() + chunk.size();
+      }
+      const char c = *at_++;
+      if (in_string_) {
+        if (escaped_) {
+          escaped_ = false;
+        } else if (c == '\\') {
+          escaped_ = true;
+        } else if (c == '"') {
+          in_string_ = false;
+        }
+        count_token_byte();
+      } else if (is_json_space(c)) {
+        token_ = 0;
+        if (after_space_) {
+          ++*skipped_;
+          continue;
+        }
+        after_space_ = true;
+        return std::char_traits<char>::to_int_type(c);
+      } else if (is_json_structural(c)) {
+        token_ = 0;
+      } else {
+        in_string_ = c == '"';
+        count_token_byte();
+      }
+      after_space_ = false;
+      return std::char_traits<char>::to_int_type(c);
     }
-    return std::char_traits<char>::to_int_type(*at_++);
   }
 
  private:
+  void count_token_byte() {
+    if (++token_ > kMaxJsonTokenBytes) {
+      fail_input("{}: a JSON string or number longer than {} bytes", reader_->what(), kMaxJsonTokenBytes);
+    }
+  }
   ChunkReader* reader_;
+  std::uint64_t* skipped_;
   const char* at_ = nullptr;
   const char* end_ = nullptr;
+  std::uint64_t token_ = 0;
+  bool in_string_ = false, escaped_ = false, after_space_ = false;
 };
 
 }  // namespace
@@ -77,7 +125,7 @@ void check_json_bytes(std::string_view text, std::string_view what) {
 bool StrictSax::binary(binary_t&) { fail_input("{}: binary values are not JSON", what_); }
 
 bool StrictSax::parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-  fail_input("{}: invalid JSON at byte {}: {}", what_, position, ex.what());
+  fail_input("{}: invalid JSON at byte {}: {}", what_, position + skipped_, ex.what());
 }
 
 void StrictSax::finish() const {
@@ -88,14 +136,15 @@ void StrictSax::enter() {
   if (++depth_ > kMaxJsonDepth) fail_input("{}: JSON nested deeper than {} levels", what_, kMaxJsonDepth);
 }
 
-void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint64_t length,
-                       nlohmann::json_sax<Json>& handler, std::string_view what) {
+void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
+                       std::string_view what) {
   ChunkReader reader(source, offset, length, what);
   // What Json::sax_parse does, with our adapter instead of an iterator one.
-  nlohmann::detail::parser<Json, ChunkAdapter>(ChunkAdapter(reader), nullptr, true, false).sax_parse(&handler, true);
+  nlohmann::detail::parser<Json, ChunkAdapter>(ChunkAdapter(reader, handler.skipped_), nullptr, true, false)
+      .sax_parse(&handler, true);
 }
 
-void parse_json_text(std::string_view text, nlohmann::json_sax<Json>& handler, std::string_view what) {
+void parse_json_text(std::string_view text, StrictSax& handler, std::string_view what) {
   const MemorySource source(text);
   parse_json_stream(source, 0, text.size(), handler, what);
 }

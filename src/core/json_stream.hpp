@@ -26,6 +26,9 @@
 namespace mx2nv {
 
 inline constexpr std::size_t kJsonChunkBytes = 1 << 16;
+// The longest string, number or literal token accepted (a tensor name, a
+// shard file name, a metadata value): bounds the lexer's buffers.
+inline constexpr std::uint64_t kMaxJsonTokenBytes = 4 << 20;
 
 // Refuses a leading BOM and any NUL byte in a JSON text held in memory.
 void check_json_bytes(std::string_view text, std::string_view what);
@@ -61,17 +64,20 @@ class StrictSax : public nlohmann::json_sax<Json> {
   const std::string& what() const { return what_; }
 
  private:
+  friend void parse_json_stream(const ByteSource&, std::uint64_t, std::uint64_t, StrictSax&, std::string_view);
   std::string what_;
   std::size_t depth_ = 0;
   std::string rejection_;
+  std::uint64_t skipped_ = 0;  // whitespace the lexer did not see (error offsets)
 };
 
 // Parses bytes [offset, offset + length) of `source` as one JSON document,
-// nothing after it but whitespace.
-void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint64_t length,
-                       nlohmann::json_sax<Json>& handler, std::string_view what);
+// nothing after it but whitespace. Memory: the handler's, a chunk, and at
+// most kMaxJsonTokenBytes of lexer buffers, whatever the document's size.
+void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
+                       std::string_view what);
 // The same over text in memory.
-void parse_json_text(std::string_view text, nlohmann::json_sax<Json>& handler, std::string_view what);
+void parse_json_text(std::string_view text, StrictSax& handler, std::string_view what);
 
 // A ByteSource over bytes in memory (tests, fuzzing, small files).
 class MemorySource final : public ByteSource {

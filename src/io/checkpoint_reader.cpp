@@ -12,6 +12,15 @@
 namespace mx2nv {
 namespace {
 
+// A ticket for the header of `file` (its length prefix, validated), taken
+// before the header is parsed.
+HeaderTicket header_ticket(const File& file, std::string_view what) {
+  std::byte first8[kHeaderLengthBytes] = {};
+  const std::uint64_t size = file.size();
+  if (size >= kHeaderLengthBytes) file.read_at(0, first8);
+  return HeaderTicket(ShardHeader::parse_header_length(first8, size, what));
+}
+
 ShardSummary summarise(std::string file, std::uint64_t size, const ShardHeader& h) {
   return {std::move(file), size, h.data_start(), h.data_size(), h.tensors().size()};
 }
@@ -93,7 +102,8 @@ std::uint64_t Checkpoint::tensor_count() const {
 
 OpenShard Checkpoint::read_shard(std::size_t shard) const {
   const ShardSummary& s = shards[shard];
-  OpenShard o{&s, File::open_read(root / s.file), {}};
+  OpenShard o{{}, &s, File::open_read(root / s.file), {}};
+  o.ticket = header_ticket(o.handle, s.file);
   o.header = ShardHeader::read(FileSource(o.handle), o.handle.size(), s.file);
   if (o.handle.size() != s.size || o.header.data_start() != s.data_start || o.header.tensors().size() != s.tensors) {
     fail_input("{}: changed while mx2nv was reading it", s.file);
@@ -139,6 +149,7 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned t
   parallel_for(files.size(), threads, [&](std::size_t s) {
     const File handle = File::open_read(root / files[s]);
     const std::uint64_t size = handle.size();
+    const HeaderTicket ticket = header_ticket(handle, files[s]);
     const ShardHeader header = ShardHeader::read(FileSource(handle), size, files[s]);
     std::lock_guard lock(mutex);
     if (coverage) coverage->add_shard(s, header);

@@ -8,7 +8,8 @@
 // is a summary per shard, the interned index and the module table. Work that
 // needs a header again re-reads it (read_shard). Open files are bounded too:
 // the pass holds one per worker, and later reads go through ShardFiles, a
-// small pool, so no shard count exhausts the descriptor limit.
+// small pool, so no shard count exhausts the descriptor limit. Headers held
+// at once are bounded across threads as well (header_budget.hpp).
 #pragma once
 
 #include "core/modules.hpp"
@@ -17,6 +18,7 @@
 #include "core/safetensors.hpp"
 #include "core/shard_index.hpp"
 #include "io/file.hpp"
+#include "io/header_budget.hpp"
 
 #include <functional>
 #include <list>
@@ -46,6 +48,7 @@ struct ShardSummary {
 // A shard read again: its file, open, and its header, re-validated and
 // checked to be the one summarised (the file may not change under us).
 struct OpenShard {
+  HeaderTicket ticket;  // first member: released after the header is freed
   const ShardSummary* summary = nullptr;
   File handle;
   ShardHeader header;

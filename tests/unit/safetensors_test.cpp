@@ -66,6 +66,46 @@ TEST(Safetensors, AcceptsWhitespacePadding) {
   EXPECT_NO_THROW(parse_file(make_file(kGood + "    ", 10)));
 }
 
+TEST(Safetensors, WhitespaceRunsOutsideStringsChangeNothingAndSpacesInsideNamesSurvive) {
+  // The stream hands the lexer one character of each whitespace run outside
+  // strings (json_stream.cpp); a name's own spaces are its bytes.
+  const std::string pad(100'000, ' ');
+  const std::string json = "{" + pad + R"("a  b" :)" + pad + "\n\t\r" + pad +
+                           R"({"dtype":"U8",  "shape":[ 2 ,  1 ],"data_offsets":[0,)" + pad + "2]}" + pad + "}" + pad;
+  const ShardHeader h = parse_file(make_file(json, 2));
+  ASSERT_EQ(h.tensors().size(), 1u);
+  EXPECT_EQ(h.tensors()[0].name, "a  b");
+  EXPECT_EQ(h.tensors()[0].shape, (std::vector<std::uint64_t>{2, 1}));
+  EXPECT_EQ(h.header_length(), json.size());
+}
+
+TEST(SafetensorsCorrupt, ErrorOffsetsCountTheWhitespaceTheLexerDidNotSee) {
+  // The same error after 1 or 100,000 padding spaces is reported 99,999 bytes apart.
+  const auto offset_of_error = [](std::size_t spaces) {
+    const std::string json = "{" + std::string(spaces, ' ') + R"("a": nul})";
+    try {
+      parse_file(make_file(json, 0));
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      const auto at = m.find("at byte ");
+      EXPECT_NE(at, std::string::npos) << m;
+      return std::stoull(m.substr(at + 8));
+    }
+    ADD_FAILURE() << "accepted";
+    return 0ull;
+  };
+  EXPECT_EQ(offset_of_error(100'000), offset_of_error(1) + 99'999);
+}
+
+TEST(SafetensorsCorrupt, TokenLongerThanTheCap) {
+  const std::string name(kMaxJsonTokenBytes + 1, 'n');
+  expect_invalid(make_file("{\"" + name + R"(":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1),
+                 "longer than");
+  expect_invalid(make_file(R"({"a":{"dtype":"U8","shape":[)" + std::string(kMaxJsonTokenBytes + 1, '1') +
+                               R"(],"data_offsets":[0,1]}})", 1),
+                 "longer than");
+}
+
 TEST(SafetensorsCorrupt, FileTooSmall) { expect_invalid("abc", "too small"); }
 TEST(SafetensorsCorrupt, HeaderLengthOverCap) { expect_invalid(with_length("{}", 200'000'000) + "{}", "limit"); }
 TEST(SafetensorsCorrupt, HeaderLengthPastEof) { expect_invalid(with_length("{}", 50) + "{}", "past the end"); }

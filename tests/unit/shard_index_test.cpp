@@ -1,4 +1,5 @@
 #include "core/error.hpp"
+#include "core/json_stream.hpp"
 #include "core/shard_index.hpp"
 
 #include <gtest/gtest.h>
@@ -126,8 +127,11 @@ TEST(ShardIndex, RefusesBomNulAndTrailingBytesAfterNul) {
 }
 
 TEST(ShardIndex, MembersOutsideWeightMapAreCapped) {
-  const std::string big(static_cast<std::size_t>(kMaxIndexOtherBytes), 'x');
-  EXPECT_EQ(index_error(R"({"note":")" + big + R"(","weight_map":{"a":"x"}})", "outside weight_map"),
+  // Strings each under the token cap (json_stream.hpp), together over the member cap.
+  const std::string big = "\"" + std::string(static_cast<std::size_t>(kMaxJsonTokenBytes) - 16, 'x') + "\"";
+  std::string note = "[" + big;
+  for (std::uint64_t n = big.size(); n <= kMaxIndexOtherBytes; n += big.size()) note += "," + big;
+  EXPECT_EQ(index_error(R"({"note":)" + note + R"(],"weight_map":{"a":"x"}})", "outside weight_map"),
             ErrorKind::InvalidInput);
 }
 
