@@ -5,9 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev python3-venv
+              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev python3-venv python3-dev
               slurm-wlm munge  # the Slurm recipe's test (a single-node cluster)
               xfsprogs btrfs-progs)  # zero-copy tests and benchmark: loop-mounted XFS/btrfs
+# Tests only, installed without recommends: a headless browser for the HTML
+# report test, script(1) for the terminal progress test, pgrep (procps) for
+# the Slurm test's daemons check.
+TEST_APT_PACKAGES=(chromium-headless-shell bsdutils procps)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -17,6 +21,16 @@ if ((${#missing[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+missing=()
+for p in "${TEST_APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_WERROR="${MX2NV_WERROR:-ON}" >/dev/null

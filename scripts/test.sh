@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: the C++ unit and end-to-end suites (ctest), then the Python
 # conformance suite that checks mx2nv's output with the ecosystem's own
-# libraries. Builds first if needed.
+# libraries, then the Python package (wheel in a fresh venv). Builds first
+# if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,3 +14,5 @@ if [[ -d tests/conformance ]]; then  # Python suites: conformance oracles, hosti
   scripts/python-env.sh
   .venv/bin/python -m pytest -q tests/conformance tests/corpus tests/engines
 fi
+
+scripts/python-package-test.sh  # the wheel: API, Ctrl-C, terminal progress, HTML in a browser

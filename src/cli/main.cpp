@@ -1,5 +1,6 @@
 // The mx2nv command line: argument parsing, human summaries on stdout, errors
 // on stderr, JSON reports, exit codes. All work happens in the libraries.
+#include "cli/progress_line.hpp"
 #include "core/error.hpp"
 #include "core/printable.hpp"
 #include "core/report.hpp"
@@ -15,6 +16,7 @@
 #include "io/report_file.hpp"
 #include "io/requantize.hpp"
 #include "io/verify.hpp"
+#include "render/html_report.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -90,8 +92,16 @@ void print_counts(const Report& r) {
   }
 }
 
-int finish(const Report& r, const std::optional<ReportFile>& report_file) {
+// --html FILE: the same path rules as --report (io/report_file.hpp).
+void write_html(const std::optional<ReportFile>& file, const Report& report, const Inspection* inspection,
+                unsigned threads) {
+  if (file) file->write(render_html_for(report, inspection, threads));
+}
+
+int finish(const Report& r, const std::optional<ReportFile>& report_file,
+           const std::optional<ReportFile>& html_file = std::nullopt, unsigned threads = 1) {
   write_report(report_file, r);
+  write_html(html_file, r, nullptr, threads);
   return r.exit_code();
 }
 
@@ -112,14 +122,15 @@ void print_overspan(const Report& r) {
   }
 }
 
-int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report_path) {
+int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report_path,
+                const std::optional<ReportFile>& html = std::nullopt) {
   const Report r = convert_checkpoint(o);
   if (r.already_complete) {
     fmt::print("mx2nv convert: already complete: {} holds this conversion of {} (checked from its records; nothing "
                "was written)\n",
                printable(o.target.string()), printable(o.source.string()));
     print_counts(r);
-    return finish(r, report_path);
+    return finish(r, report_path, html, o.threads);
   }
   if (r.result == Outcome::Refused) {
     fmt::print("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
@@ -132,7 +143,7 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
     }
     fmt::print("  --overspan bf16 writes the affected MoE layers as BF16 (exact, larger); --overspan requantize "
                "requantizes only these modules (lossy, measured); `mx2nv inspect` shows both costs.\n");
-    return finish(r, report_path);
+    return finish(r, report_path, html, o.threads);
   }
   fmt::print("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
   print_counts(r);
@@ -143,10 +154,11 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
                r.marlin_zeroed_groups);
   }
   fmt::print("  next     mx2nv verify {} {}\n", printable(o.source.string()), printable(o.target.string()));
-  return finish(r, report_path);
+  return finish(r, report_path, html, o.threads);
 }
 
-int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_path) {
+int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_path,
+               const std::optional<ReportFile>& html = std::nullopt) {
   const Report r = verify_checkpoint(o);
   if (r.result == Outcome::Ok) {
     if (r.requantized.empty()) {
@@ -163,7 +175,7 @@ int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_p
     fmt::print("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
     for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", printable(d));
   }
-  return finish(r, report_path);
+  return finish(r, report_path, html, o.threads);
 }
 
 int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path) {
@@ -239,8 +251,10 @@ int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& 
   return finish(r, report_path);
 }
 
-int run_inspect(const fs::path& src, Window window, bool json, unsigned threads) {
+int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
+                const std::optional<ReportFile>& html) {
   const Inspection in = inspect_checkpoint(src, window, threads);
+  write_html(html, in.report, &in, threads);
   if (json) {
     fmt::print("{}\n", dump_json(inspection_to_json(in)));
   } else {
@@ -328,15 +342,16 @@ int run_demo(const fs::path& dir, unsigned threads) {
   fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", (dir / "mxfp4").string());
 
   const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads, false};
-  const int rc = run_convert(c, ReportFile(dir / "convert-report.json", {c.source, c.target}));
+  const int rc = run_convert(c, ReportFile(dir / "convert-report.json", {c.source, c.target}),
+                             ReportFile(dir / "convert-report.html", {c.source, c.target}, "--html"));
   if (rc != kExitOk) return rc;
   fmt::print("\n");
   const int vrc =
       run_verify({c.source, c.target, Window::Marlin, threads, std::nullopt},
                  ReportFile(dir / "verify-report.json", {c.source, c.target}));
   if (vrc == kExitOk) {
-    fmt::print("\nmx2nv demo: done. Reports: {}, {}\n", (dir / "convert-report.json").string(),
-               (dir / "verify-report.json").string());
+    fmt::print("\nmx2nv demo: done. Reports: {}, {}, {}\n", (dir / "convert-report.json").string(),
+               (dir / "convert-report.html").string(), (dir / "verify-report.json").string());
   }
   return vrc;
 }
@@ -369,7 +384,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
 
-  std::string src, dst, report_path, demo_dir = "mx2nv-demo";
+  std::string src, dst, report_path, html_path, demo_dir = "mx2nv-demo", progress_text = "auto";
   Window window = windows().front().window;
   unsigned threads = hw;
   bool json = false;
@@ -382,6 +397,16 @@ int main(int argc, char** argv) {
   }
   const auto add_window = [&](CLI::App* sub) {
     sub->add_option("--window", window, window_help)->transform(CLI::CheckedTransformer(window_names, CLI::ignore_case));
+  };
+  const auto add_html = [&](CLI::App* sub) {
+    sub->add_option("--html", html_path,
+                    "write a self-contained HTML report (span heatmap, refusals, size, provenance) to this file");
+  };
+  const auto add_progress = [&](CLI::App* sub) {
+    sub->add_option("--progress", progress_text,
+                    "auto: a live line on stderr when it is a terminal (default); always; never; json: one JSON "
+                    "object per update on stderr")
+        ->check(CLI::IsMember({"auto", "always", "never", "json"}));
   };
   const auto add_threads = [&](CLI::App* sub) {
     sub->add_option("--threads", threads, "worker threads (default: all cores)")->check(CLI::Range(1u, 1024u));
@@ -428,6 +453,8 @@ int main(int argc, char** argv) {
                     "continue an interrupted conversion into DST (finished shards whose records still match are "
                     "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
                     "without writing. Safe to repeat");
+  add_html(convert);
+  add_progress(convert);
 
   auto* verify = app.add_subcommand("verify", "prove every value of DST equals the value in SRC");
   verify->add_option("SRC", src, "source checkpoint directory");
@@ -441,6 +468,8 @@ int main(int argc, char** argv) {
   add_window(verify);
   add_threads(verify);
   add_report(verify);
+  add_html(verify);
+  add_progress(verify);
 
   PlanOptions plan_options;
   std::string plan_out;
@@ -466,6 +495,7 @@ int main(int argc, char** argv) {
   add_window(inspect);
   add_threads(inspect);
   inspect->add_flag("--json", json, "print JSON instead of a summary");
+  add_html(inspect);
 
   GateOptions gate_options;
   std::string gate_dtype = "both";
@@ -515,10 +545,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
-  std::optional<ReportFile> report_file;
+  std::optional<ReportFile> report_file, html_file;
+  ProgressLine progress(parse_progress_mode(progress_text).value_or(ProgressMode::Auto), stderr);
   try {
-    // Where the report goes is checked before any work.
+    // Where the reports go is checked before any work.
     if (!report_path.empty()) report_file.emplace(report_path, std::vector<fs::path>{src, dst});
+    if (!html_path.empty()) html_file.emplace(html_path, std::vector<fs::path>{src, dst}, "--html");
     if (*convert && !plan_path.empty()) {
       if (resume) fail(ErrorKind::Usage, "--resume is implied with --plan");
       if (shard_text.empty() && shards_text.empty() && !finalize) {
@@ -528,7 +560,7 @@ int main(int argc, char** argv) {
       if (!shards_text.empty()) selection = parse_shard_selection(shards_text);
       if (!shard_text.empty()) selection = parse_shard_index(shard_text);
       PlannedOptions po{plan_path, std::nullopt, std::nullopt, threads,
-                        parse_copy_mode(copy_text).value_or(CopyMode::Auto)};
+                        parse_copy_mode(copy_text).value_or(CopyMode::Auto), progress.callback()};
       if (!src.empty()) po.source = src;
       if (!dst.empty()) po.target = dst;
       return run_planned(po, selection, report_file);
@@ -538,14 +570,14 @@ int main(int argc, char** argv) {
     }
     if (*convert) {
       return run_convert({src, dst, window, threads, resume, parse_copy_mode(copy_text).value_or(CopyMode::Auto),
-                          parse_overspan(overspan_text).value_or(OverSpanChoice::Fail)},
-                         report_file);
+                          parse_overspan(overspan_text).value_or(OverSpanChoice::Fail), progress.callback()},
+                         report_file, html_file);
     }
     if (*verify && !merge_parts.empty()) return run_merge(merge_parts, report_file);
     if (*verify) {
       std::optional<ShardSelection> selection;
       if (!verify_shards.empty()) selection = parse_shard_selection(verify_shards);
-      return run_verify({src, dst, window, threads, selection}, report_file);
+      return run_verify({src, dst, window, threads, selection, progress.callback()}, report_file, html_file);
     }
     if (*plan) {
       if (!plan_out.empty()) plan_options.plan_out = plan_out;
@@ -557,7 +589,7 @@ int main(int argc, char** argv) {
       return run_plan(plan_options, report_file);
     }
     if (*requantize) return run_requantize({src, dst, threads}, report_file);
-    if (*inspect) return run_inspect(src, window, json, threads);
+    if (*inspect) return run_inspect(src, window, json, threads, html_file);
     if (*demo) return run_demo(demo_dir, threads);
     if (*gate) {
       gate_options.threads = threads;
@@ -592,19 +624,22 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
   } catch (...) {
+    progress.close();
     const Error e = current_exception_as_error();
     fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what()));
-    if (report_file && (*convert || *verify || *plan || *requantize)) {
+    if ((report_file || html_file) && (*convert || *verify || *plan || *requantize || *inspect)) {
       // The error path's report is the success path's, with result "error".
       try {
         const fs::path target(dst);
         const char* command = convert->parsed()      ? "convert"
                               : plan->parsed()       ? "plan"
                               : requantize->parsed() ? "requantize"
+                              : inspect->parsed()    ? "inspect"
                                                      : "verify";
-        Report r = start_report(command, window, src, &target);
+        Report r = start_report(command, window, src, inspect->parsed() ? nullptr : &target);
         r.set_error(e);
         write_report(report_file, r);
+        write_html(html_file, r, nullptr, threads);
       } catch (...) {
         const Error again = current_exception_as_error();
         fmt::print(stderr, "mx2nv: also failed to write the report: {}\n", printable(again.what()));

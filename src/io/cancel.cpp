@@ -15,6 +15,10 @@ static_assert(std::atomic<int>::is_always_lock_free);
 
 void request_stop(int signal_number) noexcept { g_signal.store(signal_number == 0 ? -1 : signal_number); }
 
+bool stop_requested() noexcept { return g_signal.load(std::memory_order_relaxed) != 0; }
+
+void clear_stop() noexcept { g_signal.store(0); }
+
 void throw_if_stopped() {
   const int s = g_signal.load(std::memory_order_relaxed);
   if (s == 0) return;

@@ -8,5 +8,9 @@ namespace mx2nv {
 
 void request_stop(int signal_number) noexcept;
 void throw_if_stopped();
+bool stop_requested() noexcept;
+// Forgets a stop request once the interrupted work has unwound, so a
+// long-lived host (the Python package) can run the next command.
+void clear_stop() noexcept;
 
 }  // namespace mx2nv

@@ -25,6 +25,8 @@ Report convert_checkpoint(const ConvertOptions& options) {
   Destination out(options.source, options.target, options.resume);
   Report report = start_report("convert", options.window, options.source, &options.target);
   report.copy_mode = std::string(copy_mode_name(options.copy));
+  ProgressTracker progress("convert", "shards", options.progress);
+  progress.phase(ProgressPhase::Plan);
 
   // --- plan: nothing is written until every module has been decided.
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
@@ -36,6 +38,8 @@ Report convert_checkpoint(const ConvertOptions& options) {
     return report;
   }
   const Plan& plan = *planned;
+  throw_if_stopped();
+  progress.phase(ProgressPhase::Shards, report.source_tensor_bytes, ck.shards.size());
 
   // --- execute every shard, then finalize.
   out.open_for_writing(files_written(ck));
@@ -46,10 +50,12 @@ Report convert_checkpoint(const ConvertOptions& options) {
   std::vector<std::size_t> all(ck.shards.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
   std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards, &engine);
+      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards, &engine, &progress);
   add_shard_counts(report, records);
+  progress.phase(ProgressPhase::Finalize);
   finalize_conversion(source, plan, report, std::move(records), out, &engine);
   report.seconds = seconds_since(started);
+  progress.done();
   return report;
 }
 

@@ -9,6 +9,7 @@
 #include "core/plan.hpp"
 #include "io/copy_engine.hpp"
 #include "io/file.hpp"
+#include "io/progress.hpp"
 
 namespace mx2nv {
 
@@ -20,6 +21,7 @@ struct ConvertOptions {
   bool resume = false;  // continue an interrupted conversion into DST
   CopyMode copy = CopyMode::Auto;  // how unchanged bytes reach DST (--copy)
   OverSpanChoice overspan = OverSpanChoice::Fail;  // scale groups the window refuses (--overspan)
+  ProgressCallback progress = {};  // optional; see io/progress.hpp (unit: shards, bytes: source tensor bytes)
 };
 
 Report convert_checkpoint(const ConvertOptions& options);

@@ -128,9 +128,11 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
 
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
-                                        std::uint64_t& reused, CopyEngine* engine) {
+                                        std::uint64_t& reused, CopyEngine* engine, ProgressTracker* progress) {
   CopyEngine auto_engine(CopyMode::Auto);
   CopyEngine& copier = engine ? *engine : auto_engine;
+  ProgressTracker silent("convert", "shards", {});
+  ProgressTracker& counter = progress ? *progress : silent;
   std::vector<ShardRecord> records(shards.size());
   std::atomic<std::uint64_t> reused_count{0};
   parallel_for(shards.size(), threads, [&](std::size_t i) {
@@ -141,10 +143,11 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
     if (const auto earlier = reuse ? reusable_record(out, r, source, in, plan.modules) : std::nullopt) {
       records[i] = *earlier;
       ++reused_count;
+      counter.unit_done(in.summary->data_size);
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    const ShardWriteResult w = write_shard(source, plan, in, out, copier);
+    const ShardWriteResult w = write_shard(source, plan, in, out, copier, counter);
     const auto stamp = out.stamp(r.shard);
     if (!stamp) fail(ErrorKind::Io, "{}: vanished right after it was written", (out.root() / r.shard).string());
     r.output_size = w.output_size;
@@ -161,6 +164,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
     r.written_bytes = w.written_bytes;
     out.write_record(r);
     records[i] = r;
+    counter.unit_done();
   });
   reused = reused_count;
   return records;

@@ -10,6 +10,7 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/copy_engine.hpp"
 #include "io/destination.hpp"
+#include "io/progress.hpp"
 #include "io/shard_record.hpp"
 
 #include <optional>
@@ -35,7 +36,8 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records);
 // `engine` (nullptr: one with --copy auto).
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
-                                        std::uint64_t& reused, CopyEngine* engine = nullptr);
+                                        std::uint64_t& reused, CopyEngine* engine = nullptr,
+                                        ProgressTracker* progress = nullptr);
 
 // The record of an earlier run's shard, if it still describes this shard of
 // this plan and the output file on disk (shard_record.hpp says why the

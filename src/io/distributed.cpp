@@ -220,6 +220,8 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
 
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection) {
   const auto started = std::chrono::steady_clock::now();
+  ProgressTracker progress("convert", "shards", options.progress);
+  progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
@@ -232,6 +234,9 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   }
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::size_t> shards = selected_shards(selection, source.checkpoint.shards.size());
+  std::uint64_t selected_bytes = 0;
+  for (const std::size_t s : shards) selected_bytes += source.checkpoint.shards[s].data_size;
+  progress.phase(ProgressPhase::Shards, selected_bytes, shards.size());
   out.open_for_shards();
   report.copy_mode = std::string(copy_mode_name(options.copy));
   CopyEngine engine(options.copy);
@@ -239,15 +244,18 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
     CopyEngine::require_sharing(*source.checkpoint.files->open(shards.front()), loaded->target);
   }
   const std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine);
+      execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine, &progress);
   report.shards = shards.size();
   add_shard_counts(report, records);
   report.seconds = seconds_since(started);
+  progress.done();
   return report;
 }
 
 Report finalize_planned(const PlannedOptions& options) {
   const auto started = std::chrono::steady_clock::now();
+  ProgressTracker progress("convert", "shards", options.progress);
+  progress.phase(ProgressPhase::Finalize);
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
@@ -290,6 +298,7 @@ Report finalize_planned(const PlannedOptions& options) {
   CopyEngine engine(options.copy);
   finalize_conversion(source, plan, report, std::move(records), out, &engine);
   report.seconds = seconds_since(started);
+  progress.done();
   return report;
 }
 

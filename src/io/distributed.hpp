@@ -14,6 +14,7 @@
 #include "core/report.hpp"
 #include "io/copy_engine.hpp"
 #include "io/file.hpp"
+#include "io/progress.hpp"
 
 #include <optional>
 #include <string_view>
@@ -52,6 +53,7 @@ struct PlannedOptions {
   std::optional<fs::path> target;  // default: the plan's
   unsigned threads = 1;
   CopyMode copy = CopyMode::Auto;  // --copy, as for convert
+  ProgressCallback progress = {};  // optional; as convert's (unit: shards, bytes: the selected shards' source bytes)
 };
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection);
 // Exits 2 naming the shards not finished yet.

@@ -24,30 +24,31 @@ bool under_device_or_proc(const fs::path& absolute) {
 
 }  // namespace
 
-ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protected_trees) : path_(path) {
-  if (path.empty()) fail(ErrorKind::Usage, "--report: empty path");
+ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protected_trees, std::string_view option)
+    : path_(path) {
+  if (path.empty()) fail(ErrorKind::Usage, "{}: empty path", option);
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec).lexically_normal();
-  if (ec) fail(ErrorKind::Usage, "--report {}: {}", path.string(), ec.message());
+  if (ec) fail(ErrorKind::Usage, "{} {}: {}", option, path.string(), ec.message());
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;  // follows symlinks
-  if (exists && S_ISDIR(st.st_mode)) fail(ErrorKind::Usage, "--report {}: is a directory", path.string());
+  if (exists && S_ISDIR(st.st_mode)) fail(ErrorKind::Usage, "{} {}: is a directory", option, path.string());
   write_through_ = under_device_or_proc(absolute) || (exists && !S_ISREG(st.st_mode));
   resolved_ = write_through_ ? absolute : fs::weakly_canonical(absolute, ec);
-  if (ec) fail(ErrorKind::Usage, "--report {}: {}", path.string(), ec.message());
+  if (ec) fail(ErrorKind::Usage, "{} {}: {}", option, path.string(), ec.message());
   for (const auto& tree : protected_trees) {
     if (tree.empty()) continue;
     const fs::path t = fs::weakly_canonical(tree, ec);
     if (ec) continue;
     if (is_within(resolved_, t) || is_within(absolute, fs::absolute(tree).lexically_normal())) {
-      fail(ErrorKind::Usage, "--report {}: inside {}; mx2nv never writes a report into SRC or DST", path.string(),
+      fail(ErrorKind::Usage, "{} {}: inside {}; mx2nv never writes a report into SRC or DST", option, path.string(),
            tree.string());
     }
   }
   if (!write_through_) {
     const fs::path parent = resolved_.parent_path();
     if (!fs::is_directory(parent, ec)) {
-      fail(ErrorKind::Usage, "--report {}: the directory {} does not exist", path.string(), parent.string());
+      fail(ErrorKind::Usage, "{} {}: the directory {} does not exist", option, path.string(), parent.string());
     }
   }
 }

@@ -19,8 +19,10 @@ namespace mx2nv {
 
 class ReportFile {
  public:
-  // Throws Error(Usage) when the report may not be written there.
-  ReportFile(const fs::path& path, const std::vector<fs::path>& protected_trees);
+  // Throws Error(Usage) when the report may not be written there; messages
+  // name `option` (--report, --html).
+  ReportFile(const fs::path& path, const std::vector<fs::path>& protected_trees,
+             std::string_view option = "--report");
   void write(std::string_view text) const;
   const fs::path& path() const { return path_; }
 

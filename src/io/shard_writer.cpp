@@ -13,12 +13,12 @@
 namespace mx2nv {
 
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
-                             CopyEngine& engine) {
-  return write_shard(source, plan, source.checkpoint.read_shard(shard), out, engine);
+                             CopyEngine& engine, ProgressTracker& progress) {
+  return write_shard(source, plan, source.checkpoint.read_shard(shard), out, engine, progress);
 }
 
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
-                             CopyEngine& engine) {
+                             CopyEngine& engine, ProgressTracker& progress) {
   const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
   const TargetLayout layout = make_target_layout(in.header, shard, source.modules, plan.modules);
   const std::string header = serialize_target_header(layout);
@@ -91,6 +91,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, c
         in.handle.read_at(src + done, {buffer.data(), n});
         map_scales(lut, {buffer.data(), n}, {mapped.data(), 2 * n});
         emit(dst + 2 * done, {mapped.data(), 2 * n});
+        progress.add_bytes(n);
         throw_if_stopped();
       }
       continue;
@@ -107,6 +108,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, c
       result.copied_bytes += tally.copied;
       if (t.role == TensorRole::Packed) result.groups_counted = false;
       if (tally.copied > 0) written_up_to(dst + s.nbytes());
+      progress.add_bytes(s.nbytes());
       continue;
     }
     read_in_chunks(in.handle, src, s.nbytes(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
@@ -119,6 +121,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, c
       target.file.write_at(dst + done, chunk);
       result.copied_bytes += chunk.size();
       written_up_to(dst + done + chunk.size());
+      progress.add_bytes(chunk.size());
       throw_if_stopped();
     });
   }

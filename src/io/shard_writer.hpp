@@ -10,6 +10,7 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/copy_engine.hpp"
 #include "io/destination.hpp"
+#include "io/progress.hpp"
 
 #include <cstdint>
 
@@ -34,11 +35,12 @@ struct ShardWriteResult {
   std::uint64_t written_hash = 0;       // XXH3-64 of the new bytes, in file order
 };
 
+// Source bytes consumed are counted into `progress`.
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
-                             CopyEngine& engine);
+                             CopyEngine& engine, ProgressTracker& progress);
 // The same for a shard already read (Checkpoint::read_shard), so its header is parsed once per use.
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
-                             CopyEngine& engine);
+                             CopyEngine& engine, ProgressTracker& progress);
 
 // XXH3-64 of the bytes a shard writer writes itself (header, then the
 // changed tensors in file order), read back from a finished output file: what

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/target_config_check.hpp"
+#include "io/cancel.hpp"
 #include "io/verify_checks.hpp"
 
 #include <algorithm>
@@ -12,6 +13,8 @@ namespace mx2nv {
 Report verify_checkpoint(const VerifyOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Report report = start_report("verify", options.window, options.source, &options.target);
+  ProgressTracker progress("verify", "modules", options.progress);
+  progress.phase(ProgressPhase::Plan);
   Differences diff;
 
   SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
@@ -42,7 +45,10 @@ Report verify_checkpoint(const VerifyOptions& options) {
   report.source_tensor_bytes = src.tensor_bytes();
 
   if (opened) {
-    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}};
+    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}, &progress};
+    const VerifyWork work = verify_work(source, selected);
+    throw_if_stopped();
+    progress.phase(ProgressPhase::Shards, work.bytes, work.modules);
     report.target_tensor_bytes = opened->tensor_bytes();
     check_files(ctx);
     check_shards(ctx);
@@ -52,11 +58,13 @@ Report verify_checkpoint(const VerifyOptions& options) {
     check_globals(ctx);
     check_values(ctx, report);
     check_rewritten_values(ctx, report);
+    progress.phase(ProgressPhase::Finalize);
   }
 
   report.differences = diff.take();
   if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  progress.done();
   return report;
 }
 

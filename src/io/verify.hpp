@@ -10,6 +10,7 @@
 #include "core/report.hpp"
 #include "io/distributed.hpp"
 #include "io/file.hpp"
+#include "io/progress.hpp"
 
 #include <optional>
 
@@ -25,6 +26,7 @@ struct VerifyOptions {
   // (files, config, index, globals) run in every part. `verify --merge`
   // joins the partial reports.
   std::optional<ShardSelection> shards;
+  ProgressCallback progress = {};  // optional; see io/progress.hpp (unit: modules, bytes: both sides' bytes compared)
 };
 
 inline constexpr std::size_t kMaxReportedDifferences = 200;

@@ -6,6 +6,7 @@
 #include "core/value_compare.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint_reader.hpp"
+#include "io/progress.hpp"
 #include "io/verify.hpp"
 #include "core/plan.hpp"
 
@@ -64,7 +65,21 @@ struct VerifyContext {
   std::vector<std::string> bf16_modules;         // the config's ignore must list them
   std::vector<std::string> requantized_modules;  // the config must name them as lossy
   Treatment treatment(std::size_t module) const { return treatments.empty() ? Treatment::Exact : treatments[module]; }
+  // Bytes compared on both sides (pass-through tensors in the shard pass,
+  // then each selected module's packed and scale bytes); one unit per module.
+  ProgressTracker* progress = nullptr;
 };
+
+// What `progress` counts in total for the selected shards: bytes (both
+// sides) and modules.
+struct VerifyWork {
+  std::uint64_t bytes = 0;
+  std::uint64_t modules = 0;
+};
+VerifyWork verify_work(const SourceCheckpoint& source, const std::vector<bool>& selected);
+// Both sides' bytes of one module's values: packed codes twice, 1 source and
+// 2 target scale bytes per 32-group.
+inline std::uint64_t module_compare_bytes(const QuantModule& m) { return 2 * m.packed.nbytes() + 3 * m.group_count(); }
 
 // Byte-compares two ranges; reports the first differing offset.
 void compare_bytes(const File& a, std::uint64_t a_off, const File& b, std::uint64_t b_off, std::uint64_t n,

@@ -1,4 +1,5 @@
 // verify: the files around the tensors.
+#include "io/cancel.hpp"
 #include "io/verify_checks.hpp"
 
 #include <algorithm>
@@ -30,6 +31,7 @@ void compare_bytes(const File& a, std::uint64_t a_off, const File& b, std::uint6
       diff.add("{}: byte {} differs", what, done + static_cast<std::uint64_t>(at - x.begin()));
       return;
     }
+    throw_if_stopped();
   }
 }
 

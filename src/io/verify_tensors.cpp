@@ -2,6 +2,7 @@
 // one DST header per worker; everything later checks needs per module goes
 // into ctx.modules.
 #include "core/error.hpp"
+#include "io/cancel.hpp"
 #include "io/parallel.hpp"
 #include "io/verify_checks.hpp"
 
@@ -175,6 +176,8 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
     }
     compare_bytes(in.handle, in.header.data_start() + t.begin, out.handle, out.header.data_start() + dt->begin,
                   t.nbytes(), file + ": tensor \"" + t.name + "\"", ctx.diff);
+    if (ctx.progress) ctx.progress->add_bytes(2 * t.nbytes());
+    throw_if_stopped();
   }
   for (const TensorInfo& t : out.header.tensors()) {
     if (in.header.find(t.name) == nullptr) note_added_tensor(ctx, out, s, d, t);
@@ -182,6 +185,26 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
 }
 
 }  // namespace
+
+VerifyWork verify_work(const SourceCheckpoint& source, const std::vector<bool>& selected) {
+  // Shards tile their data section with tensors (safetensors.cpp), so a
+  // shard's pass-through bytes are its data size less its module tensors'.
+  const Checkpoint& src = source.checkpoint;
+  std::vector<std::uint64_t> passthrough(src.shards.size());
+  for (std::size_t s = 0; s < src.shards.size(); ++s) passthrough[s] = src.shards[s].data_size;
+  VerifyWork work;
+  for (const QuantModule& m : source.modules.modules) {
+    passthrough[m.packed_shard] -= std::min(passthrough[m.packed_shard], m.packed.nbytes());
+    passthrough[m.scale_shard] -= std::min(passthrough[m.scale_shard], m.scale.nbytes());
+    if (!selected[m.packed_shard]) continue;
+    work.bytes += module_compare_bytes(m);
+    ++work.modules;
+  }
+  for (std::size_t s = 0; s < src.shards.size(); ++s) {
+    if (selected[s]) work.bytes += 2 * passthrough[s];
+  }
+  return work;
+}
 
 void check_shards(VerifyContext& ctx) {
   const Checkpoint& src = ctx.source.checkpoint;

@@ -2,6 +2,7 @@
 // bit-field decoders (value_compare.hpp), in chunks of groups.
 #include "core/error.hpp"
 #include "core/numerics.hpp"
+#include "io/cancel.hpp"
 #include "io/parallel.hpp"
 #include "io/verify_checks.hpp"
 
@@ -15,9 +16,13 @@ constexpr std::uint64_t kCompareGroups = 1 << 16;  // 32-groups per chunk: 1 MiB
 void compare_module(const VerifyContext& ctx, std::size_t i, CompareTally& tally) {
   const QuantModule& m = ctx.source.modules.modules[i];
   const TargetModule& t = ctx.modules[i];
-  if (ctx.treatment(i) != Treatment::Exact) return;              // check_rewritten_values
-  if (!t.global || !t.packed_offset || !t.scale_offset) return;  // reported by the shard pass
-  if (!ctx.selected[m.packed_shard]) return;                      // another part's (verify --shards)
+  if (!ctx.selected[m.packed_shard]) return;  // another part's (verify --shards), not in this part's totals
+  std::uint64_t counted = 0;  // bytes already reported to ctx.progress
+  const auto finished = [&] {
+    if (ctx.progress) ctx.progress->unit_done(module_compare_bytes(m) - counted);
+  };
+  if (ctx.treatment(i) != Treatment::Exact) return finished();  // check_rewritten_values
+  if (!t.global || !t.packed_offset || !t.scale_offset) return finished();  // reported by the shard pass
   const Checkpoint& src = ctx.source.checkpoint;
   const auto sp = src.files->open(m.packed_shard);
   const auto ss = src.files->open(m.scale_shard);
@@ -48,7 +53,11 @@ void compare_module(const VerifyContext& ctx, std::size_t i, CompareTally& tally
     }
     compare_groups({a_packed.data(), np}, {a_scale.data(), ns}, {b_packed.data(), np}, {b_scale.data(), nt},
                    static_cast<double>(*t.global), start, m.groups, tally);
+    counted += 2 * np + 3 * ns;
+    if (ctx.progress) ctx.progress->add_bytes(2 * np + 3 * ns);
+    throw_if_stopped();
   }
+  finished();
 }
 
 }  // namespace

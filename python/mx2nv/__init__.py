@@ -1,0 +1,51 @@
+"""mx2nv: lossless MXFP4 -> NVFP4A16 transcoding for MoE checkpoints.
+
+    import mx2nv
+    plan = mx2nv.inspect("model-mxfp4")           # spans, outcome under both windows
+    report = mx2nv.convert("model-mxfp4", "model-nvfp4", progress=True)
+    mx2nv.verify("model-mxfp4", "model-nvfp4")    # raises MismatchError on any difference
+
+Results mirror the JSON report; failures raise exceptions named after the
+command line's exit codes (RefusedError 1, UsageError 2, InvalidInputError 3,
+MxIOError 4) with the message and the report attached.
+"""
+
+from ._api import (WINDOWS, PlannedConversion, convert, convert_hub, convert_shards, finalize, inspect, plan,
+                   resolve_hub_snapshot, verify)
+from ._core import version as _version
+from ._errors import InvalidInputError, MismatchError, Mx2nvError, MxIOError, RefusedError, UsageError
+from ._progress import Progress
+from ._report import (CopyAccount, Counts, GlobalConflict, Inspection, ModuleSpan, MoeDims, OverSpan, Provenance, Report,
+                      WindowOutcome)
+
+__version__: str = _version()
+
+__all__ = [
+    "WINDOWS",
+    "CopyAccount",
+    "Counts",
+    "GlobalConflict",
+    "Inspection",
+    "InvalidInputError",
+    "MismatchError",
+    "ModuleSpan",
+    "MoeDims",
+    "Mx2nvError",
+    "MxIOError",
+    "OverSpan",
+    "PlannedConversion",
+    "Progress",
+    "Provenance",
+    "RefusedError",
+    "Report",
+    "UsageError",
+    "WindowOutcome",
+    "convert",
+    "convert_hub",
+    "convert_shards",
+    "finalize",
+    "inspect",
+    "plan",
+    "resolve_hub_snapshot",
+    "verify",
+]

@@ -1,0 +1,302 @@
+// mx2nv._core: the library behind the Python package (python/mx2nv). Each
+// command runs on a worker thread with the GIL released; the calling thread
+// wakes every few milliseconds to hand progress to Python and to let Python
+// see Ctrl-C. An interrupt (or an exception from the progress callback)
+// stops the library exactly like SIGINT stops the CLI: temporary files are
+// removed, finished shards are kept for resume, and the Python exception is
+// raised once the library has unwound. Results cross as JSON text, the
+// report contract, so the Python classes mirror the JSON report field for
+// field.
+#include "core/error.hpp"
+#include "core/printable.hpp"
+#include "core/report.hpp"
+#include "io/cancel.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/convert.hpp"
+#include "io/distributed.hpp"
+#include "io/inspect.hpp"
+#include "io/progress.hpp"
+#include "io/verify.hpp"
+#include "render/html_report.hpp"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <chrono>
+#include <csignal>
+#include <deque>
+#include <future>
+#include <mutex>
+
+namespace nb = nanobind;
+using namespace mx2nv;
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+// (exit code, report JSON, HTML page or None)
+using Outcome = std::tuple<int, std::string, std::optional<std::string>>;
+
+// Progress updates from worker threads, waiting for the Python thread.
+// Phase changes are queued; updates within a phase replace each other.
+class ProgressMailbox {
+ public:
+  void post(const Progress& p) {
+    std::lock_guard lock(mutex_);
+    if (!queue_.empty() && queue_.back().phase == p.phase) {
+      queue_.back() = p;
+    } else {
+      queue_.push_back(p);
+    }
+  }
+  std::deque<Progress> take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(queue_, {});
+  }
+
+ private:
+  std::mutex mutex_;
+  std::deque<Progress> queue_;
+};
+
+nb::dict progress_dict(const Progress& p) {
+  nb::dict d;
+  d["command"] = p.command;
+  d["phase"] = phase_name(p.phase);
+  d["bytes_done"] = p.bytes_done;
+  d["bytes_total"] = p.bytes_total;
+  d["units_done"] = p.units_done;
+  d["units_total"] = p.units_total;
+  d["unit"] = p.unit;
+  d["seconds"] = p.seconds;
+  return d;
+}
+
+// Runs `work` (which returns an Outcome) off the Python thread; see the
+// file comment.
+template <typename Work>
+Outcome run_released(Work work, const nb::object& callback, ProgressMailbox& mailbox) {
+  auto future = std::async(std::launch::async, std::move(work));
+  const auto deliver = [&] {
+    if (callback.is_none()) return;
+    for (const Progress& p : mailbox.take()) callback(progress_dict(p));
+  };
+  try {
+    for (;;) {
+      bool ready = false;
+      {
+        nb::gil_scoped_release release;
+        ready = future.wait_for(kPollInterval) == std::future_status::ready;
+      }
+      deliver();
+      if (ready) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
+  } catch (...) {
+    // Ctrl-C, or the callback raised: stop the library and wait for it to
+    // clean up before Python sees the exception.
+    request_stop(SIGINT);
+    {
+      nb::gil_scoped_release release;
+      future.wait();
+    }
+    clear_stop();
+    throw;
+  }
+  return future.get();
+}
+
+Window window_of(const std::string& name) {
+  const auto w = parse_window(name);
+  if (!w) fail(ErrorKind::Usage, "unknown window \"{}\" (marlin or e4m3)", name);
+  return *w;
+}
+
+CopyMode copy_of(const std::string& copy) {
+  const auto mode = parse_copy_mode(copy);
+  if (!mode) fail(ErrorKind::Usage, "unknown copy mode \"{}\" (auto, reflink or copy)", copy);
+  return *mode;
+}
+
+// The report the CLI writes for a failed command (the success path's report
+// with result "error"), with the error's exit code. Called inside a catch.
+Outcome error_outcome(const std::string& command, Window window, const std::string& src, const std::string* dst,
+                      bool html, unsigned threads) {
+  const Error e = current_exception_as_error();
+  Report r;
+  try {
+    const fs::path target = dst ? fs::path(*dst) : fs::path();
+    r = start_report(command, window, src, dst ? &target : nullptr);
+  } catch (...) {  // SRC unusable even for provenance: the plain paths
+    r.command = command;
+    r.window = window;
+    r.provenance.source = src;
+    if (dst) r.provenance.target = *dst;
+  }
+  r.set_error(e);
+  std::optional<std::string> page;
+  if (html) page = render_html_for(r, nullptr, threads);
+  return {r.exit_code(), dump_json(report_to_json(r)), page};
+}
+
+Outcome convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+                bool resume, const std::string& copy, const nb::object& callback, bool html) {
+  ProgressMailbox mailbox;
+  ConvertOptions o{src, dst, Window::Marlin, threads, resume};
+  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          o.window = window_of(window);
+          o.copy = copy_of(copy);
+          const Report r = convert_checkpoint(o);
+          std::optional<std::string> page;
+          if (html) page = render_html_for(r, nullptr, threads);
+          return {r.exit_code(), dump_json(report_to_json(r)), page};
+        } catch (...) {
+          return error_outcome("convert", o.window, src, &dst, html, threads);
+        }
+      },
+      callback, mailbox);
+}
+
+Outcome verify(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+               const nb::object& callback, bool html) {
+  ProgressMailbox mailbox;
+  VerifyOptions o{src, dst, Window::Marlin, threads, std::nullopt};
+  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          o.window = window_of(window);
+          const Report r = verify_checkpoint(o);
+          std::optional<std::string> page;
+          if (html) page = render_html_for(r, nullptr, threads);
+          return {r.exit_code(), dump_json(report_to_json(r)), page};
+        } catch (...) {
+          return error_outcome("verify", o.window, src, &dst, html, threads);
+        }
+      },
+      callback, mailbox);
+}
+
+Outcome inspect(const std::string& src, const std::string& window, unsigned threads, bool html) {
+  ProgressMailbox mailbox;
+  Window w = Window::Marlin;
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          w = window_of(window);
+          const Inspection in = inspect_checkpoint(src, w, threads);
+          std::optional<std::string> page;
+          if (html) page = render_html_for(in.report, &in, threads);
+          return {in.report.exit_code(), dump_json(inspection_to_json(in)), page};
+        } catch (...) {
+          return error_outcome("inspect", w, src, nullptr, html, threads);
+        }
+      },
+      nb::none(), mailbox);
+}
+
+// mx2nv plan: (exit code, report JSON, the plan file written or None).
+Outcome plan(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+             const std::optional<std::string>& plan_out) {
+  ProgressMailbox mailbox;
+  PlanOptions o{src, dst, Window::Marlin, threads, std::nullopt};
+  if (plan_out) o.plan_out = *plan_out;
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          o.window = window_of(window);
+          fs::path written;
+          const Report r = plan_checkpoint(o, written);
+          std::optional<std::string> plan_path;
+          if (!written.empty()) plan_path = written.string();
+          return {r.exit_code(), dump_json(report_to_json(r)), plan_path};
+        } catch (...) {
+          return error_outcome("plan", o.window, src, &dst, false, threads);
+        }
+      },
+      nb::none(), mailbox);
+}
+
+PlannedOptions planned_options(const std::string& plan_path, const std::optional<std::string>& src,
+                               const std::optional<std::string>& dst, unsigned threads) {
+  PlannedOptions o{plan_path, std::nullopt, std::nullopt, threads, CopyMode::Auto, {}};
+  if (src) o.source = *src;
+  if (dst) o.target = *dst;
+  return o;
+}
+
+// The error report of a plan step: the plan's paths when given, else the plan's.
+Outcome planned_error(const std::string& plan_path, const std::optional<std::string>& src,
+                      const std::optional<std::string>& dst) {
+  const std::string target = dst.value_or("");
+  return error_outcome("convert", Window::Marlin, src.value_or(plan_path), dst ? &target : nullptr, false, 1);
+}
+
+// convert --plan P --shard I | --shards I/N: (exit code, report JSON, None).
+Outcome convert_shards(const std::string& plan_path, const std::string& selection, const std::optional<std::string>& src,
+                       const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
+                       const nb::object& callback) {
+  ProgressMailbox mailbox;
+  PlannedOptions o = planned_options(plan_path, src, dst, threads);
+  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          o.copy = copy_of(copy);
+          const ShardSelection which = selection.find('/') == std::string::npos ? parse_shard_index(selection)
+                                                                                 : parse_shard_selection(selection);
+          const Report r = convert_planned_shards(o, which);
+          return {r.exit_code(), dump_json(report_to_json(r)), std::nullopt};
+        } catch (...) {
+          return planned_error(plan_path, src, dst);
+        }
+      },
+      callback, mailbox);
+}
+
+// convert --plan P --finalize: (exit code, report JSON, HTML page or None).
+Outcome finalize(const std::string& plan_path, const std::optional<std::string>& src,
+                 const std::optional<std::string>& dst, unsigned threads, const std::string& copy, bool html) {
+  ProgressMailbox mailbox;
+  PlannedOptions o = planned_options(plan_path, src, dst, threads);
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          o.copy = copy_of(copy);
+          const Report r = finalize_planned(o);
+          std::optional<std::string> page;
+          if (html) page = render_html_for(r, nullptr, threads);
+          return {r.exit_code(), dump_json(report_to_json(r)), page};
+        } catch (...) {
+          return planned_error(plan_path, src, dst);
+        }
+      },
+      nb::none(), mailbox);
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "mx2nv's C++ library; use the mx2nv package, not this module.";
+  m.def("version", [] { return std::string(MX2NV_VERSION); });
+  m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
+        nb::arg("resume"), nb::arg("copy"), nb::arg("progress").none(), nb::arg("html"),
+        "Convert; returns (exit code, report JSON, HTML page or None).");
+  m.def("verify", &verify, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
+        nb::arg("progress").none(), nb::arg("html"), "Verify; returns (exit code, report JSON, HTML page or None).");
+  m.def("inspect", &inspect, nb::arg("src"), nb::arg("window"), nb::arg("threads"), nb::arg("html"),
+        "Inspect; returns (exit code, inspection JSON, HTML page or None).");
+  m.def("plan", &plan, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
+        nb::arg("plan_out").none(), "Plan; returns (exit code, report JSON, plan file written or None).");
+  m.def("convert_shards", &convert_shards, nb::arg("plan"), nb::arg("selection"), nb::arg("src").none(),
+        nb::arg("dst").none(), nb::arg("threads"), nb::arg("copy"), nb::arg("progress").none(),
+        "Convert shards of a plan (selection \"I\" or \"I/N\"); returns (exit code, report JSON, None).");
+  m.def("finalize", &finalize, nb::arg("plan"), nb::arg("src").none(), nb::arg("dst").none(), nb::arg("threads"),
+        nb::arg("copy"), nb::arg("html"), "Finalize a plan; returns (exit code, report JSON, HTML page or None).");
+}

@@ -1,0 +1,56 @@
+"""Ctrl-C in Python stops a conversion exactly like SIGINT stops the CLI:
+temporary files removed, finished shards kept, resume completes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import mx2nv
+from conftest import generate, no_temporaries
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import mx2nv
+    src, dst = sys.argv[1], sys.argv[2]
+    def progress(p):
+        if p.phase == "shards" and p.bytes_done > 0:
+            print("working", flush=True)  # the parent sends SIGINT now
+    try:
+        mx2nv.convert(src, dst, threads=1, progress=progress)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": True}), flush=True)
+        sys.exit(130)
+    print(json.dumps({"interrupted": False}), flush=True)
+    """
+)
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
+    # Big enough that the conversion is still running when SIGINT arrives.
+    src = generate(tmp_path / "src", "--layers", "2", "--experts", "16", "--hidden", "2048", "--intermediate", "1024",
+                   "--shards", "8")
+    dst = tmp_path / "dst"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(src), str(dst)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line.strip() == "working", line
+    os.kill(child.pid, signal.SIGINT)
+    rest = child.stdout.read()
+    assert child.wait(timeout=60) == 130, rest
+    assert json.loads(rest.strip().splitlines()[-1]) == {"interrupted": True}
+
+    # Like the CLI after SIGINT: no temporaries, no index, the lock released.
+    assert no_temporaries(dst)
+    assert not (dst / "model.safetensors.index.json").exists()
+    started = time.monotonic()
+    report = mx2nv.convert(src, dst, resume=True, threads=2)
+    assert report.ok and time.monotonic() - started < 60
+    assert mx2nv.verify(src, dst).ok
