@@ -295,7 +295,11 @@ ModuleFacts facts(std::optional<int> kmax, std::optional<int> kmin, std::vector<
   f.k_max = kmax;
   f.k_min = kmin;
   ByteHistogram h{};
-  for (const auto& [k, n] : hist) h[static_cast<std::size_t>(k + 127)] += n;
+  // E8M0 holds exponents -127..127; a defensive test may state facts beyond
+  // them (k_min/k_max only), which no histogram byte can carry.
+  for (const auto& [k, n] : hist) {
+    if (k >= -127 && k <= 127) h[static_cast<std::size_t>(k + 127)] += n;
+  }
   f.histogram = to_sparse(h);
   return f;
 }
