@@ -12,26 +12,21 @@ APT_PACKAGES=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
 # report test, script(1) for the terminal progress test, pgrep (procps) for
 # the Slurm test's daemons check.
 TEST_APT_PACKAGES=(chromium-headless-shell bsdutils procps)
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
+# Installs the packages among "$@" (after any apt-get flags) that dpkg lacks.
+install_missing() {
+  local flags=() missing=() p
+  while [[ $# -gt 0 && $1 == -* ]]; do flags+=("$1"); shift; done
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
   echo "setup: installing ${missing[*]}"
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  local SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-missing=()
-for p in "${TEST_APT_PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${flags[@]}" "${missing[@]}" >/dev/null
+}
+install_missing "${APT_PACKAGES[@]}"
+install_missing --no-install-recommends "${TEST_APT_PACKAGES[@]}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_WERROR="${MX2NV_WERROR:-ON}" >/dev/null
 cmake --build build

@@ -36,17 +36,6 @@ using namespace mx2nv;
 
 namespace {
 
-std::string human_bytes(std::uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
-}
-
 void write_report(const std::optional<ReportFile>& file, const Report& report) {
   if (!file) return;
   std::fflush(stdout);  // the summary first, when the report goes to /dev/stdout too

@@ -8,10 +8,12 @@
 //   becomes the four characters \xNN, so every report is valid JSON for any
 //   path. (Documented in README "Report".)
 // - dump_json(): the one way we serialise JSON; it never throws on text.
+// - human_bytes(): a byte count for people (B, KiB, MiB, GiB, TiB).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,5 +22,6 @@ namespace mx2nv {
 std::string printable(std::string_view text);
 std::string json_text(std::string_view text);
 std::string dump_json(const nlohmann::json& value, int indent = 2);
+std::string human_bytes(std::uint64_t n);
 
 }  // namespace mx2nv

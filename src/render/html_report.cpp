@@ -37,17 +37,6 @@ std::string esc(std::string_view raw) {
   return out;
 }
 
-std::string human_bytes(std::uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
-}
-
 std::optional<std::uint64_t> parse_index(std::string_view s) {
   std::uint64_t v = 0;
   if (s.empty() || s.size() > 9) return std::nullopt;
