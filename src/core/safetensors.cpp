@@ -3,6 +3,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/json_stream.hpp"
+#include "core/json_text.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -300,11 +301,11 @@ std::string serialize_header(const std::optional<std::map<std::string, std::stri
   for (const TensorInfo& t : tensors) {
     if (!first) json += ',';
     first = false;
-    json += Json(t.name).dump();
+    append_json_string(json, t.name);
     json += ":{\"dtype\":\"";
     json += dtype_name(t.dtype);
     json += "\",\"shape\":";
-    json += Json(t.shape).dump();
+    append_json_uint_array(json, t.shape);
     json += ",\"data_offsets\":[";
     json += std::to_string(t.begin);
     json += ',';

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/json_stream.hpp"
+#include "core/json_text.hpp"
 
 #include <algorithm>
 
@@ -293,15 +294,12 @@ void render_shard_index(const Json& other, std::size_t count, const IndexEntries
   for (std::size_t i = 0; i < count; ++i) order[i] = static_cast<std::uint32_t>(i);
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); });
   std::string piece = text.substr(0, at);
-  std::string name;
   for (std::size_t i = 0; i < count; ++i) {
     const IndexEntry e = entry(order[i]);
     piece += i == 0 ? "\n    " : ",\n    ";
-    name.assign(e.name);
-    name += e.suffix;
-    piece += Json(name).dump();
+    append_json_string(piece, e.name, e.suffix);
     piece += ": ";
-    piece += Json(e.shard).dump();
+    append_json_string(piece, e.shard);
     if (piece.size() >= kJsonChunkBytes) {
       sink(piece);
       piece.clear();

@@ -181,20 +181,29 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
   const auto& modules = set.modules;
   const std::size_t indexed = index.tensors.size();
   const auto bf16 = [&](std::size_t m) { return !plan.empty() && plan[m].treatment == Treatment::Bf16; };
+  bool any_bf16 = false;
+  for (std::size_t m = 0; m < modules.size(); ++m) any_bf16 = any_bf16 || bf16(m);
+  // The sort in render_shard_index asks for an entry O(n log n) times, so an
+  // entry is never a name lookup: the BF16 fate of each indexed tensor is
+  // worked out once here (a bit per tensor), and only when some module is BF16.
+  std::vector<bool> packed_of_bf16(any_bf16 ? indexed : 0), scale_of_bf16(any_bf16 ? indexed : 0);
+  for (std::size_t i = 0; any_bf16 && i < indexed; ++i) {
+    const std::string_view name = index.tensors.name(static_cast<NameTable::Id>(i));
+    if (const auto m = set.module_of(name, kPackedSuffix); m && bf16(*m)) packed_of_bf16[i] = true;
+    if (const auto m = set.module_of(name, kScaleSuffix); m && bf16(*m)) scale_of_bf16[i] = true;
+  }
   const auto entry = [&](std::size_t i) -> IndexEntry {
     if (i < indexed) {
       const auto id = static_cast<NameTable::Id>(i);
       const std::string_view name = index.tensors.name(id);
-      if (const auto m = set.module_of(name, kPackedSuffix); m && bf16(*m)) {
-        return {modules[*m].name, kBf16WeightSuffix, index.shard_files[index.shard_of[id]]};
-      }
-      return {name, {}, index.shard_files[index.shard_of[id]]};
+      const std::string_view shard = index.shard_files[index.shard_of[id]];
+      // A BF16 module's packed tensor becomes its weight, under the module's name.
+      if (any_bf16 && packed_of_bf16[i]) return {name.substr(0, name.size() - kPackedSuffix.size()), kBf16WeightSuffix, shard};
+      return {name, {}, shard};
     }
     const QuantModule& m = modules[i - indexed];
     return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
   };
-  bool any_bf16 = false;
-  for (std::size_t m = 0; m < modules.size(); ++m) any_bf16 = any_bf16 || bf16(m);
   if (!any_bf16) {
     render_shard_index(index.other, indexed + modules.size(), entry, total_size, sink);
     return;
@@ -202,8 +211,7 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
   // Some entries are gone (a BF16 module's scale and global): number the kept ones.
   std::vector<std::size_t> kept;
   for (std::size_t i = 0; i < indexed; ++i) {
-    const auto m = set.module_of(index.tensors.name(static_cast<NameTable::Id>(i)), kScaleSuffix);
-    if (!m || !bf16(*m)) kept.push_back(i);
+    if (!scale_of_bf16[i]) kept.push_back(i);
   }
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!bf16(m)) kept.push_back(indexed + m);
