@@ -1,6 +1,7 @@
 #include "core/json_stream.hpp"
 
 #include "core/error.hpp"
+#include "core/json_fast.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -138,6 +139,12 @@ void StrictSax::enter() {
 
 void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
                        std::string_view what) {
+  if (parse_json_fast(source, offset, length, handler)) return;
+  parse_json_streaming(source, offset, length, handler, what);
+}
+
+void parse_json_streaming(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
+                          std::string_view what) {
   ChunkReader reader(source, offset, length, what);
   // What Json::sax_parse does, with our adapter instead of an iterator one.
   nlohmann::detail::parser<Json, ChunkAdapter>(ChunkAdapter(reader, handler.skipped_), nullptr, true, false)

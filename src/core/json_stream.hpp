@@ -3,11 +3,13 @@
 // fixed chunks from a ByteSource and fed to nlohmann's SAX parser, so memory
 // is what the handler keeps, never the document or a DOM of it.
 //
-// Why not simdjson (Debian libsimdjson-dev): it needs the whole document in
-// memory plus a structural index of up to 4 bytes per input byte (~2 GB for
-// a capped 512 MB index), and it does not detect duplicate keys, which we
-// must refuse. nlohmann's lexer validates UTF-8 and control characters; the
-// rules it lacks are enforced here and in StrictSax:
+// Small documents (shard headers) go through simdjson first (json_fast.hpp),
+// which accepts only where it is certain to agree; everything else, and
+// every error, comes from this path. Why not simdjson for all: it needs the
+// whole document in memory plus a structural index of up to 4 bytes per
+// input byte (~2 GB for a capped 512 MB index), and it does not detect
+// duplicate keys, which we must refuse. nlohmann's lexer validates UTF-8 and
+// control characters; the rules it lacks are enforced here and in StrictSax:
 //   * a UTF-8 byte order mark is refused (nlohmann skips it silently);
 //   * a NUL byte anywhere is refused (nlohmann's lexer takes NUL for the end
 //     of input and would ignore everything after it);
@@ -64,7 +66,7 @@ class StrictSax : public nlohmann::json_sax<Json> {
   const std::string& what() const { return what_; }
 
  private:
-  friend void parse_json_stream(const ByteSource&, std::uint64_t, std::uint64_t, StrictSax&, std::string_view);
+  friend void parse_json_streaming(const ByteSource&, std::uint64_t, std::uint64_t, StrictSax&, std::string_view);
   std::string what_;
   std::size_t depth_ = 0;
   std::string rejection_;
@@ -76,6 +78,9 @@ class StrictSax : public nlohmann::json_sax<Json> {
 // most kMaxJsonTokenBytes of lexer buffers, whatever the document's size.
 void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
                        std::string_view what);
+// The streaming parser alone, without the fast path (tests compare the two).
+void parse_json_streaming(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
+                          std::string_view what);
 // The same over text in memory.
 void parse_json_text(std::string_view text, StrictSax& handler, std::string_view what);
 

@@ -1,0 +1,40 @@
+// The fast path for small strict JSON documents (a shard header is ~0.7 MB
+// at Kimi K3's scale; 96 of them are read twice per convert). nlohmann's
+// lexer reads a character at a time (~130 MB/s here); simdjson validates a
+// whole document at several GB/s. This path parses with simdjson and feeds
+// the handler the very events nlohmann's SAX parser would, so every rule
+// (schema, duplicate keys, depth, caps) stays in the one handler.
+//
+// It only *accepts*: it declines, having fed the handler nothing, whenever
+// the two parsers could differ or an error must be reported, and the caller
+// then runs the streaming parser (json_stream.hpp), whose verdict and error
+// message are canonical. It declines on
+//   * documents over kFastJsonMaxBytes (simdjson's working memory is up to
+//     ~14 bytes per input byte; the streaming parser's is bounded instead),
+//   * any byte below 0x20 (NUL, control characters; whitespace other than
+//     spaces), a backslash (escapes), "-0" (nlohmann reports -0 as a signed
+//     integer, simdjson's value cannot say) and a leading byte order mark,
+//   * anything simdjson refuses (syntax, UTF-8, depth, number range),
+//   * all of its parsers being busy (kFastJsonParsers, so memory stays
+//     bounded however many threads parse).
+// With those excluded, a string is its raw UTF-8 bytes in both parsers and a
+// number has the same kind (unsigned, signed, float) and value.
+#pragma once
+
+#include "core/byte_source.hpp"
+#include "core/strict_json.hpp"
+
+#include <cstdint>
+
+namespace mx2nv {
+
+class StrictSax;
+
+inline constexpr std::uint64_t kFastJsonMaxBytes = 2ull << 20;
+inline constexpr unsigned kFastJsonParsers = 4;
+
+// Parses bytes [offset, offset + length) of `source` and feeds `handler`;
+// false if it declined (nothing fed). A handler's exception propagates.
+bool parse_json_fast(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler);
+
+}  // namespace mx2nv

@@ -1,0 +1,173 @@
+// The simdjson fast path (core/json_fast) may only accept a document when
+// the streaming nlohmann parser would produce the very same SAX events; every
+// refusal must come from the streaming parser. Compared event by event on
+// edge cases and on thousands of mutations of a real header.
+#include "core/error.hpp"
+#include "core/json_fast.hpp"
+#include "core/json_stream.hpp"
+#include "core/safetensors.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace mx2nv {
+namespace {
+
+// Logs every event; a handler exception is logged as the last event.
+class Recorder final : public StrictSax {
+ public:
+  Recorder() : StrictSax("t.json") {}
+  std::string log;
+  bool null() override { return add("null"); }
+  bool boolean(bool v) override { return add(v ? "true" : "false"); }
+  bool number_integer(number_integer_t v) override { return add("i" + std::to_string(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return add("u" + std::to_string(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return add("f" + std::to_string(v)); }
+  bool string(string_t& v) override { return add("s" + v); }
+  bool key(string_t& k) override { return add("k" + k); }
+  bool start_object(std::size_t) override {
+    enter();
+    return add("{");
+  }
+  bool end_object() override {
+    leave();
+    return add("}");
+  }
+  bool start_array(std::size_t) override {
+    enter();
+    return add("[");
+  }
+  bool end_array() override {
+    leave();
+    return add("]");
+  }
+
+ private:
+  bool add(const std::string& event) {
+    log += event;
+    log += '\x1f';
+    return true;
+  }
+};
+
+std::string events(bool fast, std::string_view text, bool* accepted = nullptr) {
+  const MemorySource source(text);
+  Recorder r;
+  try {
+    if (fast) {
+      const bool took = parse_json_fast(source, 0, text.size(), r);
+      if (accepted != nullptr) *accepted = took;
+      if (!took) return "declined";
+    } else {
+      parse_json_streaming(source, 0, text.size(), r, "t.json");
+    }
+  } catch (const Error& e) {
+    // parse_json_fast throws only from the handler, i.e. once it has taken the document.
+    if (fast && accepted != nullptr) *accepted = true;
+    r.log += std::string("throw:") + e.what();
+  }
+  return r.log;
+}
+
+// Fast accepted => identical events (and the same exception, if any).
+void expect_agreement(std::string_view text) {
+  bool accepted = false;
+  const std::string fast = events(true, text, &accepted);
+  if (!accepted) {
+    EXPECT_TRUE(fast == "declined" || fast.empty()) << text;
+    return;
+  }
+  EXPECT_EQ(fast, events(false, text)) << text;
+}
+
+std::string k3_like_header() {
+  std::vector<TensorInfo> tensors;
+  std::uint64_t at = 0;
+  for (int e = 0; e < 40; ++e) {
+    for (const char* w : {"w1", "w2", "w3"}) {
+      const std::string base = "model.layers.3.mlp.experts." + std::to_string(e) + "." + w;
+      tensors.push_back({base + ".weight_packed", Dtype::U8, {64, 32}, at, at + 2048});
+      at += 2048;
+      tensors.push_back({base + ".weight_scale", Dtype::U8, {64, 2}, at, at + 128});
+      at += 128;
+    }
+  }
+  const std::string out = serialize_header(std::map<std::string, std::string>{{"format", "pt"}}, tensors);
+  return out.substr(kHeaderLengthBytes);
+}
+
+TEST(JsonFast, TakesARealHeaderAndAgrees) {
+  const std::string header = k3_like_header();
+  bool accepted = false;
+  const std::string fast = events(true, header, &accepted);
+  EXPECT_TRUE(accepted);
+  EXPECT_EQ(fast, events(false, header));
+  EXPECT_NE(fast.find("kmodel.layers.3.mlp.experts.39.w3.weight_scale"), std::string::npos);
+}
+
+TEST(JsonFast, DeclinesWhatItCannotMatch) {
+  const std::vector<std::string> declined = {R"({"a\"b":1})", "{\"a\":\n1}", "\xEF\xBB\xBF{}", R"({"a":-0})",
+                                            R"([-0.5])", std::string("{\"a\":\0}", 7), R"({"a":)", R"({"a":1}x)", ""};
+  for (const auto& text : declined) {
+    bool accepted = true;
+    events(true, text, &accepted);
+    EXPECT_FALSE(accepted) << text;
+  }
+  const std::string big(kFastJsonMaxBytes + 1, ' ');
+  bool accepted = true;
+  events(true, "{}" + big, &accepted);
+  EXPECT_FALSE(accepted);
+}
+
+TEST(JsonFast, EdgeCasesAgree) {
+  const std::vector<std::string> cases = {
+      "{}", "[]", "0", "7", "1.5", "1e5", "1E-2", "-1", "-9223372036854775808", "-9223372036854775809",
+      "9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551616",
+      "123456789012345678901234567890", "true", "false", "null", R"("x")", R"({"a":1,"a":2})",
+      R"({"a":[1,{"b":null}],"c":"é専😀"})", "  {}  ", "[1,2,]", "[01]", "[.5]", "[1.]", R"({"a" 1})",
+      "\"\xff\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\"", "\"\xf4\x90\x80\x80\"", "[\"\x7f\"]", "{\"a\":1}{}", "[1e99999]", "[-1e99999]"};
+  for (const auto& text : cases) expect_agreement(text);
+  for (const std::size_t depth : {63u, 64u, 65u, 1023u, 1025u, 5000u}) {
+    expect_agreement(std::string(depth, '[') + std::string(depth, ']'));
+  }
+}
+
+TEST(JsonFast, MutatedHeadersAgree) {
+  const std::string header = k3_like_header();
+  const std::string alphabet = "-0123456789eE.+\"\\{}[],: tnfrul\x01\x7f\xc3\xa9\xff\xed";
+  std::mt19937 rng(8);
+  int accepted_count = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string text = header;
+    for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
+      const std::size_t at = rng() % text.size();
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0: text[at] = c; break;
+        case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        default: text.erase(at, 1 + rng() % 4); break;
+      }
+    }
+    bool accepted = false;
+    const std::string fast = events(true, text, &accepted);
+    if (!accepted) continue;
+    ++accepted_count;
+    ASSERT_EQ(fast, events(false, text)) << text;
+  }
+  // Most mutations land in names or digits and stay valid: the comparison ran.
+  EXPECT_GT(accepted_count, 500);
+}
+
+TEST(JsonFast, ShardHeaderIsTheSameEitherWay) {
+  const std::string header = k3_like_header();
+  const std::uint64_t file_size = kHeaderLengthBytes + header.size() + 40 * 3 * (2048 + 128);
+  const ShardHeader h = ShardHeader::parse(header, file_size, "t");
+  ASSERT_EQ(h.tensors().size(), 240u);
+  EXPECT_EQ(h.tensors()[5].name, "model.layers.3.mlp.experts.0.w3.weight_scale");
+  EXPECT_EQ(h.tensors()[5].shape, (std::vector<std::uint64_t>{64, 2}));
+  EXPECT_EQ(h.metadata()->at("format"), "pt");
+}
+
+}  // namespace
+}  // namespace mx2nv
