@@ -200,8 +200,13 @@ void Destination::create_root_and_lock(int operation) {
   }
   const UniqueFd state = open_directory(std::string(kStateDirName), false);
   const fs::path lock_path = root_ / state_path(kLockFileName);
-  const int lfd = ::openat(state.get(), std::string(kLockFileName).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-                           0644);
+  // Created exclusively when absent, so we know whether it is ours: a run
+  // that finished removed its lock file, and a run refused after creating a
+  // new one must not leave it in the finished state directory.
+  const std::string lock_name(kLockFileName);
+  int lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  created_lock_file_ = lfd >= 0;
+  if (lfd < 0 && errno == EEXIST) lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (lfd < 0) fail_io(lock_path, "open lock", errno);
   UniqueFd lock(lfd);
   struct stat st {};
@@ -409,8 +414,8 @@ void Destination::abandon() noexcept {
       ::unlinkat(dir.get(), name.c_str(), 0);
     }
     if (!committed_.empty() || shared_) return;  // finished files serve --resume; other workers' are theirs
-    if (lock_fd_ && created_state_dir_) {
-      // Our own state directory: the lock inside it goes with it.
+    if (lock_fd_ && (created_state_dir_ || created_lock_file_)) {
+      // Our own state directory or lock file: the lock goes with it.
       const UniqueFd state = open_directory(std::string(kStateDirName), false);
       ::unlinkat(state.get(), std::string(kLockFileName).c_str(), 0);
     }

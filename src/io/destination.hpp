@@ -119,6 +119,7 @@ class Destination {
   bool resume_ = false;
   bool created_root_ = false;
   bool created_state_dir_ = false;
+  bool created_lock_file_ = false;  // ours to remove if we give up (a lost race)
   bool finalized_ = false;
   bool writing_ = false;
   bool shared_ = false;  // open_for_shards: many writers, each on its own shards

@@ -157,6 +157,25 @@ TEST(Destination, OneWriterAtATime) {
   EXPECT_EQ(kind_of([&] { b.open_for_writing({}); }), ErrorKind::Usage);
 }
 
+// A converter that lost a race to one that finished (the winner removes its
+// lock file on finishing, so the loser creates a new one and gets it) is
+// refused and must take the lock file it created with it: the finished
+// destination's state directory holds the finished record alone.
+TEST(Destination, ALoserOfARaceLeavesTheWinnersStateAsItWas) {
+  Scratch s;
+  {
+    Destination late(s / "src", s / "dst", false);  // checked while DST was still empty
+    fs::create_directories(s / "dst/.mx2nv");
+    std::ofstream(s / "dst/.mx2nv/finished.json") << "{}";
+    std::ofstream(s / "dst/model.safetensors.index.json") << "{}";
+    EXPECT_EQ(kind_of([&] { late.open_for_writing({}); }), ErrorKind::Usage);
+  }
+  std::vector<std::string> state;
+  for (const auto& e : fs::directory_iterator(s / "dst/.mx2nv")) state.push_back(e.path().filename().string());
+  EXPECT_EQ(state, std::vector<std::string>{"finished.json"});
+  EXPECT_TRUE(fs::exists(s / "dst/model.safetensors.index.json"));
+}
+
 TEST(Destination, RelativePathsThatEscapeAreRefused) {
   Scratch s;
   Destination d(s / "src", s / "dst", false);
