@@ -7,28 +7,35 @@
 
 namespace mx2nv {
 
-std::size_t NameTable::slot_of(std::string_view name) const {
-  const auto h = static_cast<std::size_t>(XXH3_64bits(name.data(), name.size()));
+std::uint32_t NameTable::hash_of(std::string_view name) {
+  return static_cast<std::uint32_t>(XXH3_64bits(name.data(), name.size()));
+}
+
+// The table never exceeds 2^32 slots (ids are 32-bit), so the stored 32 bits
+// are enough to place a name in it.
+std::size_t NameTable::slot_of(std::string_view name, std::uint32_t hash) const {
   const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-    if (slots_[i] == kEmpty || names_[slots_[i]] == name) return i;
+  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.id == kEmpty || (s.hash == hash && names_[s.id] == name)) return i;
   }
 }
 
 std::optional<NameTable::Id> NameTable::find(std::string_view name) const {
   if (slots_.empty()) return std::nullopt;
-  const Id id = slots_[slot_of(name)];
+  const Id id = slots_[slot_of(name, hash_of(name))].id;
   if (id == kEmpty) return std::nullopt;
   return id;
 }
 
 std::pair<NameTable::Id, bool> NameTable::insert(std::string_view name) {
   if ((names_.size() + 1) * 2 > slots_.size()) grow();
-  const std::size_t slot = slot_of(name);
-  if (slots_[slot] != kEmpty) return {slots_[slot], false};
+  const std::uint32_t hash = hash_of(name);
+  Slot& slot = slots_[slot_of(name, hash)];
+  if (slot.id != kEmpty) return {slot.id, false};
   const auto id = static_cast<Id>(names_.size());
   names_.push_back(store(name));
-  slots_[slot] = id;
+  slot = {id, hash};
   name_bytes_ += name.size();
   return {id, true};
 }
@@ -53,10 +60,14 @@ std::string_view NameTable::store(std::string_view name) {
 }
 
 void NameTable::grow() {
-  std::vector<Id> old = std::move(slots_);
-  slots_.assign(std::max<std::size_t>(64, old.size() * 2), kEmpty);
-  for (const Id id : old) {
-    if (id != kEmpty) slots_[slot_of(names_[id])] = id;
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(std::max<std::size_t>(64, old.size() * 2), Slot{});
+  const std::size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.id == kEmpty) continue;
+    std::size_t i = s.hash & mask;
+    while (slots_[i].id != kEmpty) i = (i + 1) & mask;
+    slots_[i] = s;
   }
 }
 

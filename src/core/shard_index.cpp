@@ -263,6 +263,8 @@ namespace {
 
 char char_at(const IndexEntry& e, std::size_t i) { return i < e.name.size() ? e.name[i] : e.suffix[i - e.name.size()]; }
 
+}  // namespace
+
 // Orders entries by their full name, name + suffix, bytewise (as std::string
 // compares), without building it.
 bool full_name_less(const IndexEntry& a, const IndexEntry& b) {
@@ -275,8 +277,6 @@ bool full_name_less(const IndexEntry& a, const IndexEntry& b) {
   }
   return na < nb;
 }
-
-}  // namespace
 
 void render_shard_index(const Json& other, std::size_t count, const IndexEntries& entry, std::uint64_t total_size,
                         const TextSink& sink) {
@@ -292,7 +292,8 @@ void render_shard_index(const Json& other, std::size_t count, const IndexEntries
   const std::size_t at = text.find(kSlot) + kSlot.size() - 1;  // the closing brace
   std::vector<std::uint32_t> order(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = static_cast<std::uint32_t>(i);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); });
+  const auto less = [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); };
+  if (!std::is_sorted(order.begin(), order.end(), less)) std::sort(order.begin(), order.end(), less);
   std::string piece = text.substr(0, at);
   for (std::size_t i = 0; i < count; ++i) {
     const IndexEntry e = entry(order[i]);

@@ -74,6 +74,9 @@ struct IndexEntry {
   std::string_view shard;
 };
 
+// Orders entries by their full name, name + suffix, bytewise.
+bool full_name_less(const IndexEntry& a, const IndexEntry& b);
+
 // The index written for a converted checkpoint: the source document's other
 // members with weight_map replaced by `weight_map` and metadata.total_size
 // set (sum of tensor bytes, as huggingface_hub computes it). Keys sorted,

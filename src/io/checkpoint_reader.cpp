@@ -204,18 +204,21 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
     const QuantModule& m = modules[i - indexed];
     return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
   };
-  if (!any_bf16) {
-    render_shard_index(index.other, indexed + modules.size(), entry, total_size, sink);
-    return;
-  }
-  // Some entries are gone (a BF16 module's scale and global): number the kept ones.
-  std::vector<std::size_t> kept;
+  // The entries, the index's (those kept) then the globals (of modules kept),
+  // merged by name: an index written sorted (transformers sorts its keys)
+  // and the name-sorted module table then need n comparisons, not n log n
+  // (render_shard_index sorts only what is not yet sorted).
+  std::vector<std::uint32_t> kept;
+  kept.reserve(indexed + modules.size());
   for (std::size_t i = 0; i < indexed; ++i) {
-    if (!scale_of_bf16[i]) kept.push_back(i);
+    if (!any_bf16 || !scale_of_bf16[i]) kept.push_back(static_cast<std::uint32_t>(i));
   }
+  const auto from_index = static_cast<std::ptrdiff_t>(kept.size());
   for (std::size_t m = 0; m < modules.size(); ++m) {
-    if (!bf16(m)) kept.push_back(indexed + m);
+    if (!bf16(m)) kept.push_back(static_cast<std::uint32_t>(indexed + m));
   }
+  std::inplace_merge(kept.begin(), kept.begin() + from_index, kept.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); });
   render_shard_index(index.other, kept.size(), [&](std::size_t k) { return entry(kept[k]); }, total_size, sink);
 }
 
