@@ -13,6 +13,7 @@ namespace {
 constexpr std::uint64_t kScaleChunk = 1 << 20;      // scale bytes per read
 constexpr std::uint64_t kClassifyGroups = 1 << 18;  // groups per read when classifying (4 MiB packed)
 constexpr std::uint64_t kMaxScalePasses = 8;        // extra scale passes before classifying instead
+constexpr std::uint64_t kSmallPackedBytes = 64 << 10;  // read whole at the first probe
 // Probes of one scale byte's groups before concluding they are probably all
 // zero and reading the module sequentially instead: an active group is
 // usually found at the first probe, and a byte whose first 64 groups are all
@@ -72,9 +73,20 @@ void ModuleScanner::read_histogram() {
 }
 
 bool ModuleScanner::probe(std::uint64_t position) {
+  ++probes_;
+  // A small module's packed bytes are read whole at its first probe: one
+  // read instead of one per probe (a pread costs a system call whatever its
+  // size, and a checkpoint of many small experts probes each a few times).
+  const std::uint64_t packed_bytes = module_.group_count() * kGroupBytes;
+  if (packed_bytes <= kSmallPackedBytes) {
+    if (kept_packed_.size() != packed_bytes) {
+      kept_packed_.resize(static_cast<std::size_t>(packed_bytes));
+      where_.packed->read_at(where_.packed_offset, kept_packed_);
+    }
+    return group_is_active(kept_packed_.data() + position * kGroupBytes);
+  }
   std::byte group[kGroupBytes];
   where_.packed->read_at(where_.packed_offset + position * kGroupBytes, group);
-  ++probes_;
   return group_is_active(group);
 }
 

@@ -72,6 +72,7 @@ class ModuleScanner {
   ByteHistogram histogram_{};
   std::optional<ByteHistogram> full_;  // active groups per scale byte, once classified
   std::vector<std::byte> kept_scales_;  // a small module's scale bytes, once read
+  std::vector<std::byte> kept_packed_;  // a small module's packed bytes, once probed
   std::uint64_t probes_ = 0;
   std::uint64_t scale_passes_ = 0;
 };
