@@ -289,10 +289,41 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
   return in.report.exit_code();
 }
 
+// What the runtimes' own selectors said, one line each (gate --ask-runtimes).
+void print_runtime_checks(const GateResult& r) {
+  if (!r.not_asked.empty()) {
+    fmt::print("  runtimes' own selectors: not asked ({})\n", r.not_asked);
+    return;
+  }
+  fmt::print("  runtimes' own selectors (asked in {}{}, layer {}):\n", printable(r.asked.python),
+             r.asked.python_version.empty() ? "" : fmt::format(", Python {}", printable(r.asked.python_version)),
+             printable(r.expert_layer));
+  for (const auto& c : r.checks) {
+    const RuntimeOpinion& op = c.opinion;
+    std::string who = op.runtime + (op.version.empty() ? "" : " " + op.version);
+    if (op.version_differs()) who += fmt::format(" (gate's rules were read from {})", op.pinned);
+    std::string said;
+    switch (op.outcome) {
+      case RuntimeOpinion::Outcome::NotInstalled: said = "not installed there"; break;
+      case RuntimeOpinion::Outcome::CouldNotAsk: said = "could not ask: " + op.reason; break;
+      case RuntimeOpinion::Outcome::Refused: said = "its selector refuses this config: " + op.reason; break;
+      case RuntimeOpinion::Outcome::Selected:
+        said = fmt::format("selects {} ({})", op.selected,
+                           op.selects_nvfp4a16 ? "the NVFP4A16 MoE method" : "not the NVFP4A16 MoE method");
+        break;
+    }
+    fmt::print("    {:<22} {}\n", printable(who), printable(said));
+    if (c.agreement != Agreement::NoOpinion) {
+      fmt::print("    {:<22} {} with gate's scheme rule ({} the NVFP4A16 MoE method)\n", "",
+                 agreement_name(c.agreement), c.gate_selects ? "which selects" : "which does not select");
+    }
+  }
+}
+
 int run_gate(const GateOptions& o, bool json) {
   const GateResult r = run_gate(o);
   if (json) {
-    fmt::print("{}\n", gate_to_json(r).dump(2));
+    fmt::print("{}\n", dump_json(gate_to_json(r)));
   } else {
     fmt::print("mx2nv gate: {} (hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}\n",
                printable(r.checkpoint), r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp);
@@ -301,8 +332,9 @@ int run_gate(const GateOptions& o, bool json) {
                  v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
       for (const auto& why : v.reasons) fmt::print("      - {}\n", printable(why));
     }
+    print_runtime_checks(r);
   }
-  return r.blocked() ? kExitRefusedOrMismatch : kExitOk;
+  return r.exit_code();
 }
 
 int run_demo(const fs::path& dir, unsigned threads) {
@@ -497,6 +529,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp16", "bf16", "both"}));
   add_threads(gate);
   gate->add_flag("--json", json, "print JSON instead of a summary");
+  std::string gate_ask = "auto";
+  unsigned gate_ask_timeout = 120;
+  gate->add_option("--ask-runtimes", gate_ask,
+                   "auto (default): also ask the vLLM/SGLang installed in --python which scheme their own code "
+                   "selects; never: do not")
+      ->check(CLI::IsMember({"auto", "never"}));
+  gate->add_option("--python", gate_options.ask.python, "interpreter to ask the runtimes in (default python3 on PATH)");
+  gate->add_option("--ask-timeout", gate_ask_timeout, "seconds the interpreter may take (default 120)")
+      ->check(CLI::Range(1u, 3600u));
 
   FixtureSpec gen;
   std::string gen_dir, gen_layout = "k3";
@@ -582,6 +623,8 @@ int main(int argc, char** argv) {
     if (*demo) return run_demo(demo_dir, threads);
     if (*gate) {
       gate_options.threads = threads;
+      gate_options.ask.enabled = gate_ask == "auto";
+      gate_options.ask.timeout = std::chrono::seconds(gate_ask_timeout);
       if (gate_dtype != "both") {
         gate_options.dtypes = {gate_dtype == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
       }

@@ -124,7 +124,7 @@ const std::vector<RuntimeBackend>& runtime_backends() {
   return all;
 }
 
-std::vector<SchemeFacts> scheme_facts(const Json& config) {
+const Json* quantization_config_of(const Json& config) {
   const Json* qc = nullptr;
   if (config.is_object() && config.contains("quantization_config")) qc = &config["quantization_config"];
   if (qc == nullptr && config.is_object()) {
@@ -132,6 +132,11 @@ std::vector<SchemeFacts> scheme_facts(const Json& config) {
       if (value.is_object() && value.contains("quantization_config")) qc = &value["quantization_config"];
     }
   }
+  return qc;
+}
+
+std::vector<SchemeFacts> scheme_facts(const Json& config) {
+  const Json* qc = quantization_config_of(config);
   if (qc == nullptr || !qc->is_object()) fail_input("config.json: no quantization_config");
   std::vector<SchemeFacts> out;
   const bool ct = qc->value("quant_method", Json()) == "compressed-tensors";
@@ -187,7 +192,7 @@ std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& 
 
 Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned tp,
                       const std::vector<SchemeFacts>& schemes, const MoeDims& dims, const ScaleFacts& s) {
-  Verdict v{&b, dtype, tp, Verdict::Run, {}, {}};
+  Verdict v{&b, dtype, tp, Verdict::Run, false, {}, {}};
   const bool fp16 = dtype == ActivationDtype::Fp16;
   const auto block = [&](std::string reason) {
     v.kind = Verdict::Blocked;
@@ -204,6 +209,7 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
                         describe(sc), b.runtime, b.runtime == "vllm" ? kVllmSelect : kSglangSelect));
     }
   }
+  v.scheme_selected = selected;
   if (selected) {
     v.notes.push_back(fmt::format("scheme: {} ({})",
                                   b.runtime == "vllm" ? "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)"

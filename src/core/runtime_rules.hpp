@@ -38,6 +38,10 @@ struct SchemeFacts {
   bool symmetric = false;
   bool input_activations_null = false;
 };
+// config.json's quantization_config: the top-level one, else that of the last
+// nested object (in key order) holding one (e.g. text_config); nullptr when
+// none. runtime_probe.py's find_quantization_config is the same rule.
+const Json* quantization_config_of(const Json& config);
 // Throws Error(InvalidInput) when config.json has no quantization_config.
 std::vector<SchemeFacts> scheme_facts(const Json& config);
 
@@ -72,6 +76,7 @@ struct Verdict {
   ActivationDtype dtype = ActivationDtype::Bf16;
   unsigned tp = 1;
   enum Kind { Run, Blocked, Unverified } kind = Run;
+  bool scheme_selected = false;      // the scheme rule chose the NVFP4A16 MoE method
   std::vector<std::string> reasons;  // why BLOCKED (every one) or why UNVERIFIED
   std::vector<std::string> notes;    // facts that do not block
 };

@@ -55,6 +55,7 @@ struct ExpertModule {
 
 struct Layer {
   std::string prefix;
+  std::array<std::string, 3> names;  // the checkpoint's gate, up, down projection names
   std::map<std::uint64_t, std::array<std::ptrdiff_t, 3>> experts;  // expert -> module index per role
 };
 
@@ -117,7 +118,44 @@ double bank_scale_factor(double max_scale) {
   return std::exp2(std::floor(std::log2(448.0 / max_scale)));
 }
 
+// The runtimes' own selectors on the first MoE layer (every layer has the
+// same scheme in the checkpoints gate judges: one shape, one config group).
+void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<Layer>& layers, GateResult& r) {
+  if (!o.ask.enabled) {
+    r.not_asked = "asking the runtimes was turned off";
+    return;
+  }
+  if (layers.empty()) {
+    r.not_asked = "no routed experts to ask about";
+    return;
+  }
+  std::vector<std::string> runtimes;
+  for (const auto& v : r.verdicts) {
+    const std::string name(v.backend->runtime);
+    if (std::find(runtimes.begin(), runtimes.end(), name) == runtimes.end()) runtimes.push_back(name);
+  }
+  r.expert_layer = layers.front().prefix;
+  r.asked = ask_runtimes(o.ask, *quantization_config_of(config), r.expert_layer, layers.front().names, runtimes);
+  for (auto& opinion : r.asked.opinions) {
+    RuntimeCheck c;
+    // The scheme rule is per runtime: every backend and dtype of it agrees.
+    for (const auto& v : r.verdicts) {
+      if (v.backend->runtime == opinion.runtime) c.gate_selects = v.scheme_selected;
+    }
+    c.agreement = agreement(opinion, c.gate_selects);
+    c.opinion = std::move(opinion);
+    r.checks.push_back(std::move(c));
+  }
+  r.asked.opinions.clear();  // moved into checks
+}
+
 }  // namespace
+
+bool GateResult::disagreed() const {
+  return std::any_of(checks.begin(), checks.end(), [](const RuntimeCheck& c) { return c.agreement == Agreement::Disagrees; });
+}
+
+int GateResult::exit_code() const { return blocked() || disagreed() ? kExitRefusedOrMismatch : kExitOk; }
 
 bool GateResult::blocked() const {
   return std::any_of(verdicts.begin(), verdicts.end(), [](const Verdict& v) { return v.kind == Verdict::Blocked; });
@@ -138,7 +176,8 @@ GateResult run_gate(const GateOptions& o) {
   const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
   for (auto& [name, t] : tensors) t.file = &ck.shards[t.shard].file;
   const Reader io{&ck};
-  const std::vector<SchemeFacts> schemes = scheme_facts(parse_strict_json(ck.config_text, "config.json").value);
+  const Json config = parse_strict_json(ck.config_text, "config.json").value;
+  const std::vector<SchemeFacts> schemes = scheme_facts(config);
 
   std::vector<ExpertModule> modules;
   std::vector<Layer> layers;
@@ -173,8 +212,9 @@ GateResult run_gate(const GateOptions& o) {
     m.rows = ps[0];
     m.blocks = ss[1];
     auto [it, fresh] = layer_index.emplace(prefix, layers.size());
-    if (fresh) layers.push_back({prefix, {}});
+    if (fresh) layers.push_back({prefix, {}, {}});
     m.layer = it->second;
+    layers[m.layer].names[role] = base.substr(base.rfind('.') + 1);
     auto& slots = layers[m.layer].experts.emplace(expert, std::array<std::ptrdiff_t, 3>{-1, -1, -1}).first->second;
     slots[role] = static_cast<std::ptrdiff_t>(modules.size());
     modules.push_back(std::move(m));
@@ -279,6 +319,7 @@ GateResult run_gate(const GateOptions& o) {
     if (o.runtime != "all" && o.runtime != b.runtime) continue;
     for (const ActivationDtype d : o.dtypes) result.verdicts.push_back(judge_backend(b, d, o.tp, schemes, dims, s));
   }
+  ask_own_selectors(o, config, layers, result);
   return result;
 }
 
@@ -318,6 +359,28 @@ Json gate_to_json(const GateResult& r) {
                              {"notes", v.notes}});
   }
   j["tp_table"] = tp_table_json(r.dims);
+  Json asked = {{"asked", r.not_asked.empty()},
+                {"not_asked", r.not_asked},
+                {"python", r.asked.python},
+                {"python_version", r.asked.python_version},
+                {"layer", r.expert_layer},
+                {"disagreement", r.disagreed()},
+                {"runtimes", Json::array()}};
+  for (const auto& c : r.checks) {
+    const RuntimeOpinion& op = c.opinion;
+    asked["runtimes"].push_back({{"runtime", op.runtime},
+                                 {"outcome", outcome_name(op.outcome)},
+                                 {"version", op.version},
+                                 {"pinned", op.pinned},
+                                 {"version_differs", op.version_differs()},
+                                 {"selected", op.selected},
+                                 {"selects_nvfp4a16", op.selects_nvfp4a16},
+                                 {"gate_selects_nvfp4a16", c.gate_selects},
+                                 {"agreement", agreement_name(c.agreement)},
+                                 {"reason", op.reason}});
+  }
+  j["runtime_selectors"] = std::move(asked);
+  j["exit_code"] = r.exit_code();
   return j;
 }
 

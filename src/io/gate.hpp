@@ -5,8 +5,10 @@
 // (to tell active blocks from all-zero ones). Rules: core/runtime_rules.hpp.
 #pragma once
 
+#include "core/runtime_opinion.hpp"
 #include "core/runtime_rules.hpp"
 #include "io/file.hpp"
+#include "io/runtime_ask.hpp"
 
 #include <string>
 #include <vector>
@@ -19,6 +21,14 @@ struct GateOptions {
   unsigned tp = 1;
   std::vector<ActivationDtype> dtypes = {ActivationDtype::Fp16, ActivationDtype::Bf16};
   unsigned threads = 1;
+  AskOptions ask;  // also ask the installed runtimes' own selectors (io/runtime_ask.hpp)
+};
+
+// One runtime's own selection next to gate's scheme rule for it.
+struct RuntimeCheck {
+  RuntimeOpinion opinion;
+  bool gate_selects = false;  // gate's scheme rule chose the NVFP4A16 MoE method
+  Agreement agreement = Agreement::NoOpinion;
 };
 
 struct GateResult {
@@ -26,11 +36,19 @@ struct GateResult {
   MoeDims dims;
   ScaleFacts scales;
   std::vector<Verdict> verdicts;
-  bool blocked() const;  // any verdict BLOCKED
+  // The runtimes' own selectors, when asked: the interpreter, why not asked.
+  AskResult asked;
+  std::string not_asked;  // "" when asked
+  std::string expert_layer;  // the layer the runtimes were asked about
+  std::vector<RuntimeCheck> checks;
+  bool blocked() const;     // any verdict BLOCKED
+  bool disagreed() const;   // a runtime's own selector disagrees with gate's scheme rule
+  int exit_code() const;    // 1 when blocked or disagreed, else 0
 };
 
 // Throws Error(InvalidInput) for a checkpoint that is not NVFP4 at all
-// (no quantization_config, malformed expert tensors).
+// (no quantization_config, malformed expert tensors). Asking the runtimes
+// never throws (a failure is a "could not ask" opinion) except on Ctrl-C.
 GateResult run_gate(const GateOptions& options);
 Json gate_to_json(const GateResult& result);
 
