@@ -124,5 +124,65 @@ TEST(Gate, NotAnNvfp4CheckpointIsInvalidInput) {
   EXPECT_EQ(run_cli("gate " + (d / "src").string() + " --tp 0").exit_code, 2);
 }
 
+// A stand-in interpreter answering the runtime probe's protocol with `vllm`
+// as the vLLM entry (the real probe against the real vLLM code is
+// tests/conformance/test_runtime_probe.py); here: how gate reports it.
+fs::path fake_python(const ScratchDir& d, const std::string& vllm) {
+  const fs::path p = d / "fake-python";
+  std::ofstream(p) << "#!/bin/sh\ncat >/dev/null\necho '{\"probe\": 1, \"python\": \"3.99\", \"runtimes\": [" << vllm
+                   << "]}'\n";
+  fs::permissions(p, fs::perms::owner_all);
+  return p;
+}
+
+TEST(Gate, ARuntimeThatRefusesWhatGateRunsDisagreesAndExitsOne) {
+  ScratchDir d;
+  const fs::path ck = converted(d);
+  const fs::path py = fake_python(d, R"({"runtime": "vllm", "version": "0.34.0", "outcome": "refused", )"
+                                     R"("reason": "ValueError: unsupported"})");
+  const json j = gate_json(ck, "--runtime vllm --python " + py.string(), 1);
+  EXPECT_EQ(j["result"], "RUN");  // gate's verdict stays gate's
+  EXPECT_EQ(j["exit_code"], 1);
+  const json& asked = j["runtime_selectors"];
+  EXPECT_TRUE(asked["disagreement"]);
+  EXPECT_EQ(asked["python_version"], "3.99");
+  ASSERT_EQ(asked["runtimes"].size(), 1u);
+  EXPECT_EQ(asked["runtimes"][0]["agreement"], "DISAGREES");
+  EXPECT_EQ(asked["runtimes"][0]["version_differs"], true);
+  const CliResult text = run_cli("gate " + ck.string() + " --runtime vllm --python " + py.string());
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.out.find("vllm 0.34.0 (gate's rules were read from 0.33.0)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("DISAGREES"), std::string::npos) << text.out;
+}
+
+TEST(Gate, ARuntimeThatSelectsTheSameAgrees) {
+  ScratchDir d;
+  const fs::path py = fake_python(d, R"({"runtime": "vllm", "version": "0.33.0", "outcome": "selected", "reason": "", )"
+                                     R"("selected": {"class": "CompressedTensorsW4A4Nvfp4MoEMethod", "args": {"use_a16": true}}})");
+  const json j = gate_json(converted(d), "--python " + py.string(), 0);
+  const json& r = j["runtime_selectors"]["runtimes"];
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]["agreement"], "AGREES");
+  EXPECT_EQ(r[0]["selected"], "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)");
+  EXPECT_EQ(r[1]["outcome"], "could-not-ask");  // the fake says nothing about sglang
+  EXPECT_EQ(r[1]["agreement"], "NO OPINION");
+}
+
+TEST(Gate, NoInterpreterOrAskingOffChangesNothing) {
+  ScratchDir d;
+  const fs::path ck = converted(d);
+  const json missing = gate_json(ck, "--python /nonexistent/python3", 0);
+  EXPECT_EQ(missing["result"], "RUN");
+  for (const auto& r : missing["runtime_selectors"]["runtimes"]) {
+    EXPECT_EQ(r["outcome"], "could-not-ask");
+    EXPECT_NE(r["reason"].get<std::string>().find("could not be started"), std::string::npos);
+  }
+  const json off = gate_json(ck, "--ask-runtimes never --python /nonexistent/python3", 0);
+  EXPECT_FALSE(off["runtime_selectors"]["asked"]);
+  EXPECT_TRUE(off["runtime_selectors"]["runtimes"].empty());
+  EXPECT_EQ(run_cli("gate " + ck.string() + " --ask-runtimes sometimes").exit_code, 2);
+  EXPECT_EQ(run_cli("gate " + ck.string() + " --ask-timeout 0").exit_code, 2);
+}
+
 }  // namespace
 }  // namespace mx2nv::e2e
