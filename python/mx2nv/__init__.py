@@ -4,6 +4,7 @@
     plan = mx2nv.inspect("model-mxfp4")           # spans, outcome under both windows
     report = mx2nv.convert("model-mxfp4", "model-nvfp4", progress=True)
     mx2nv.verify("model-mxfp4", "model-nvfp4")    # raises MismatchError on any difference
+    mx2nv.gate("model-nvfp4").runs                # vLLM/SGLang go/no-go, their own selectors asked
 
 Results mirror the JSON report; failures raise exceptions named after the
 command line's exit codes (RefusedError 1, UsageError 2, InvalidInputError 3,
@@ -13,6 +14,7 @@ MxIOError 4) with the message and the report attached.
 from ._api import (WINDOWS, PlannedConversion, convert, convert_hub, convert_shards, finalize, inspect, plan,
                    resolve_hub_snapshot, verify)
 from ._core import version as _version
+from ._gate import GateResult, GateVerdict, RuntimeSelection, gate
 from ._errors import InvalidInputError, MismatchError, Mx2nvError, MxIOError, RefusedError, UsageError
 from ._progress import Progress
 from ._report import (CopyAccount, Counts, GlobalConflict, Inspection, ModuleSpan, MoeDims, OverSpan, Provenance, Report,
@@ -24,6 +26,8 @@ __all__ = [
     "WINDOWS",
     "CopyAccount",
     "Counts",
+    "GateResult",
+    "GateVerdict",
     "GlobalConflict",
     "Inspection",
     "InvalidInputError",
@@ -37,6 +41,7 @@ __all__ = [
     "Progress",
     "Provenance",
     "RefusedError",
+    "RuntimeSelection",
     "Report",
     "UsageError",
     "WindowOutcome",
@@ -44,6 +49,7 @@ __all__ = [
     "convert_hub",
     "convert_shards",
     "finalize",
+    "gate",
     "inspect",
     "plan",
     "resolve_hub_snapshot",

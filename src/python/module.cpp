@@ -14,6 +14,7 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/convert.hpp"
 #include "io/distributed.hpp"
+#include "io/gate.hpp"
 #include "io/inspect.hpp"
 #include "io/progress.hpp"
 #include "io/verify.hpp"
@@ -280,6 +281,43 @@ Outcome finalize(const std::string& plan_path, const std::optional<std::string>&
       nb::none(), mailbox);
 }
 
+// mx2nv gate: (exit code, gate JSON, None); a failure: (its exit code,
+// {"result": "error", "error": message}, None). python: the interpreter to
+// ask the runtimes in, None not to ask.
+Outcome gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, const std::string& dtype,
+             unsigned threads, const std::optional<std::string>& python, unsigned ask_timeout) {
+  ProgressMailbox mailbox;
+  return run_released(
+      [&]() -> Outcome {
+        try {
+          if (runtime != "vllm" && runtime != "sglang" && runtime != "all") {
+            fail(ErrorKind::Usage, "runtime must be vllm, sglang or all, not \"{}\"", runtime);
+          }
+          if (dtype != "fp16" && dtype != "bf16" && dtype != "both") {
+            fail(ErrorKind::Usage, "dtype must be fp16, bf16 or both, not \"{}\"", dtype);
+          }
+          if (tp < 1 || tp > 1024) fail(ErrorKind::Usage, "tp must be in [1, 1024], got {}", tp);
+          if (ask_timeout < 1 || ask_timeout > 3600) fail(ErrorKind::Usage, "ask_timeout must be in [1, 3600] s");
+          GateOptions o;
+          o.checkpoint = checkpoint;
+          o.runtime = runtime;
+          o.tp = tp;
+          o.threads = threads;
+          if (dtype != "both") o.dtypes = {dtype == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
+          o.ask.enabled = python.has_value();
+          if (python) o.ask.python = *python;
+          o.ask.timeout = std::chrono::seconds(ask_timeout);
+          const GateResult r = run_gate(o);
+          return {r.exit_code(), dump_json(gate_to_json(r)), std::nullopt};
+        } catch (...) {
+          const Error e = current_exception_as_error();
+          return {exit_code(e.kind()), dump_json(nlohmann::json{{"result", "error"}, {"error", json_text(e.what())}}),
+                  std::nullopt};
+        }
+      },
+      nb::none(), mailbox);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -299,4 +337,7 @@ NB_MODULE(_core, m) {
         "Convert shards of a plan (selection \"I\" or \"I/N\"); returns (exit code, report JSON, None).");
   m.def("finalize", &finalize, nb::arg("plan"), nb::arg("src").none(), nb::arg("dst").none(), nb::arg("threads"),
         nb::arg("copy"), nb::arg("html"), "Finalize a plan; returns (exit code, report JSON, HTML page or None).");
+  m.def("gate", &gate, nb::arg("checkpoint"), nb::arg("runtime"), nb::arg("tp"), nb::arg("dtype"), nb::arg("threads"),
+        nb::arg("python").none(), nb::arg("ask_timeout"),
+        "Gate; returns (exit code, gate JSON or {result: error, error}, None).");
 }
