@@ -83,7 +83,7 @@ def inspect(src: PathLike, *, window: str = "marlin", threads: Optional[int] = N
 
 
 def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
-            resume: bool = False, copy: str = "auto", progress: ProgressArg = None,
+            resume: bool = False, copy: str = "auto", overspan: str = "fail", progress: ProgressArg = None,
             report: Optional[PathLike] = None, html: Optional[PathLike] = None) -> Report:
     """Transcode the MXFP4 checkpoint ``src`` (a directory or a Hugging Face
     cache snapshot) into ``dst`` (absent or empty, unless ``resume``).
@@ -91,7 +91,10 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     ``copy``: how unchanged bytes reach ``dst`` (``--copy``): "auto" shares
     them with ``src`` where the file system can (reflink), else lets the kernel
     copy them; "reflink" shares or raises UsageError before writing; "copy"
-    reads and writes every byte. ``progress``: a callable taking ``Progress``, or True for a tqdm bar (a
+    reads and writes every byte. ``overspan`` (``--overspan``): what to do with
+    scale groups the window refuses: "fail" (refuse, nothing written), "bf16"
+    (those modules stored dequantized, exact) or "requantize" (LOSSY, those
+    modules only). ``progress``: a callable taking ``Progress``, or True for a tqdm bar (a
     plain stderr line without tqdm). ``report``/``html``: also write the JSON
     report / HTML page there. Ctrl-C stops like SIGINT on the command line
     (temporary files removed, finished shards kept for ``resume=True``) and
@@ -100,8 +103,8 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     ``InvalidInputError``, ``MxIOError``."""
     sink = make_progress(progress)
     try:
-        outcome = _core.convert(os.fspath(src), os.fspath(dst), window, _threads(threads), bool(resume), copy, sink,
-                                html is not None)
+        outcome = _core.convert(os.fspath(src), os.fspath(dst), window, _threads(threads), bool(resume), copy,
+                                overspan, sink, html is not None)
     finally:
         if sink is not None:
             sink.close()
@@ -134,14 +137,15 @@ class PlannedConversion:
 
 
 def plan(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
-         plan_out: Optional[PathLike] = None) -> PlannedConversion:
+         plan_out: Optional[PathLike] = None, overspan: str = "fail") -> PlannedConversion:
     """``mx2nv plan``: plan the conversion of ``src`` into ``dst`` once, for
     ``convert_shards`` in other processes or on other machines, then
     ``finalize``. The plan goes to ``dst/.mx2nv/plan.json`` unless
     ``plan_out``. Refusals happen here (``RefusedError``, nothing written);
-    planning again gives the same plan (another one is a ``UsageError``)."""
+    planning again gives the same plan (another one is a ``UsageError``).
+    ``overspan`` as ``convert``'s, recorded in the plan."""
     code, text, written = _core.plan(os.fspath(src), os.fspath(dst), window, _threads(threads),
-                                     None if plan_out is None else os.fspath(plan_out))
+                                     None if plan_out is None else os.fspath(plan_out), overspan)
     report = _finish((code, text, None), Report, None, None)
     return PlannedConversion(report, None if written is None else Path(written), report.counts.shards)
 

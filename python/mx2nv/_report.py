@@ -132,7 +132,7 @@ class Report:
     mismatches: int
     max_abs_error: float
     over_span: Tuple[OverSpan, ...]
-    # convert --overspan (not in the Python API: the command line's choice, read back by verify):
+    # convert/plan overspan= (--overspan), read back by verify:
     # the JSON objects as the library writes them, None when absent.
     requantized: Optional[Tuple[Dict[str, Any], ...]]  # lossy modules with their measured error
     overspan: Optional[Dict[str, Any]]  # the choice and what it did; inspect: each choice's cost

@@ -8,6 +8,7 @@
 // report contract, so the Python classes mirror the JSON report field for
 // field.
 #include "core/error.hpp"
+#include "core/overspan.hpp"
 #include "core/printable.hpp"
 #include "core/report.hpp"
 #include "io/cancel.hpp"
@@ -116,6 +117,12 @@ Window window_of(const std::string& name) {
   return *w;
 }
 
+OverSpanChoice overspan_of(const std::string& name) {
+  const auto choice = parse_overspan(name);
+  if (!choice) fail(ErrorKind::Usage, "unknown overspan choice \"{}\" (fail, bf16 or requantize)", name);
+  return *choice;
+}
+
 CopyMode copy_of(const std::string& copy) {
   const auto mode = parse_copy_mode(copy);
   if (!mode) fail(ErrorKind::Usage, "unknown copy mode \"{}\" (auto, reflink or copy)", copy);
@@ -144,7 +151,8 @@ Outcome error_outcome(const std::string& command, Window window, const std::stri
 }
 
 Outcome convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-                bool resume, const std::string& copy, const nb::object& callback, bool html) {
+                bool resume, const std::string& copy, const std::string& overspan, const nb::object& callback,
+                bool html) {
   ProgressMailbox mailbox;
   ConvertOptions o{src, dst, Window::Marlin, threads, resume};
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
@@ -153,6 +161,7 @@ Outcome convert(const std::string& src, const std::string& dst, const std::strin
         try {
           o.window = window_of(window);
           o.copy = copy_of(copy);
+          o.overspan = overspan_of(overspan);
           const Report r = convert_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
@@ -204,7 +213,7 @@ Outcome inspect(const std::string& src, const std::string& window, unsigned thre
 
 // mx2nv plan: (exit code, report JSON, the plan file written or None).
 Outcome plan(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-             const std::optional<std::string>& plan_out) {
+             const std::optional<std::string>& plan_out, const std::string& overspan) {
   ProgressMailbox mailbox;
   PlanOptions o{src, dst, Window::Marlin, threads, std::nullopt};
   if (plan_out) o.plan_out = *plan_out;
@@ -212,6 +221,7 @@ Outcome plan(const std::string& src, const std::string& dst, const std::string& 
       [&]() -> Outcome {
         try {
           o.window = window_of(window);
+          o.overspan = overspan_of(overspan);
           fs::path written;
           const Report r = plan_checkpoint(o, written);
           std::optional<std::string> plan_path;
@@ -324,14 +334,14 @@ NB_MODULE(_core, m) {
   m.doc() = "mx2nv's C++ library; use the mx2nv package, not this module.";
   m.def("version", [] { return std::string(MX2NV_VERSION); });
   m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
-        nb::arg("resume"), nb::arg("copy"), nb::arg("progress").none(), nb::arg("html"),
+        nb::arg("resume"), nb::arg("copy"), nb::arg("overspan"), nb::arg("progress").none(), nb::arg("html"),
         "Convert; returns (exit code, report JSON, HTML page or None).");
   m.def("verify", &verify, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
         nb::arg("progress").none(), nb::arg("html"), "Verify; returns (exit code, report JSON, HTML page or None).");
   m.def("inspect", &inspect, nb::arg("src"), nb::arg("window"), nb::arg("threads"), nb::arg("html"),
         "Inspect; returns (exit code, inspection JSON, HTML page or None).");
   m.def("plan", &plan, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
-        nb::arg("plan_out").none(), "Plan; returns (exit code, report JSON, plan file written or None).");
+        nb::arg("plan_out").none(), nb::arg("overspan"), "Plan; returns (exit code, report JSON, plan file written or None).");
   m.def("convert_shards", &convert_shards, nb::arg("plan"), nb::arg("selection"), nb::arg("src").none(),
         nb::arg("dst").none(), nb::arg("threads"), nb::arg("copy"), nb::arg("progress").none(),
         "Convert shards of a plan (selection \"I\" or \"I/N\"); returns (exit code, report JSON, None).");

@@ -90,6 +90,22 @@ def test_refused_carries_the_report_and_writes_nothing(tmp_path: Path) -> None:
     assert mx2nv.convert(src, dst, window="e4m3").counts.marlin_zeroed_groups > 0
 
 
+def test_overspan_choices(tmp_path: Path) -> None:
+    """overspan= is --overspan: bf16 keeps the refused module's layer exact in
+    BF16 (verify passes), requantize is lossy and says so, plan records it."""
+    src = generate(tmp_path / "src", "--layers", "1", "--experts", "2", "--set-span", f"{K3_MODULE}=16")
+    bf16 = mx2nv.convert(src, tmp_path / "bf16", overspan="bf16")
+    assert bf16.ok and bf16.overspan["choice"] == "bf16" and not bf16.overspan["lossy"]
+    assert K3_MODULE in bf16.overspan["bf16_layers"][0]["why"]
+    assert mx2nv.verify(src, tmp_path / "bf16").ok
+    lossy = mx2nv.convert(src, tmp_path / "rq", overspan="requantize")
+    assert lossy.overspan["choice"] == "requantize" and lossy.overspan["lossy"] and lossy.requantized
+    planned = mx2nv.plan(src, tmp_path / "planned", overspan="bf16")
+    assert planned.plan is not None and json.loads(planned.plan.read_text())["overspan"] == "bf16"
+    with pytest.raises(mx2nv.UsageError):
+        mx2nv.convert(src, tmp_path / "x", overspan="round")
+
+
 def test_usage_errors(tmp_path: Path, demo_src: Path, demo_dst: Path) -> None:
     with pytest.raises(mx2nv.UsageError) as caught:  # DST not empty
         mx2nv.convert(demo_src, demo_dst)
