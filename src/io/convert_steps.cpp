@@ -107,9 +107,7 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
 }
 
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
-                                           const SourceCheckpoint& source, const OpenShard& in,
-                                           std::span<const ModulePlan> plan_modules) {
-  const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
+                                           const TargetLayout& layout) {
   auto record = dst.read_record(expected.shard);
   if (!record || !record->same_source(expected) || record->plan_hash != expected.plan_hash) return std::nullopt;
   const auto stamp = dst.stamp(expected.shard);
@@ -117,7 +115,6 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
       stamp->ctime_ns != record->output_ctime_ns) {
     return std::nullopt;
   }
-  const TargetLayout layout = make_target_layout(in.header, shard, source.modules, plan_modules);
   const std::uint64_t data_start = serialize_target_header(layout).size();
   if (data_start + layout.data_size != stamp->size) return std::nullopt;
   if (hash_written_bytes(dst.open_read(expected.shard), layout, data_start) != record->written_hash) {
@@ -138,16 +135,17 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
   parallel_for(shards.size(), threads, [&](std::size_t i) {
     const std::size_t s = shards[i];
     const OpenShard in = source.checkpoint.read_shard(s);  // its header, read again (not kept from planning)
-    ShardRecord r = expected_record(source, plan, in);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
+    ShardRecord r = expected_record(source, plan, in, layout);
     const Destination::ShardLock lock = out.lock_shard(r.shard);
-    if (const auto earlier = reuse ? reusable_record(out, r, source, in, plan.modules) : std::nullopt) {
+    if (const auto earlier = reuse ? reusable_record(out, r, layout) : std::nullopt) {
       records[i] = *earlier;
       ++reused_count;
       counter.unit_done(in.summary->data_size);
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    const ShardWriteResult w = write_shard(source, plan, in, out, copier, counter);
+    const ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter);
     const auto stamp = out.stamp(r.shard);
     if (!stamp) fail(ErrorKind::Io, "{}: vanished right after it was written", (out.root() / r.shard).string());
     r.output_size = w.output_size;

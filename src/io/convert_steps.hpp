@@ -42,9 +42,9 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
 // The record of an earlier run's shard, if it still describes this shard of
 // this plan and the output file on disk (shard_record.hpp says why the
 // output's identity and the bytes mx2nv wrote itself are enough to check).
+// `layout` is the shard's target layout (make_target_layout).
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
-                                           const SourceCheckpoint& source, const OpenShard& shard,
-                                           std::span<const ModulePlan> plan_modules);
+                                           const TargetLayout& layout);
 
 // Finalize: companions, config, then the finished record and the commit point
 // (the index; for a single-file model config.json). Adds the bytes it writes

@@ -88,8 +88,8 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
   const Checkpoint& ck = source.checkpoint;
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
     const OpenShard in = ck.read_shard(s);
-    const ShardRecord r = expected_record(source, plan, in);
     const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
+    const ShardRecord r = expected_record(source, plan, in, layout);
     f.shards.push_back({r.shard, r.source_size, r.source_mtime_ns, r.source_header_hash, r.plan_hash,
                         layout.data_size, layout.tensors.size()});
   }

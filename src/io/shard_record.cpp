@@ -118,10 +118,16 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, st
 
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& s) {
   const auto shard = static_cast<std::size_t>(s.summary - source.checkpoint.shards.data());
+  return expected_record(source, plan, s, make_target_layout(s.header, shard, source.modules, plan.modules));
+}
+
+ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& s,
+                            const TargetLayout& layout) {
+  const auto shard = static_cast<std::size_t>(s.summary - source.checkpoint.shards.data());
   ShardRecord r = source_identity(source.checkpoint, shard);
   // A new version may write different bytes, hence the version.
   std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION, window_name(plan.window));
-  for (const auto& t : make_target_layout(s.header, shard, source.modules, plan.modules).tensors) {
+  for (const auto& t : layout.tensors) {
     if (t.role == TensorRole::PassThrough || t.role == TensorRole::Packed || t.role == TensorRole::Global) continue;
     const ModulePlan& p = plan.modules[t.module];
     if (t.role == TensorRole::Scale && p.treatment == Treatment::Exact) {

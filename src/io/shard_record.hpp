@@ -23,6 +23,7 @@
 #pragma once
 
 #include "core/plan.hpp"
+#include "core/target_layout.hpp"
 #include "io/checkpoint_reader.hpp"
 
 #include <sys/stat.h>
@@ -87,6 +88,9 @@ ShardRecord source_identity(const Checkpoint& source, std::size_t shard);
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard);
 // The same for a shard already read (Checkpoint::read_shard): its header is parsed once per use.
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& shard);
+// The same with the shard's target layout already made (writers need it too).
+ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& shard,
+                            const TargetLayout& layout);
 
 std::string shard_record_to_text(const ShardRecord& record);
 std::optional<ShardRecord> shard_record_from_text(std::string_view text);

@@ -20,7 +20,13 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
                              CopyEngine& engine, ProgressTracker& progress) {
   const auto shard = static_cast<std::size_t>(in.summary - source.checkpoint.shards.data());
-  const TargetLayout layout = make_target_layout(in.header, shard, source.modules, plan.modules);
+  return write_shard(source, plan, in, make_target_layout(in.header, shard, source.modules, plan.modules), out, engine,
+                     progress);
+}
+
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
+                             const TargetLayout& layout, Destination& out, CopyEngine& engine,
+                             ProgressTracker& progress) {
   const std::string header = serialize_target_header(layout);
   const std::uint64_t data_start = header.size();
 

@@ -41,6 +41,10 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, s
 // The same for a shard already read (Checkpoint::read_shard), so its header is parsed once per use.
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
                              CopyEngine& engine, ProgressTracker& progress);
+// The same with the shard's target layout already made (make_target_layout).
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
+                             const TargetLayout& layout, Destination& out, CopyEngine& engine,
+                             ProgressTracker& progress);
 
 // XXH3-64 of the bytes a shard writer writes itself (header, then the
 // changed tensors in file order), read back from a finished output file: what
