@@ -42,7 +42,7 @@ class IndexSax final : public StrictSax {
   bool start_array(std::size_t) override {
     enter();
     if (state_ == State::Skip) return true;
-    return state_ == State::Member && !(stack_.empty() && member_ == "metadata") ? open(Json::array()) : unexpected();
+    return state_ == State::Member && !(tree_.at_root() && member_ == "metadata") ? open(Json::array()) : unexpected();
   }
   bool end_object() override {
     leave();
@@ -75,6 +75,7 @@ class IndexSax final : public StrictSax {
         if (index_.other.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
         charge(k.size());
         member_ = std::move(k);
+        tree_ = JsonTree(index_.other[member_]);
         state_ = State::Member;
         return true;
       case State::WeightMap: {
@@ -90,10 +91,9 @@ class IndexSax final : public StrictSax {
         return true;
       }
       case State::Member: {
-        Json& object = *stack_.back();
-        if (object.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
-        charge(k.size());
-        pending_key_ = std::move(k);
+        const std::size_t size = k.size();
+        if (!tree_.key(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        charge(size);
         return true;
       }
       default: return unexpected();
@@ -161,35 +161,20 @@ class IndexSax final : public StrictSax {
   // A value inside a member (or the member itself, when it is a scalar).
   bool value(Json&& v) {
     if (state_ == State::Skip) return true;
-    if (state_ != State::Member || (stack_.empty() && member_ == "metadata")) return unexpected();
+    if (state_ != State::Member || (tree_.at_root() && member_ == "metadata")) return unexpected();
     charge(0);
-    place(std::move(v));
-    if (stack_.empty()) state_ = State::Top;
+    tree_.place(std::move(v));
+    if (tree_.at_root()) state_ = State::Top;
     return true;
-  }
-  Json* place(Json&& v) {
-    if (stack_.empty()) {
-      Json& slot = index_.other[member_];
-      slot = std::move(v);
-      return &slot;
-    }
-    Json& top = *stack_.back();
-    if (top.is_array()) {
-      top.push_back(std::move(v));
-      return &top.back();
-    }
-    Json& slot = top[pending_key_];
-    slot = std::move(v);
-    return &slot;
   }
   bool open(Json&& container) {
     charge(0);
-    stack_.push_back(place(std::move(container)));
+    tree_.open(std::move(container));
     return true;
   }
   bool close() {
-    stack_.pop_back();
-    if (stack_.empty()) state_ = State::Top;
+    tree_.close();
+    if (tree_.at_root()) state_ = State::Top;
     return true;
   }
 
@@ -198,8 +183,7 @@ class IndexSax final : public StrictSax {
   State state_ = State::Start;
   bool weight_map_seen_ = false;
   std::string member_;
-  std::string pending_key_;
-  std::vector<Json*> stack_;
+  JsonTree tree_{index_.other};  // the member being built (set at its key)
   std::uint64_t other_bytes_ = 0;
 };
 

@@ -24,10 +24,8 @@ class StrictBuilder : public nlohmann::json_sax<Json> {
   bool end_array() override { return close(); }
 
   bool key(string_t& k) override {
-    Json& object = *stack_.back();
-    if (object.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what_, k);
-    if (stack_.size() == 1) top_level_keys_.push_back(k);
-    pending_key_ = std::move(k);
+    if (tree_.depth() == 1) top_level_keys_.push_back(k);
+    if (!tree_.key(k)) fail_input("{}: duplicate JSON key \"{}\"", what_, k);
     return true;
   }
 
@@ -38,43 +36,48 @@ class StrictBuilder : public nlohmann::json_sax<Json> {
   StrictJson result() && { return {std::move(root_), std::move(top_level_keys_)}; }
 
  private:
-  // Inserts a value into the container on top of the stack and returns it.
-  Json* place(Json&& v) {
-    if (stack_.empty()) {
-      root_ = std::move(v);
-      return &root_;
-    }
-    Json& top = *stack_.back();
-    if (top.is_array()) {
-      top.push_back(std::move(v));
-      return &top.back();
-    }
-    Json& slot = top[pending_key_];
-    slot = std::move(v);
-    return &slot;
-  }
   bool add(Json&& v) {
-    place(std::move(v));
+    tree_.place(std::move(v));
     return true;
   }
   bool open(Json&& container) {
-    if (stack_.size() >= kMaxJsonDepth) fail_input("{}: JSON nested deeper than {} levels", what_, kMaxJsonDepth);
-    stack_.push_back(place(std::move(container)));
+    if (tree_.depth() >= kMaxJsonDepth) fail_input("{}: JSON nested deeper than {} levels", what_, kMaxJsonDepth);
+    tree_.open(std::move(container));
     return true;
   }
   bool close() {
-    stack_.pop_back();
+    tree_.close();
     return true;
   }
 
   std::string what_;
   Json root_;
-  std::vector<Json*> stack_;
-  std::string pending_key_;
+  JsonTree tree_{root_};
   std::vector<std::string> top_level_keys_;
 };
 
 }  // namespace
+
+Json* JsonTree::place(Json&& v) {
+  if (stack_.empty()) {
+    *root_ = std::move(v);
+    return root_;
+  }
+  Json& top = *stack_.back();
+  if (top.is_array()) {
+    top.push_back(std::move(v));
+    return &top.back();
+  }
+  Json& slot = top[pending_key_];
+  slot = std::move(v);
+  return &slot;
+}
+
+bool JsonTree::key(std::string& k) {
+  if (stack_.back()->contains(k)) return false;
+  pending_key_ = std::move(k);
+  return true;
+}
 
 StrictJson parse_strict_json(std::string_view text, std::string_view what) {
   check_json_bytes(text, what);

@@ -19,6 +19,28 @@ using Json = nlohmann::json;
 
 inline constexpr std::size_t kMaxJsonDepth = 64;
 
+// A JSON value built from SAX events into `root`: values go into the open
+// container (under the last key given, in an object) or, with none open,
+// into the root itself. Handlers check keys and depth; this only places.
+class JsonTree {
+ public:
+  explicit JsonTree(Json& root) : root_(&root) {}
+  // Places a scalar or an empty container; returns where it went.
+  Json* place(Json&& v);
+  void open(Json&& container) { stack_.push_back(place(std::move(container))); }
+  void close() { stack_.pop_back(); }
+  // The key for the next value in the open object (moved from `k`); false,
+  // and `k` untouched, if the object already has it.
+  bool key(std::string& k);
+  bool at_root() const { return stack_.empty(); }
+  std::size_t depth() const { return stack_.size(); }
+
+ private:
+  Json* root_;
+  std::vector<Json*> stack_;
+  std::string pending_key_;
+};
+
 struct StrictJson {
   Json value;
   // Keys of the top-level object in document order (nlohmann::json sorts keys;
