@@ -15,8 +15,9 @@
 //     spaces), a backslash (escapes), "-0" (nlohmann reports -0 as a signed
 //     integer, simdjson's value cannot say) and a leading byte order mark,
 //   * anything simdjson refuses (syntax, UTF-8, depth, number range),
-//   * all of its parsers being busy (kFastJsonParsers, so memory stays
-//     bounded however many threads parse).
+//   * all of its permits being taken (kFastJsonParsers documents at once,
+//     so memory stays bounded however many threads parse; nothing is kept
+//     between documents).
 // With those excluded, a string is its raw UTF-8 bytes in both parsers and a
 // number has the same kind (unsigned, signed, float) and value.
 #pragma once
