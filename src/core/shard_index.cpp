@@ -187,6 +187,14 @@ class IndexSax final : public StrictSax {
   std::uint64_t other_bytes_ = 0;
 };
 
+void check_converted_index_caps(std::uint64_t tensors, std::uint64_t name_bytes) {
+  if (tensors > kMaxIndexTensors || name_bytes > kMaxIndexNameBytes) {
+    fail_input("{}: the converted index would hold {} tensors with {} bytes of names, over the limits every reader "
+               "applies ({} tensors, {} bytes)",
+               kIndexFileName, tensors, name_bytes, kMaxIndexTensors, kMaxIndexNameBytes);
+  }
+}
+
 ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what) {
   ShardIndex index;
   NameTable shards;

@@ -29,6 +29,11 @@ inline constexpr std::uint64_t kMaxIndexNameBytes = 96ull << 20;    // K3: ~38 M
 inline constexpr std::uint64_t kMaxIndexOtherBytes = 16ull << 20;   // members outside weight_map
 inline constexpr std::size_t kMaxShards = 100'000;
 
+// A converted checkpoint's index has one more entry per module (its global):
+// refuses a source whose converted index would break the caps above, since
+// verify and --resume read it back under them.
+void check_converted_index_caps(std::uint64_t tensors, std::uint64_t name_bytes);
+
 // A relative path with no empty, "." or ".." components, no backslashes, no
 // NUL, not absolute: it can only name something below the directory.
 bool is_confined_relative_path(std::string_view path);

@@ -145,8 +145,24 @@ TargetTotals target_totals(std::uint64_t source_tensor_bytes, std::uint64_t sour
 std::string serialize_target_header(const TargetLayout& layout) {
   std::vector<TensorInfo> header_order;
   header_order.reserve(layout.tensors.size());
-  for (const auto& t : layout.tensors) header_order.push_back(t.info);
-  return serialize_header(layout.metadata, header_order, layout.data_start_modulus, layout.data_start_residue);
+  std::uint64_t name_bytes = 0;
+  for (const auto& t : layout.tensors) {
+    header_order.push_back(t.info);
+    name_bytes += t.info.name.size();
+  }
+  std::string header =
+      serialize_header(layout.metadata, header_order, layout.data_start_modulus, layout.data_start_residue);
+  // The converted shard must be readable under the rules its source passed
+  // (verify and --resume read it back): a global per module and doubled
+  // scale shapes can push a header near a cap over it.
+  if (header.size() - kHeaderLengthBytes > kMaxHeaderBytes || header_order.size() > kMaxTensorsPerShard ||
+      name_bytes > kMaxShardNameBytes) {
+    fail_input("converted shard header would hold {} tensors, {} bytes of names and {} bytes in all, over the limits "
+               "every reader applies ({} tensors, {} bytes of names, {} bytes)",
+               header_order.size(), name_bytes, header.size() - kHeaderLengthBytes, kMaxTensorsPerShard,
+               kMaxShardNameBytes, kMaxHeaderBytes);
+  }
+  return header;
 }
 
 }  // namespace mx2nv

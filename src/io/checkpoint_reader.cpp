@@ -171,6 +171,11 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads) 
   s.quant = read_source_quant_config(s.checkpoint.config_text);
   s.modules = std::move(collector).finish();
   if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());
+  if (s.checkpoint.index) {
+    std::uint64_t name_bytes = s.checkpoint.index->tensors.name_bytes();
+    for (const auto& m : s.modules.modules) name_bytes += m.name.size() + kGlobalSuffix.size();
+    check_converted_index_caps(s.checkpoint.index->tensors.size() + s.modules.modules.size(), name_bytes);
+  }
   return s;
 }
 

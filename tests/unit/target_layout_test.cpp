@@ -2,6 +2,7 @@
 // at its source offset modulo kShareBlock where the rules allow, the header
 // padded with spaces only, the documented order, a valid safetensors file.
 #include "core/error.hpp"
+#include "core/shard_index.hpp"
 #include "core/target_layout.hpp"
 
 #include <gtest/gtest.h>
@@ -288,6 +289,43 @@ TEST(TargetLayout, RandomShardsAlwaysGiveValidDeterministicTargets) {
     EXPECT_EQ(again.header, l.header);
     EXPECT_EQ(again.layout.data_order, l.layout.data_order);
   }
+}
+
+}  // namespace
+}  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+// A converted shard or index must be readable under the caps its source
+// passed: past them, conversion is refused (invalid input), never written.
+TEST(TargetLayout, AConvertedHeaderOverTheReadersCapsIsRefused) {
+  TargetLayout layout;
+  const auto add = [&](std::size_t n, std::size_t name_length) {
+    for (std::size_t i = 0; i < n; ++i) {
+      TargetTensor t;
+      t.info.name = std::to_string(layout.tensors.size()) + std::string(name_length, 'x');
+      t.info.dtype = Dtype::U8;
+      t.info.shape = {0};
+      layout.tensors.push_back(std::move(t));
+    }
+  };
+  add(1000, 8);
+  EXPECT_NO_THROW(serialize_target_header(layout));
+  add(kMaxTensorsPerShard + 1 - layout.tensors.size(), 0);
+  try {
+    serialize_target_header(layout);
+    ADD_FAILURE() << "a header over the tensor cap was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("converted shard header"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TargetLayout, AConvertedIndexOverTheReadersCapsIsRefused) {
+  EXPECT_NO_THROW(check_converted_index_caps(kMaxIndexTensors, kMaxIndexNameBytes));
+  EXPECT_THROW(check_converted_index_caps(kMaxIndexTensors + 1, 10), Error);
+  EXPECT_THROW(check_converted_index_caps(10, kMaxIndexNameBytes + 1), Error);
 }
 
 }  // namespace
