@@ -128,6 +128,19 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned t
     const std::uint64_t size = index_file.size();
     if (size > kMaxIndexBytes) fail_input("{}: {} bytes exceeds the {} byte limit", kIndexFileName, size, kMaxIndexBytes);
     c.index = read_shard_index(FileSource(index_file), size, kIndexFileName);
+    if (role == CheckpointRole::Source) {
+      // Every packed tensor may become a module with a global: refuse now,
+      // before reading any header, a source whose converted index could not
+      // be read back (the exact count is checked once modules are known).
+      std::uint64_t packed = 0, name_bytes = c.index->tensors.name_bytes();
+      for (std::size_t i = 0; i < c.index->tensors.size(); ++i) {
+        const std::string_view name = c.index->tensors.name(static_cast<NameTable::Id>(i));
+        if (!name.ends_with(kPackedSuffix)) continue;
+        ++packed;
+        name_bytes += name.size() - kPackedSuffix.size() + kGlobalSuffix.size();
+      }
+      check_converted_index_caps(c.index->tensors.size() + packed, name_bytes);
+    }
     structural.insert(std::string(kIndexFileName));
       files = c.index->shard_files;
     for (const auto& file : files) {
