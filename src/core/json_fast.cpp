@@ -24,8 +24,7 @@ std::array<std::mutex, kFastJsonParsers>& permits() {
 }
 
 bool fast_path_can_match(std::string_view text) {
-  constexpr std::string_view kBom = "\xEF\xBB\xBF";
-  if (text.starts_with(kBom) || text.find("-0") != std::string_view::npos) return false;
+  if (text.starts_with(kUtf8Bom) || text.find("-0") != std::string_view::npos) return false;
   return std::none_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == '\\'; });
 }
 

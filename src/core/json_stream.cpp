@@ -11,8 +11,6 @@
 namespace mx2nv {
 namespace {
 
-constexpr std::string_view kBom = "\xEF\xBB\xBF";
-
 // Chunked reader behind ChunkAdapter; refuses a BOM and NUL bytes as it reads.
 class ChunkReader {
  public:
@@ -25,7 +23,7 @@ class ChunkReader {
     buffer_.resize(kJsonChunkBytes);
     source_.read_at(next_, std::as_writable_bytes(std::span(buffer_.data(), size)));
     const std::string_view chunk(buffer_.data(), size);
-    if (next_ == start_ && chunk.starts_with(kBom)) {
+    if (next_ == start_ && chunk.starts_with(kUtf8Bom)) {
       fail_input("{}: starts with a UTF-8 byte order mark, which JSON does not allow", what_);
     }
     if (const void* nul = std::memchr(chunk.data(), 0, size)) {
@@ -117,7 +115,7 @@ class ChunkAdapter {
 }  // namespace
 
 void check_json_bytes(std::string_view text, std::string_view what) {
-  if (text.starts_with(kBom)) fail_input("{}: starts with a UTF-8 byte order mark, which JSON does not allow", what);
+  if (text.starts_with(kUtf8Bom)) fail_input("{}: starts with a UTF-8 byte order mark, which JSON does not allow", what);
   if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
     fail_input("{}: NUL byte at byte {}; JSON text cannot contain one", what, nul);
   }

@@ -28,6 +28,7 @@
 namespace mx2nv {
 
 inline constexpr std::size_t kJsonChunkBytes = 1 << 16;
+inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 // The longest string, number or literal token accepted (a tensor name, a
 // shard file name, a metadata value): bounds the lexer's buffers.
 inline constexpr std::uint64_t kMaxJsonTokenBytes = 4 << 20;

@@ -129,9 +129,10 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned t
     if (size > kMaxIndexBytes) fail_input("{}: {} bytes exceeds the {} byte limit", kIndexFileName, size, kMaxIndexBytes);
     c.index = read_shard_index(FileSource(index_file), size, kIndexFileName);
     if (role == CheckpointRole::Source) {
-      // Every packed tensor may become a module with a global: refuse now,
-      // before reading any header, a source whose converted index could not
-      // be read back (the exact count is checked once modules are known).
+      // Every module's packed tensor is indexed (the coverage check), so
+      // counting a global per packed tensor bounds the converted index:
+      // refuse now, before reading any header, a source whose converted
+      // index could not be read back.
       std::uint64_t packed = 0, name_bytes = c.index->tensors.name_bytes();
       for (std::size_t i = 0; i < c.index->tensors.size(); ++i) {
         const std::string_view name = c.index->tensors.name(static_cast<NameTable::Id>(i));
@@ -184,11 +185,6 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads) 
   s.quant = read_source_quant_config(s.checkpoint.config_text);
   s.modules = std::move(collector).finish();
   if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());
-  if (s.checkpoint.index) {
-    std::uint64_t name_bytes = s.checkpoint.index->tensors.name_bytes();
-    for (const auto& m : s.modules.modules) name_bytes += m.name.size() + kGlobalSuffix.size();
-    check_converted_index_caps(s.checkpoint.index->tensors.size() + s.modules.modules.size(), name_bytes);
-  }
   return s;
 }
 

@@ -5,6 +5,7 @@ mx2nv's code; it is the independent side of every comparison."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +102,16 @@ def patch_bytes(path: Path, offset: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(data)
+
+
+def variant(outputs, tmp_path: Path, change) -> Path:
+    """The k3 output with its quantization_config changed by `change(qc, group)`."""
+    _, good = outputs["k3"]
+    dst = tmp_path / "variant"
+    shutil.copytree(good, dst)
+    config = json.loads((dst / "config.json").read_text())
+    qc = config["text_config"]["quantization_config"]
+    (group,) = qc["config_groups"].values()
+    change(qc, group)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst

@@ -8,7 +8,6 @@ verdict on every variant of the output config."""
 
 import copy
 import json
-import shutil
 
 import pytest
 from compressed_tensors.quantization import QuantizationArgs, QuantizationStrategy, QuantizationType
@@ -16,6 +15,7 @@ from compressed_tensors.quantization import QuantizationArgs, QuantizationStrate
 import sglang_marlin
 import vllm_marlin
 from checkpoints import open_checkpoint
+from checkpoints import variant as make_variant
 from conftest import mx2nv
 
 
@@ -44,14 +44,14 @@ VARIANTS = {
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_gate_and_the_runtimes_select_alike(outputs, tmp_path, variant):
-    _, good = outputs["k3"]
-    dst = tmp_path / "variant"
-    shutil.copytree(good, dst)
-    config = json.loads((dst / "config.json").read_text())
-    qc = config["text_config"]["quantization_config"]
-    (group,) = qc["config_groups"].values()
-    VARIANTS[variant](group["weights"], group)
-    (dst / "config.json").write_text(json.dumps(config))
+    changed = []
+
+    def change(qc, group):
+        VARIANTS[variant](group["weights"], group)
+        changed.append(group)
+
+    dst = make_variant(outputs, tmp_path, change)
+    (group,) = changed
 
     weights = QuantizationArgs.model_validate(copy.deepcopy(group["weights"]))
     inputs = group.get("input_activations")

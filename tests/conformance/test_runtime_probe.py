@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from checkpoints import variant
 from conftest import MX2NV, REPO
 from wheels import VLLM, wheel_dir
 
@@ -63,19 +64,6 @@ def gate(checkpoint: Path, python: str, env: dict, *args: str) -> tuple[int, dic
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode, json.loads(r.stdout)
-
-
-def variant(outputs, tmp_path: Path, change) -> Path:
-    """The k3 output with its quantization_config changed by `change(qc, group)`."""
-    _, good = outputs["k3"]
-    dst = tmp_path / "variant"
-    shutil.copytree(good, dst)
-    config = json.loads((dst / "config.json").read_text())
-    qc = config["text_config"]["quantization_config"]
-    (group,) = qc["config_groups"].values()
-    change(qc, group)
-    (dst / "config.json").write_text(json.dumps(config))
-    return dst
 
 
 def opinion(answer: dict, runtime: str) -> dict:

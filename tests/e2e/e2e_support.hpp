@@ -33,6 +33,19 @@ inline FixtureSpec tiny_spec() {
   return spec;
 }
 
+// Two layers of three experts over three shards, one down projection with a
+// scale span far beyond any window (the over-span choices' input).
+inline FixtureSpec spec_with_over_span() {
+  FixtureSpec s;
+  s.layers = 2;
+  s.experts = 3;
+  s.hidden = 128;
+  s.intermediate = 64;
+  s.shards = 3;
+  s.overrides[fixture_module_name(s, 1, 2, 2)].span = 30;
+  return s;
+}
+
 class ScratchDir {
  public:
   ScratchDir() {

@@ -37,17 +37,6 @@ using nlohmann::json;
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
-FixtureSpec spec_with_over_span() {
-  FixtureSpec s;
-  s.layers = 2;
-  s.experts = 3;
-  s.hidden = 128;
-  s.intermediate = 64;
-  s.shards = 3;
-  s.overrides[fixture_module_name(s, 1, 2, 2)].span = 30;  // a down projection far beyond any window
-  return s;
-}
-
 ConvertOptions options(const fs::path& src, const fs::path& dst, OverSpanChoice choice) {
   ConvertOptions o{src, dst, Window::Marlin, 2};
   o.overspan = choice;

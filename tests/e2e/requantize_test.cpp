@@ -20,17 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-FixtureSpec spec_with_over_span() {
-  FixtureSpec s;
-  s.layers = 2;
-  s.experts = 3;
-  s.hidden = 128;
-  s.intermediate = 64;
-  s.shards = 3;
-  s.overrides[fixture_module_name(s, 1, 2, 2)].span = 30;  // far beyond any window
-  return s;
-}
-
 json header_of(const fs::path& shard) {
   const std::string all = read_file(shard);
   std::uint64_t n = 0;
