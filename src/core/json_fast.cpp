@@ -4,10 +4,16 @@
 
 #include <simdjson.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace mx2nv {
@@ -31,15 +37,17 @@ bool fast_path_can_match(std::string_view text) {
 // The events nlohmann's sax_parse emits for `e`, in document order. The
 // recursion is bounded: simdjson refuses documents nested over 1024 deep and
 // every handler throws past kMaxJsonDepth (StrictSax::enter).
-bool feed(const simdjson::dom::element& e, StrictSax& sax) {
+// `scratch` carries the strings handed to the handler (nlohmann's interface
+// takes a mutable std::string): one buffer reused, not one allocation each.
+bool feed(const simdjson::dom::element& e, StrictSax& sax, std::string& scratch) {
   using simdjson::dom::element_type;
   switch (e.type()) {
     case element_type::OBJECT: {
       const simdjson::dom::object object = e.get_object().value_unsafe();
       if (!sax.start_object(object.size())) return false;
       for (const auto field : object) {
-        std::string key(field.key);
-        if (!sax.key(key) || !feed(field.value, sax)) return false;
+        scratch.assign(field.key);
+        if (!sax.key(scratch) || !feed(field.value, sax, scratch)) return false;
       }
       return sax.end_object();
     }
@@ -47,13 +55,13 @@ bool feed(const simdjson::dom::element& e, StrictSax& sax) {
       const simdjson::dom::array array = e.get_array().value_unsafe();
       if (!sax.start_array(array.size())) return false;
       for (const auto item : array) {
-        if (!feed(item, sax)) return false;
+        if (!feed(item, sax, scratch)) return false;
       }
       return sax.end_array();
     }
     case element_type::STRING: {
-      std::string value(e.get_string().value_unsafe());
-      return sax.string(value);
+      scratch.assign(e.get_string().value_unsafe());
+      return sax.string(scratch);
     }
     case element_type::INT64: {
       // Without "-0" in the text, a zero here was written "0": unsigned.
@@ -62,8 +70,8 @@ bool feed(const simdjson::dom::element& e, StrictSax& sax) {
     }
     case element_type::UINT64: return sax.number_unsigned(e.get_uint64().value_unsafe());
     case element_type::DOUBLE: {
-      std::string raw;  // handlers never read it; nlohmann passes the token
-      return sax.number_float(e.get_double().value_unsafe(), raw);
+      scratch.clear();  // handlers never read it; nlohmann passes the token
+      return sax.number_float(e.get_double().value_unsafe(), scratch);
     }
     case element_type::BOOL: return sax.boolean(e.get_bool().value_unsafe());
     case element_type::NULL_VALUE: return sax.null();
@@ -85,10 +93,177 @@ bool parse_json_fast(const ByteSource& source, std::uint64_t offset, std::uint64
     simdjson::dom::parser parser(kFastJsonMaxBytes);
     simdjson::dom::element root;
     if (parser.parse(text.data(), n, false).get(root) != simdjson::SUCCESS) return false;
-    feed(root, handler);
+    std::string scratch;
+    feed(root, handler, scratch);
     return true;
   }
   return false;
+}
+
+
+namespace {
+
+// Byte rules for the large path, checked in one pass the compiler
+// vectorises: no backslash (escapes), no NUL (nlohmann refuses it anywhere),
+// and a count of the characters that may be structural (an upper bound on
+// simdjson's structural index, 4 bytes each).
+struct LargeScan {
+  bool clean = false;
+  std::uint64_t structurals = 0;
+};
+
+// One byte's part of the scan.
+struct ByteCounts {
+  unsigned bad = 0;
+  std::uint64_t structurals = 0;
+  void add(unsigned char c) {
+    bad |= static_cast<unsigned>(c == '\\') | static_cast<unsigned>(c == 0);
+    structurals += static_cast<unsigned>(c == '"' || c == ':' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']');
+  }
+};
+
+LargeScan scan_large(std::string_view text) {
+  ByteCounts counts;
+  std::size_t i = 0;
+#if defined(__SSE2__)
+  // 16 bytes a step (SSE2 is in every x86-64): ~60 MB in a few milliseconds
+  // instead of a tenth of a second byte by byte.
+  int bad_mask = 0;
+  const auto splat = [](char c) { return _mm_set1_epi8(c); };
+  const __m128i quote = splat('"'), colon = splat(':'), comma = splat(','), open_brace = splat('{'),
+                close_brace = splat('}'), open_bracket = splat('['), close_bracket = splat(']'),
+                backslash = splat('\\'), nul = _mm_setzero_si128();
+  for (; i + 16 <= text.size(); i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + i));
+    const __m128i hit = _mm_or_si128(
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, colon)),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, open_brace))),
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, close_brace), _mm_cmpeq_epi8(v, open_bracket)),
+                     _mm_cmpeq_epi8(v, close_bracket)));
+    counts.structurals += static_cast<unsigned>(__builtin_popcount(static_cast<unsigned>(_mm_movemask_epi8(hit))));
+    bad_mask |= _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, backslash), _mm_cmpeq_epi8(v, nul)));
+  }
+  counts.bad |= static_cast<unsigned>(bad_mask != 0);
+#endif
+  for (; i < text.size(); ++i) counts.add(static_cast<unsigned char>(text[i]));
+  return {counts.bad == 0 && !text.starts_with(kUtf8Bom), counts.structurals};
+}
+
+// A string's bytes, from just after its opening quote in the padded text:
+// without backslashes the next quote closes it. nlohmann refuses control
+// characters inside strings; they decline here.
+bool raw_string(const char* start, const char* text_end, std::string_view& out) {
+  const void* close = std::memchr(start, '"', static_cast<std::size_t>(text_end - start));
+  if (close == nullptr) return false;
+  out = std::string_view(start, static_cast<std::size_t>(static_cast<const char*>(close) - start));
+  return std::none_of(out.begin(), out.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+}
+
+enum class Walk { Fed, Stopped, Declined };
+
+class LargeWalker {
+ public:
+  LargeWalker(StrictSax& sax, const char* text_end, std::string_view what)
+      : sax_(sax), text_end_(text_end), what_(what) {}
+
+  Walk document(simdjson::ondemand::document& doc, std::string_view text) {
+    // On-Demand does not look past the root: nothing but whitespace may
+    // follow it. Its extent first (a skip over the structural index), then
+    // the walk from the start.
+    simdjson::ondemand::object top;
+    std::string_view root;
+    if (doc.get_object().get(top) != simdjson::SUCCESS || top.raw_json().get(root) != simdjson::SUCCESS) {
+      return Walk::Declined;
+    }
+    const std::size_t root_end = static_cast<std::size_t>(root.data() - text.data()) + root.size();
+    if (text.find_first_not_of(" \t\n\r", root_end) != std::string_view::npos) return Walk::Declined;
+    doc.rewind();
+    if (doc.get_object().get(top) != simdjson::SUCCESS) return Walk::Declined;
+    return object(top, true);
+  }
+
+ private:
+  // Keys and string values straight from the text; at the top level, an
+  // object value is walked the same way (the weight_map); everything else
+  // goes through the streaming parser from its raw JSON.
+  Walk object(simdjson::ondemand::object& object, bool top) {
+    if (!sax_.start_object(static_cast<std::size_t>(-1))) return Walk::Stopped;
+    for (auto member : object) {
+      simdjson::ondemand::field field;
+      if (std::move(member).get(field) != simdjson::SUCCESS) return Walk::Declined;
+      std::string_view key;
+      if (!raw_string(field.key().raw(), text_end_, key)) return Walk::Declined;
+      scratch_.assign(key);
+      if (!sax_.key(scratch_)) return Walk::Stopped;
+      const Walk w = value(field.value(), top);
+      if (w != Walk::Fed) return w;
+    }
+    return sax_.end_object() ? Walk::Fed : Walk::Stopped;
+  }
+
+  Walk value(simdjson::ondemand::value v, bool top) {
+    simdjson::ondemand::json_type type;
+    if (v.type().get(type) != simdjson::SUCCESS) return Walk::Declined;
+    std::string_view raw;
+    switch (type) {
+      case simdjson::ondemand::json_type::string: {
+        simdjson::ondemand::raw_json_string s;
+        if (v.get_raw_json_string().get(s) != simdjson::SUCCESS || !raw_string(s.raw(), text_end_, raw)) {
+          return Walk::Declined;
+        }
+        scratch_.assign(raw);
+        return sax_.string(scratch_) ? Walk::Fed : Walk::Stopped;
+      }
+      case simdjson::ondemand::json_type::object: {
+        simdjson::ondemand::object o;
+        if (v.get_object().get(o) != simdjson::SUCCESS) return Walk::Declined;
+        if (top) return object(o, false);
+        if (o.raw_json().get(raw) != simdjson::SUCCESS) return Walk::Declined;
+        break;
+      }
+      case simdjson::ondemand::json_type::array: {
+        simdjson::ondemand::array a;
+        if (v.get_array().get(a) != simdjson::SUCCESS || a.raw_json().get(raw) != simdjson::SUCCESS) {
+          return Walk::Declined;
+        }
+        break;
+      }
+      default: raw = v.raw_json_token(); break;
+    }
+    // The canonical parser for everything but strings; throws (declining)
+    // on anything it refuses.
+    const MemorySource piece(raw);
+    parse_json_streaming(piece, 0, raw.size(), sax_, what_);
+    return Walk::Fed;
+  }
+
+  StrictSax& sax_;
+  const char* text_end_;
+  std::string_view what_;
+  std::string scratch_;
+};
+
+}  // namespace
+
+bool parse_large_object_fast(const ByteSource& source, std::uint64_t length, StrictSax& handler,
+                             std::string_view what) {
+  if (length == 0 || length > kLargeJsonMaxBytes) return false;
+  static std::mutex one_at_a_time;
+  const std::scoped_lock lock(one_at_a_time);
+  try {
+    const auto n = static_cast<std::size_t>(length);
+    std::vector<char> text(n + simdjson::SIMDJSON_PADDING, '\0');
+    source.read_at(0, std::as_writable_bytes(std::span(text.data(), n)));
+    const LargeScan scan = scan_large(std::string_view(text.data(), n));
+    if (!scan.clean || scan.structurals > kLargeJsonMaxStructurals) return false;
+    simdjson::ondemand::parser parser(n);
+    simdjson::ondemand::document doc;
+    if (parser.iterate(text.data(), n, text.size()).get(doc) != simdjson::SUCCESS) return false;
+    LargeWalker walker(handler, text.data() + n, what);
+    return walker.document(doc, std::string_view(text.data(), n)) != Walk::Declined;
+  } catch (const Error&) {
+    return false;  // the streaming parser, run by the caller, raises the canonical error
+  }
 }
 
 }  // namespace mx2nv

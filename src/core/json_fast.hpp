@@ -38,4 +38,28 @@ inline constexpr unsigned kFastJsonParsers = 4;
 // false if it declined (nothing fed). A handler's exception propagates.
 bool parse_json_fast(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler);
 
+// The fast path for one large document whose top level is an object of
+// mostly strings: the shard index (~60 MB at K3, parsed once per command,
+// ~0.4 s with the streaming parser). simdjson's On-Demand API walks it
+// without a DOM: the text, plus 4 bytes per structural character, is all it
+// holds (~70 MB at K3, freed before the index's tables grow past it). Object
+// keys and string values are fed from the text itself; every other value
+// (numbers, nested objects and arrays: the index's small "metadata") is fed
+// by the streaming parser from its raw JSON, so numbers keep nlohmann's
+// exact kinds and values.
+//
+// Unlike parse_json_fast, On-Demand validates as it walks, so a decline may
+// come after events were fed: on false, the caller must discard the handler
+// and everything it built, and run the streaming parser on a fresh one. It
+// declines on documents over kLargeJsonMaxBytes or with more than
+// kLargeJsonMaxStructurals structural characters (memory), a backslash, a
+// NUL, a control character inside a string, a leading byte order mark, a top
+// level that is not an object, anything simdjson refuses, and any exception
+// (including the handler's: the streaming parser then raises the canonical
+// one), with one document at a time in this path.
+inline constexpr std::uint64_t kLargeJsonMaxBytes = 64ull << 20;
+inline constexpr std::uint64_t kLargeJsonMaxStructurals = 8ull << 20;
+bool parse_large_object_fast(const ByteSource& source, std::uint64_t length, StrictSax& handler,
+                             std::string_view what);
+
 }  // namespace mx2nv

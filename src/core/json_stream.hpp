@@ -3,12 +3,12 @@
 // fixed chunks from a ByteSource and fed to nlohmann's SAX parser, so memory
 // is what the handler keeps, never the document or a DOM of it.
 //
-// Small documents (shard headers) go through simdjson first (json_fast.hpp),
-// which accepts only where it is certain to agree; everything else, and
-// every error, comes from this path. Why not simdjson for all: it needs the
-// whole document in memory plus a structural index of up to 4 bytes per
-// input byte (~2 GB for a capped 512 MB index), and it does not detect
-// duplicate keys, which we must refuse. nlohmann's lexer validates UTF-8 and
+// Small documents (shard headers) and an index of up to 64 MiB go through
+// simdjson first (json_fast.hpp), which accepts only where it is certain to
+// agree; everything else, and every error, comes from this path. Why not
+// simdjson for all: it needs the whole document in memory plus a structural
+// index of up to 4 bytes per input byte (~2 GB for a capped 512 MB index),
+// and it does not detect duplicate keys, which we must refuse. nlohmann's lexer validates UTF-8 and
 // control characters; the rules it lacks are enforced here and in StrictSax:
 //   * a UTF-8 byte order mark is refused (nlohmann skips it silently);
 //   * a NUL byte anywhere is refused (nlohmann's lexer takes NUL for the end

@@ -5,6 +5,7 @@
 #include "core/strict_json.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace mx2nv {
 namespace {
@@ -17,6 +18,15 @@ std::string shape_text(std::span<const std::uint64_t> shape) {
 }
 
 }  // namespace
+
+ScaleGroup::ScaleGroup(std::initializer_list<std::size_t> members) {
+  for (const std::size_t m : members) push_back(m);
+}
+
+void ScaleGroup::push_back(std::size_t module) {
+  if (size_ == 2) throw std::logic_error("a scale group has at most two modules");
+  members_[size_++] = module;
+}
 
 std::optional<std::size_t> ModuleSet::find(std::string_view module) const {
   const auto it = std::lower_bound(modules.begin(), modules.end(), module,
@@ -61,14 +71,31 @@ void ModuleCollector::add_half(std::size_t shard, std::string_view file, const T
                shape_text(t.shape));
   }
   const auto [id, added] = names_.insert(module);
-  if (added) halves_.emplace_back();
-  Half& h = packed ? halves_[id].packed : halves_[id].scale;
-  if (h.present) fail_input("{}: tensor \"{}\" appears twice", file, t.name);
-  h.present = true;
-  h.shard = static_cast<std::uint32_t>(shard);
-  h.extent = {t.dtype, t.begin, t.end};
-  h.dims[0] = t.shape[0];
-  h.dims[1] = t.shape[1];
+  if (added) {
+    modules_.emplace_back().name = names_.name(id);
+    pending_.emplace_back();
+  }
+  QuantModule& m = modules_[id];
+  Pending& p = pending_[id];
+  if (packed ? p.packed : p.scale) fail_input("{}: tensor \"{}\" appears twice", file, t.name);
+  if (packed) {
+    p.packed = true;
+    m.packed_shard = shard;
+    m.packed = {t.dtype, t.begin, t.end};
+    m.rows = t.shape[0];
+    m.groups = t.shape[1];  // the packed row length; finish() checks it and divides
+  } else {
+    p.scale = true;
+    m.scale_shard = shard;
+    m.scale = {t.dtype, t.begin, t.end};
+    p.scale_dims[0] = t.shape[0];
+    p.scale_dims[1] = t.shape[1];
+  }
+}
+
+void ModuleCollector::reserve(std::size_t modules) {
+  modules_.reserve(modules);
+  pending_.reserve(modules);
 }
 
 void ModuleCollector::add_shard(std::size_t shard, std::string_view file, const ShardHeader& header) {
@@ -91,39 +118,53 @@ void ModuleCollector::add_shard(std::size_t shard, std::string_view file, const 
 }
 
 ModuleSet ModuleCollector::finish() && {
-  ModuleSet set;
-  set.modules.reserve(names_.size());
-  for (const NameTable::Id id : names_.sorted_ids()) {
+  const std::vector<NameTable::Id> order = names_.sorted_ids();
+  // Checked in name order, so the first error reported does not depend on
+  // the order shards were read in.
+  for (const NameTable::Id id : order) {
     const std::string_view name = names_.name(id);
-    const Halves& h = halves_[id];
-    if (!h.packed.present) {
-      fail_input("{}: \"{}{}\" has no \"{}{}\"", files_[h.scale.shard], name, kScaleSuffix, name, kPackedSuffix);
+    QuantModule& m = modules_[id];
+    const Pending& p = pending_[id];
+    if (!p.packed) {
+      fail_input("{}: \"{}{}\" has no \"{}{}\"", files_[m.scale_shard], name, kScaleSuffix, name, kPackedSuffix);
     }
-    if (!h.scale.present) {
-      fail_input("{}: \"{}{}\" has no \"{}{}\"", files_[h.packed.shard], name, kPackedSuffix, name, kScaleSuffix);
+    if (!p.scale) {
+      fail_input("{}: \"{}{}\" has no \"{}{}\"", files_[m.packed_shard], name, kPackedSuffix, name, kScaleSuffix);
     }
-    const std::string& pf = files_[h.packed.shard];
-    const std::string& sf = files_[h.scale.shard];
-    const std::uint64_t rows = h.packed.dims[0];
-    const std::uint64_t packed_cols = h.packed.dims[1];
+    const std::string& pf = files_[m.packed_shard];
+    const std::string& sf = files_[m.scale_shard];
+    const std::uint64_t packed_dims[2] = {m.rows, m.groups};
+    const std::uint64_t packed_cols = m.groups;
     if (packed_cols % kGroupBytes != 0) {
       fail_input("{}: \"{}{}\" has K = {} values per row, not a multiple of {}", pf, name, kPackedSuffix,
                  checked_mul(packed_cols, 2).value_or(0), kMxGroup);
     }
     const std::uint64_t groups = packed_cols / kGroupBytes;
-    if (h.scale.dims[0] != rows || h.scale.dims[1] != groups) {
+    if (p.scale_dims[0] != m.rows || p.scale_dims[1] != groups) {
       fail_input("{}: \"{}{}\" is {} but \"{}{}\" {} needs [{}, {}]", sf, name, kScaleSuffix,
-                 shape_text(h.scale.dims), name, kPackedSuffix, shape_text(h.packed.dims), rows, groups);
+                 shape_text(p.scale_dims), name, kPackedSuffix, shape_text(packed_dims), m.rows, groups);
     }
-    QuantModule& m = set.modules.emplace_back();
-    m.name = std::string(name);
-    m.packed_shard = h.packed.shard;
-    m.scale_shard = h.scale.shard;
-    m.packed = h.packed.extent;
-    m.scale = h.scale.extent;
-    m.rows = rows;
     m.groups = groups;
   }
+  pending_ = std::vector<Pending>();
+  // The records into name order in place (following the permutation's
+  // cycles): no second vector of modules.
+  std::vector<bool> placed(order.size(), false);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (placed[i]) continue;
+    QuantModule first = modules_[i];
+    std::size_t j = i;
+    while (order[j] != i) {
+      modules_[j] = modules_[order[j]];
+      placed[j] = true;
+      j = order[j];
+    }
+    modules_[j] = first;
+    placed[j] = true;
+  }
+  ModuleSet set;
+  set.modules = std::move(modules_);
+  set.names = std::move(names_).take_names();  // the views stay valid; the lookup table goes
   for (const Clash& c : clashes_) {
     if (set.find(c.module)) {
       fail_input("{}: module \"{}\" already has \"{}\"; this is not an MXFP4 weight-only module", files_[c.shard],
@@ -135,7 +176,7 @@ ModuleSet ModuleCollector::finish() && {
   std::vector<bool> assigned(set.modules.size(), false);
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     if (assigned[i]) continue;
-    std::vector<std::size_t> members{i};
+    ScaleGroup members{i};
     const std::string partner = gate_up_partner(set.modules[i].name);
     if (const auto j = partner.empty() ? std::nullopt : set.find(partner); j && !assigned[*j] && *j != i) {
       members.push_back(*j);
@@ -144,7 +185,7 @@ ModuleSet ModuleCollector::finish() && {
       assigned[m] = true;
       set.modules[m].scale_group = set.scale_groups.size();
     }
-    set.scale_groups.push_back(std::move(members));
+    set.scale_groups.push_back(members);
   }
   return set;
 }

@@ -10,7 +10,8 @@
 //
 // Scale: ~250k modules at Kimi K3's size. Discovery sees one shard header at
 // a time (ModuleCollector) and keeps, per module, its name and where its two
-// tensors are, not the headers.
+// tensors are, not the headers. Each module name is stored once (the set's
+// NameArena) and viewed from its record: ~100 bytes a module plus its name.
 #pragma once
 
 #include "core/dtype.hpp"
@@ -19,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,7 +46,7 @@ struct TensorExtent {
 };
 
 struct QuantModule {
-  std::string name;           // M
+  std::string_view name;      // M; its bytes live in the ModuleSet's names (or a literal)
   std::size_t packed_shard = 0;
   std::size_t scale_shard = 0;  // the global scale is written to this shard too
   TensorExtent packed;        // U8 [N, K/2]
@@ -53,17 +55,36 @@ struct QuantModule {
   std::uint64_t groups = 0;   // K/32 per row
   std::size_t scale_group = 0;  // index into ModuleSet::scale_groups
   std::uint64_t group_count() const { return rows * groups; }
-  std::string packed_name() const { return name + std::string(kPackedSuffix); }
-  std::string scale_name() const { return name + std::string(kScaleSuffix); }
-  std::string global_name() const { return name + std::string(kGlobalSuffix); }
+  std::string packed_name() const { return std::string(name) + std::string(kPackedSuffix); }
+  std::string scale_name() const { return std::string(name) + std::string(kScaleSuffix); }
+  std::string global_name() const { return std::string(name) + std::string(kGlobalSuffix); }
   std::vector<std::uint64_t> packed_shape() const { return {rows, groups * kGroupBytes}; }
   std::vector<std::uint64_t> source_scale_shape() const { return {rows, groups}; }
   std::vector<std::uint64_t> target_scale_shape() const { return {rows, groups * kNvScalesPerMxScale}; }
 };
 
+// Modules sharing one global: a gate/up pair or a lone module, so at most
+// two, held inline (a vector each cost ~56 bytes per group at K3's 124k).
+class ScaleGroup {
+ public:
+  ScaleGroup() = default;
+  ScaleGroup(std::initializer_list<std::size_t> members);
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::size_t operator[](std::size_t i) const { return members_[i]; }
+  const std::size_t* begin() const { return members_; }
+  const std::size_t* end() const { return members_ + size_; }
+  void push_back(std::size_t module);  // at most two members
+
+ private:
+  std::size_t members_[2] = {0, 0};
+  std::size_t size_ = 0;
+};
+
 struct ModuleSet {
   std::vector<QuantModule> modules;                     // sorted by name
-  std::vector<std::vector<std::size_t>> scale_groups;   // modules sharing one global
+  std::vector<ScaleGroup> scale_groups;                 // modules sharing one global
+  NameArena names;  // the bytes of the modules' names (only views are kept per module)
   std::optional<std::size_t> find(std::string_view module) const;  // binary search by name
   // The module whose `suffix` tensor (kPackedSuffix, kScaleSuffix, ...) `tensor` is.
   std::optional<std::size_t> module_of(std::string_view tensor, std::string_view suffix) const;
@@ -81,17 +102,19 @@ class ModuleCollector {
  public:
   // `file` names the shard in messages; shards are numbered by the caller.
   void add_shard(std::size_t shard, std::string_view file, const ShardHeader& header);
+  // Room for `modules` records up front (the index's packed tensors), so the
+  // table is not grown by doubling (up to 2x its size at K3 scale, ~25 MB).
+  void reserve(std::size_t modules);
   ModuleSet finish() &&;
 
  private:
-  struct Half {
-    bool present = false;
-    std::uint32_t shard = 0;
-    TensorExtent extent;
-    std::uint64_t dims[2] = {0, 0};
-  };
-  struct Halves {
-    Half packed, scale;
+  // What finish() checks that the module itself does not keep: the scale's
+  // shape and which halves were seen. The module record is built in place
+  // (groups holds the packed row length until finish() checks it), so
+  // collecting needs no second copy of ~250k modules.
+  struct Pending {
+    std::uint64_t scale_dims[2] = {0, 0};
+    bool packed = false, scale = false;
   };
   struct Clash {  // a tensor M.<suffix> that an MXFP4 weight-only module must not have
     std::string module, suffix;
@@ -100,7 +123,8 @@ class ModuleCollector {
   void add_half(std::size_t shard, std::string_view file, const TensorInfo& t, std::string_view suffix);
 
   NameTable names_;
-  std::vector<Halves> halves_;  // parallel to names_
+  std::vector<QuantModule> modules_;  // parallel to names_ (ids), names viewed in names_
+  std::vector<Pending> pending_;      // parallel to names_
   std::vector<std::string> files_;
   std::vector<Clash> clashes_;
 };

@@ -4,11 +4,57 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace mx2nv {
 
 std::uint32_t NameTable::hash_of(std::string_view name) {
   return static_cast<std::uint32_t>(XXH3_64bits(name.data(), name.size()));
+}
+
+NameArena::Position NameArena::append(std::string_view name) {
+  char prefix[10];
+  std::size_t prefix_size = 0;
+  for (std::uint64_t n = name.size();; n >>= 7) {
+    prefix[prefix_size++] = static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
+    if (n < 0x80) break;
+  }
+  const std::size_t size = prefix_size + name.size();
+  char* at = nullptr;
+  std::size_t page = 0, offset = 0;
+  if (size > kPageBytes / 4) {
+    // A long name gets a block of its own, of whole pages; the open page stays open.
+    const std::size_t pages = (size + kPageBytes - 1) / kPageBytes;
+    if (pages_.size() + pages > kMaxPages) throw std::length_error("name arena: more than 4 GiB of names");
+    at = blocks_.emplace_back(std::make_unique<char[]>(pages * kPageBytes)).get();
+    page = pages_.size();
+    for (std::size_t i = 0; i < pages; ++i) pages_.push_back(at + i * kPageBytes);
+  } else {
+    if (size > kPageBytes - open_used_) {
+      if (pages_.size() + 1 > kMaxPages) throw std::length_error("name arena: more than 4 GiB of names");
+      open_page_ = pages_.size();
+      open_used_ = 0;
+      pages_.push_back(blocks_.emplace_back(std::make_unique<char[]>(kPageBytes)).get());
+    }
+    page = open_page_;
+    offset = open_used_;
+    at = pages_[page] + offset;
+    open_used_ += size;
+  }
+  std::memcpy(at, prefix, prefix_size);
+  if (!name.empty()) std::memcpy(at + prefix_size, name.data(), name.size());
+  return static_cast<Position>((page << kPageBits) | offset);
+}
+
+std::string_view NameArena::at(Position position) const {
+  const char* p = pages_[position >> kPageBits] + (position & (kPageBytes - 1));
+  std::size_t size = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    const auto byte = static_cast<unsigned char>(*p++);
+    size |= static_cast<std::size_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  return {p, size};
 }
 
 // The table never exceeds 2^32 slots (ids are 32-bit), so the stored 32 bits
@@ -17,7 +63,7 @@ std::size_t NameTable::slot_of(std::string_view name, std::uint32_t hash) const 
   const std::size_t mask = slots_.size() - 1;
   for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
-    if (s.id == kEmpty || (s.hash == hash && names_[s.id] == name)) return i;
+    if (s.id == kEmpty || (s.hash == hash && arena_.at(positions_[s.id]) == name)) return i;
   }
 }
 
@@ -29,34 +75,15 @@ std::optional<NameTable::Id> NameTable::find(std::string_view name) const {
 }
 
 std::pair<NameTable::Id, bool> NameTable::insert(std::string_view name) {
-  if ((names_.size() + 1) * 2 > slots_.size()) grow();
+  if ((positions_.size() + 1) * 4 > slots_.size() * 3) grow();
   const std::uint32_t hash = hash_of(name);
   Slot& slot = slots_[slot_of(name, hash)];
   if (slot.id != kEmpty) return {slot.id, false};
-  const auto id = static_cast<Id>(names_.size());
-  names_.push_back(store(name));
+  const auto id = static_cast<Id>(positions_.size());
+  positions_.push_back(arena_.append(name));
   slot = {id, hash};
   name_bytes_ += name.size();
   return {id, true};
-}
-
-std::string_view NameTable::store(std::string_view name) {
-  if (name.empty()) return {};
-  if (name.size() > kChunkBytes / 4) {
-    // Long names get a chunk of their own; the open chunk stays open.
-    auto& own = chunks_.emplace_back(std::make_unique<char[]>(name.size()));
-    std::memcpy(own.get(), name.data(), name.size());
-    return {own.get(), name.size()};
-  }
-  if (name.size() > open_left_) {
-    open_ = chunks_.emplace_back(std::make_unique<char[]>(kChunkBytes)).get();
-    open_left_ = kChunkBytes;
-  }
-  char* at = open_;
-  std::memcpy(at, name.data(), name.size());
-  open_ += name.size();
-  open_left_ -= name.size();
-  return {at, name.size()};
 }
 
 void NameTable::grow() {
@@ -72,9 +99,9 @@ void NameTable::grow() {
 }
 
 std::vector<NameTable::Id> NameTable::sorted_ids() const {
-  std::vector<Id> ids(names_.size());
+  std::vector<Id> ids(positions_.size());
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<Id>(i);
-  std::sort(ids.begin(), ids.end(), [&](Id a, Id b) { return names_[a] < names_[b]; });
+  std::sort(ids.begin(), ids.end(), [&](Id a, Id b) { return name(a) < name(b); });
   return ids;
 }
 

@@ -1,7 +1,8 @@
 // Interned names for checkpoints with hundreds of thousands of tensors: the
 // bytes live in one chunked arena (addresses stay valid when the table moves
 // or grows), each name gets a dense 32-bit id, and lookups go through an
-// open-addressing table of ids. About 32 bytes per name plus the name itself,
+// open-addressing table of ids. About 16 bytes per name plus the name itself
+// (a 4-byte position, a 1-2 byte length prefix, 8-byte slots at load <= 3/4),
 // against ~150 for a std::map<std::string, ...> node.
 #pragma once
 
@@ -17,6 +18,29 @@
 
 namespace mx2nv {
 
+// Bytes of names that stay where they are: chunks of 1 MiB (a long name gets
+// a block of its own), so a view into the arena survives moving the arena.
+// Each name is stored after its length (LEB128) and has a 32-bit position:
+// the arena is addressed as 1 MiB pages, a block spanning several. Positions
+// cover 4 GiB; every caller's names are capped far below (the index's at
+// kMaxIndexNameBytes, a header's at kMaxShardNameBytes).
+class NameArena {
+ public:
+  using Position = std::uint32_t;
+  Position append(std::string_view name);
+  std::string_view at(Position position) const;
+  std::string_view store(std::string_view name) { return at(append(name)); }
+
+ private:
+  static constexpr unsigned kPageBits = 20;
+  static constexpr std::size_t kPageBytes = std::size_t{1} << kPageBits;
+  static constexpr std::size_t kMaxPages = std::size_t{1} << (32 - kPageBits);
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  std::vector<char*> pages_;  // page i starts at pages_[i]
+  std::size_t open_page_ = 0;  // the page being filled and its free bytes
+  std::size_t open_used_ = kPageBytes;
+};
+
 class NameTable {
  public:
   using Id = std::uint32_t;
@@ -24,32 +48,35 @@ class NameTable {
   // The id of `name`, adding it if absent; second is true when it was added.
   std::pair<Id, bool> insert(std::string_view name);
   std::optional<Id> find(std::string_view name) const;
-  std::string_view name(Id id) const { return names_[id]; }
-  std::size_t size() const { return names_.size(); }
+  std::string_view name(Id id) const { return arena_.at(positions_[id]); }
+  std::size_t size() const { return positions_.size(); }
   std::uint64_t name_bytes() const { return name_bytes_; }
   // Ids ordered by name (bytewise), for sorted output.
   std::vector<Id> sorted_ids() const;
+  // The names' bytes, without the lookup (positions and slots: ~16 bytes a
+  // name): for a caller that keeps views of the names and looks nothing up again.
+  NameArena take_names() && { return std::move(arena_); }
+  // Frees the lookup (8-11 bytes a name); names stay readable by id, find()
+  // finds nothing and insert() may not be called again.
+  void drop_lookup() { slots_ = std::vector<Slot>(); }
 
  private:
   static constexpr Id kEmpty = ~Id{0};
-  static constexpr std::size_t kChunkBytes = 1 << 20;
   // A slot keeps 32 bits of its name's hash: probing past other names and
   // growing the table compare and rehash those, never touching the names
-  // (at K3's 500k names each such touch was a cache miss).
+  // (at K3's 500k names each such touch was a cache miss). That keeps probe
+  // sequences cheap enough for a load of 3/4 (half the slots of 1/2).
   struct Slot {
     Id id = kEmpty;
     std::uint32_t hash = 0;
   };
-  std::string_view store(std::string_view name);
   void grow();
   std::size_t slot_of(std::string_view name, std::uint32_t hash) const;
   static std::uint32_t hash_of(std::string_view name);
 
-  std::vector<std::unique_ptr<char[]>> chunks_;
-  char* open_ = nullptr;  // free space of the chunk being filled
-  std::size_t open_left_ = 0;
-  std::vector<std::string_view> names_;
-  std::vector<Slot> slots_;  // power-of-two size, load <= 1/2
+  NameArena arena_;
+  std::vector<NameArena::Position> positions_;  // per id
+  std::vector<Slot> slots_;  // power-of-two size, load <= 3/4
   std::uint64_t name_bytes_ = 0;
 };
 

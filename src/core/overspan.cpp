@@ -41,7 +41,7 @@ std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& 
     std::string joined;  // the plan names a group's global by its members joined with '+'
     bool refused = false;
     for (const std::size_t i : set.scale_groups[sg]) {
-      joined += (joined.empty() ? "" : "+") + set.modules[i].name;
+      joined += (joined.empty() ? "" : "+") + std::string(set.modules[i].name);
       refused = refused || over.contains(set.modules[i].name);
     }
     if (refused || bad.contains(joined)) groups.push_back(sg);
@@ -66,7 +66,7 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
     for (const std::size_t sg : groups) {
       const float global = requantized_global(sg);
       std::string joined;
-      for (const std::size_t i : set.scale_groups[sg]) joined += (joined.empty() ? "" : "+") + set.modules[i].name;
+      for (const std::size_t i : set.scale_groups[sg]) joined += (joined.empty() ? "" : "+") + std::string(set.modules[i].name);
       if (!global_multiplier_fits(plan.window, 1.0 / static_cast<double>(global))) {
         still_bad.push_back(joined + " (requantized global " + std::to_string(global) + " is outside the window's range)");
         continue;
@@ -136,8 +136,8 @@ std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
     if (plan.modules[i].treatment != Treatment::Bf16) continue;
     const QuantModule& m = set.modules[i];
     Bf16Layer& l = layers[moe_layer_of(m.name)];
-    l.modules.push_back(m.name);
-    if (refused.contains(m.name)) l.refused.push_back(m.name);
+    l.modules.emplace_back(m.name);
+    if (refused.contains(std::string(m.name))) l.refused.emplace_back(m.name);
     l.bf16_bytes += bf16_weight_bytes(m);
     l.nvfp4_bytes += nvfp4_module_bytes(m);
   }

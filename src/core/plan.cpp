@@ -1,15 +1,39 @@
 #include "core/plan.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace mx2nv {
 
+SparseHistogram::SparseHistogram(std::size_t size)
+    : block_(size == 0 ? nullptr : std::make_unique<std::byte[]>(size * (sizeof(std::uint64_t) + 1))), size_(size) {}
+
+SparseHistogram::SparseHistogram(const SparseHistogram& other) : SparseHistogram(other.size_) {
+  if (size_ != 0) std::memcpy(block_.get(), other.block_.get(), size_ * (sizeof(std::uint64_t) + 1));
+}
+
+SparseHistogram& SparseHistogram::operator=(const SparseHistogram& other) {
+  if (this != &other) *this = SparseHistogram(other);
+  return *this;
+}
+
+SparseHistogram::Entry SparseHistogram::operator[](std::size_t i) const {
+  std::uint64_t count = 0;
+  std::memcpy(&count, block_.get() + i * sizeof(std::uint64_t), sizeof count);
+  return {std::to_integer<std::uint8_t>(block_[size_ * sizeof(std::uint64_t) + i]), count};
+}
+
+void SparseHistogram::set(std::size_t i, Entry e) {
+  std::memcpy(block_.get() + i * sizeof(std::uint64_t), &e.second, sizeof e.second);
+  block_[size_ * sizeof(std::uint64_t) + i] = std::byte{e.first};
+}
+
 SparseHistogram to_sparse(const ByteHistogram& dense) {
-  SparseHistogram sparse;
   // Exactly sized: there is one per module, ~250k at Kimi K3's scale.
-  sparse.reserve(static_cast<std::size_t>(std::count_if(dense.begin(), dense.end(), [](std::uint64_t n) { return n != 0; })));
+  SparseHistogram sparse(static_cast<std::size_t>(std::count_if(dense.begin(), dense.end(), [](std::uint64_t n) { return n != 0; })));
+  std::size_t i = 0;
   for (std::size_t b = 0; b < dense.size(); ++b) {
-    if (dense[b] != 0) sparse.emplace_back(static_cast<std::uint8_t>(b), dense[b]);
+    if (dense[b] != 0) sparse.set(i++, {static_cast<std::uint8_t>(b), dense[b]});
   }
   return sparse;
 }
@@ -28,7 +52,7 @@ std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimi
 }
 
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
-               const ActiveCounter& count_active) {
+               const ActiveCounter& count_active, const HistogramReader& read_histogram) {
   Plan plan;
   plan.window = window;
   plan.modules.resize(set.modules.size());
@@ -54,7 +78,7 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
       if (facts[i].k_min) k_min = std::min(k_min.value_or(facts[i].k_min.value()), facts[i].k_min.value());
     }
     std::string names;
-    for (const std::size_t i : members) names += (names.empty() ? "" : "+") + set.modules[i].name;
+    for (const std::size_t i : members) names += (names.empty() ? "" : "+") + std::string(set.modules[i].name);
     // Spans beyond the window are refused module by module below (over-span),
     // with m = k_max - 8; otherwise the smallest m the window allows.
     int m = *k_max - limits.max_exp;
@@ -78,7 +102,9 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
       p.divisor = divisor.value_or(1.0f);
       // Zero groups whose exponent E4M3 cannot carry are written as 0x00.
       std::uint64_t unrepresentable = 0;
-      for (const auto& [b, n] : f.histogram) {
+      SparseHistogram read_again;
+      if (!f.histogram_kept) read_again = read_histogram(i);
+      for (const auto& [b, n] : f.histogram_kept ? f.histogram : read_again) {
         const int e = e8m0_exponent(b) - m;
         if (e < kE4M3MinPow2 || e > kE4M3MaxPow2) unrepresentable += n;
       }
@@ -96,7 +122,7 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
       }
       if (lowest < limits.min_exp) {
         p.groups_outside = limits.min_exp == kE4M3MinNormalPow2 ? below_e4m3 + p.marlin_zeroed_groups : below_e4m3;
-        plan.over_span.push_back({set.modules[i].name, p.span, limits.max_span(), p.groups_outside});
+        plan.over_span.push_back({std::string(set.modules[i].name), p.span, limits.max_span(), p.groups_outside});
       }
     }
   }

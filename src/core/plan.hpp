@@ -17,6 +17,7 @@
 #include "core/scale_scan.hpp"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,19 +25,63 @@
 namespace mx2nv {
 
 // Scale bytes present in a module and how often: sparse, because a model has
-// ~10^5 modules and each uses only a few dozen of the 255 exponents.
-using SparseHistogram = std::vector<std::pair<std::uint8_t, std::uint64_t>>;
+// ~10^5 modules and each uses only a few dozen of the 255 exponents. One
+// exactly sized block per module, 9 bytes an entry (the counts, then the
+// bytes), behind a 16-byte handle: a vector of (byte, count) pairs took 16
+// bytes an entry plus 24 and the allocator's slack (46 MB at K3's 247k).
+class SparseHistogram {
+ public:
+  using Entry = std::pair<std::uint8_t, std::uint64_t>;
+  class Iterator {
+   public:
+    Iterator(const SparseHistogram* h, std::size_t i) : h_(h), i_(i) {}
+    Entry operator*() const { return (*h_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const SparseHistogram* h_;
+    std::size_t i_;
+  };
+
+  SparseHistogram() = default;
+  explicit SparseHistogram(std::size_t size);
+  SparseHistogram(const SparseHistogram& other);
+  SparseHistogram& operator=(const SparseHistogram& other);
+  SparseHistogram(SparseHistogram&&) noexcept = default;
+  SparseHistogram& operator=(SparseHistogram&&) noexcept = default;
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Entry operator[](std::size_t i) const;
+  void set(std::size_t i, Entry e);
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, size_}; }
+
+ private:
+  std::unique_ptr<std::byte[]> block_;
+  std::size_t size_ = 0;
+};
 SparseHistogram to_sparse(const ByteHistogram& dense);
 ByteHistogram to_dense(const SparseHistogram& sparse);
 
 struct ModuleFacts {
-  SparseHistogram histogram;
+  SparseHistogram histogram;  // when kept (below)
   std::optional<int> k_max;  // over active groups
   std::optional<int> k_min;
+  // False when the scan did not keep the histogram (its memory budget was
+  // spent: a module can have 254 distinct scale bytes, ~2.3 KB here, and a
+  // checkpoint within the caps ~400k modules); make_plan reads it again.
+  bool histogram_kept = true;
 };
 
 // Number of active groups of module `module` whose exponent is in [k_lo, k_hi].
 using ActiveCounter = std::function<std::uint64_t(std::size_t module, int k_lo, int k_hi)>;
+// A module's scale histogram read again (for facts that did not keep it).
+using HistogramReader = std::function<SparseHistogram(std::size_t module)>;
 
 // What convert writes for a module: its exact NVFP4 transcode (the default),
 // or, for scale groups the window refuses (`--overspan`, core/overspan.hpp),
@@ -94,6 +139,6 @@ struct Plan {
 std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimits& limits);
 
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
-               const ActiveCounter& count_active);
+               const ActiveCounter& count_active, const HistogramReader& read_histogram = {});
 
 }  // namespace mx2nv

@@ -43,6 +43,7 @@ class HeaderSax final : public StrictSax {
     if (state_ == State::Skip) return true;
     if (state_ == State::ShapeOpen) {
       state_ = State::Shape;
+      tensor().shape.reserve(4);  // one allocation for the usual 1-4 dimensions, not one per growth
       return true;
     }
     if (state_ == State::OffsetsOpen) {

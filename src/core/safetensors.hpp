@@ -27,12 +27,16 @@ static_assert(std::endian::native == std::endian::little, "big-endian hosts are 
 inline constexpr std::uint64_t kHeaderLengthBytes = 8;
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // safetensors MAX_HEADER_SIZE
 inline constexpr std::size_t kMaxRank = 16;
-// Tensors in one shard header. Kimi K3 has ~5,200 per shard; the cap bounds
-// the memory a hostile 100 MB header can claim (~150 bytes per tensor held).
-inline constexpr std::size_t kMaxTensorsPerShard = 1 << 18;
+// Tensors in one shard header. Kimi K3 has ~5,200 per shard (~7,800 once
+// converted: 12x / 8x headroom); the cap bounds the memory a hostile header
+// can claim while a shard is worked on: its tensors are held as parsed, as the
+// target layout and as the serialized header, ~500 bytes each besides names,
+// by each worker (2^18 let one 262k-tensor shard take over 400 MiB in convert).
+inline constexpr std::size_t kMaxTensorsPerShard = 1 << 16;
 // Bytes of tensor names and of __metadata__ in one header (K3: ~0.4 MB of
-// names per shard); with the tensor cap, a header costs at most ~100 MB held.
-inline constexpr std::uint64_t kMaxShardNameBytes = 32ull << 20;
+// names per shard, ~0.6 MB converted: 13x headroom); held about three times
+// over while a shard is converted.
+inline constexpr std::uint64_t kMaxShardNameBytes = 8ull << 20;
 inline constexpr std::uint64_t kMaxShardMetadataBytes = 1ull << 20;
 
 struct TensorInfo {

@@ -28,12 +28,24 @@ namespace mx2nv {
 using ByteHistogram = std::array<std::uint64_t, 256>;
 
 struct ModuleLocation {
+  // The same object when both tensors are in one file: a small module's two
+  // tensors are then read together.
   const ByteSource* packed = nullptr;
   std::uint64_t packed_offset = 0;  // absolute file offset of weight_packed's first byte
   const ByteSource* scale = nullptr;
   std::uint64_t scale_offset = 0;
   std::string scale_file;  // for error messages
 };
+
+// The bytes a small module's packed and scale tensors span together when
+// they are in one file: ModuleScanner then reads them with one read (packed
+// bytes at most 64 KiB, at most 4 KiB between the tensors). nullopt otherwise.
+struct ModuleSpan {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+std::optional<ModuleSpan> small_module_span(const QuantModule& module, std::uint64_t packed_offset,
+                                            std::uint64_t scale_offset);
 
 // True when the 16 packed bytes of a 32-group hold a non-zero magnitude.
 bool group_is_active(const std::byte* group16);
@@ -65,6 +77,7 @@ class ModuleScanner {
   template <typename Visit>
   void for_each_scale(Visit&& visit);  // visit(position, byte) -> bool continue
   bool probe(std::uint64_t position);
+  bool read_small_module_at_once();
   bool over_budget(std::uint64_t more) const;
 
   const QuantModule& module_;

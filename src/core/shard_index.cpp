@@ -1,10 +1,15 @@
 #include "core/shard_index.hpp"
 
+#include "core/json_fast.hpp"
+
 #include "core/error.hpp"
 #include "core/json_stream.hpp"
 #include "core/json_text.hpp"
 
+#include <xxhash.h>
+
 #include <algorithm>
+#include <new>
 
 namespace mx2nv {
 
@@ -24,10 +29,16 @@ bool is_confined_relative_path(std::string_view path) {
 
 // weight_map goes into the name table as it streams by; every other member
 // is built as JSON (with the same strict rules) and kept, within a budget.
+//
+// Lookup mode (`wanted` set): the index was read and checked before, and only
+// the shards of the wanted tensors are recorded; no other name is kept.
 class IndexSax final : public StrictSax {
  public:
   IndexSax(ShardIndex& index, NameTable& shards, std::string_view what)
       : StrictSax(what), index_(index), shards_(shards) {}
+  IndexSax(ShardIndex& index, NameTable& shards, std::string_view what, const NameTable& wanted,
+           std::vector<std::string>& found)
+      : StrictSax(what), index_(index), shards_(shards), wanted_(&wanted), found_(&found) {}
 
   bool start_object(std::size_t) override {
     enter();
@@ -79,6 +90,11 @@ class IndexSax final : public StrictSax {
         state_ = State::Member;
         return true;
       case State::WeightMap: {
+        if (wanted_ != nullptr) {
+          wanted_id_ = wanted_->find(k);
+          state_ = State::WeightMapValue;
+          return true;
+        }
         const auto [id, added] = index_.tensors.insert(k);
         if (!added) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
         if (index_.tensors.size() > kMaxIndexTensors) {
@@ -101,6 +117,11 @@ class IndexSax final : public StrictSax {
   }
   bool string(string_t& v) override {
     if (state_ == State::Skip) return true;
+    if (state_ == State::WeightMapValue && wanted_ != nullptr) {
+      if (wanted_id_) (*found_)[*wanted_id_] = std::move(v);
+      state_ = State::WeightMap;
+      return true;
+    }
     if (state_ == State::WeightMapValue) {
       if (!is_confined_relative_path(v)) {
         reject("{}: tensor \"{}\" names shard \"{}\", which is not a plain relative path inside the checkpoint",
@@ -127,13 +148,14 @@ class IndexSax final : public StrictSax {
   void finish() const {
     StrictSax::finish();
     if (!weight_map_seen_) fail_input("{}: no weight_map object", what());
-    if (index_.tensors.size() == 0) fail_input("{}: weight_map is empty", what());
+    if (wanted_ == nullptr && index_.tensors.size() == 0) fail_input("{}: weight_map is empty", what());
   }
 
  private:
   enum class State { Start, Top, WeightMapOpen, WeightMap, WeightMapValue, Member, Done, Skip };
 
   std::string_view current_tensor() const {
+    if (wanted_ != nullptr) return "?";  // lookup mode keeps no names (and the index was checked before)
     return index_.tensors.name(static_cast<NameTable::Id>(index_.tensors.size() - 1));
   }
   template <typename... Args>
@@ -185,6 +207,9 @@ class IndexSax final : public StrictSax {
   std::string member_;
   JsonTree tree_{index_.other};  // the member being built (set at its key)
   std::uint64_t other_bytes_ = 0;
+  const NameTable* wanted_ = nullptr;  // lookup mode
+  std::vector<std::string>* found_ = nullptr;
+  std::optional<NameTable::Id> wanted_id_;
 };
 
 void check_converted_index_caps(std::uint64_t tensors, std::uint64_t name_bytes) {
@@ -195,12 +220,24 @@ void check_converted_index_caps(std::uint64_t tensors, std::uint64_t name_bytes)
   }
 }
 
-ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what) {
+ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what,
+                            IndexParser parser) {
   ShardIndex index;
   NameTable shards;
-  IndexSax sax(index, shards, what);
-  parse_json_stream(source, 0, size, sax, what);
-  sax.finish();
+  {
+    // simdjson first (json_fast.hpp); a decline may come after part of the
+    // index was built, so the streaming parser starts again from nothing.
+    IndexSax sax(index, shards, what);
+    if (parser == IndexParser::Streaming || !parse_large_object_fast(source, size, sax, what)) {
+      index = ShardIndex();
+      shards = NameTable();
+      IndexSax canonical(index, shards, what);
+      parse_json_streaming(source, 0, size, canonical, what);
+      canonical.finish();
+    } else {
+      sax.finish();
+    }
+  }
   // Shard ids in order of first mention -> positions in the sorted list.
   const std::vector<NameTable::Id> sorted = shards.sorted_ids();
   std::vector<std::uint32_t> position(sorted.size());
@@ -209,7 +246,35 @@ ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::s
     index.shard_files.emplace_back(shards.name(sorted[i]));
   }
   for (auto& s : index.shard_of) s = position[s];
+  XXH3_state_t* state = XXH3_createState();
+  if (state == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(state);
+  for (std::size_t i = 0; i < index.shard_of.size(); ++i) {
+    const std::string_view name = index.tensors.name(static_cast<NameTable::Id>(i));
+    const std::uint64_t length = name.size();
+    XXH3_64bits_update(state, &length, sizeof length);
+    XXH3_64bits_update(state, name.data(), name.size());
+    XXH3_64bits_update(state, &index.shard_of[i], sizeof index.shard_of[i]);
+  }
+  index.fingerprint = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
   return index;
+}
+
+std::vector<std::string> find_indexed_shards(const ByteSource& source, std::uint64_t size, std::string_view what,
+                                             const std::vector<std::string>& tensors) {
+  NameTable wanted;
+  for (const auto& t : tensors) wanted.insert(t);
+  std::vector<std::string> found(wanted.size());
+  ShardIndex index;
+  NameTable shards;
+  IndexSax sax(index, shards, what, wanted, found);
+  parse_json_stream(source, 0, size, sax, what);
+  sax.finish();
+  std::vector<std::string> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(found[*wanted.find(t)]);
+  return out;
 }
 
 ShardIndex parse_shard_index(std::string_view text, std::string_view what) {

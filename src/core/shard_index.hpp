@@ -24,7 +24,13 @@
 
 namespace mx2nv {
 
-inline constexpr std::size_t kMaxIndexTensors = 1 << 21;            // K3: ~500k
+// Tensors and name bytes of an index: K3 has ~497k tensors and ~38 MB of
+// names, ~743k and ~58 MB once converted (verify and --resume read DST's
+// index under the same caps: 1.7x headroom there, 2.5x on SRC's). What an
+// index at the caps costs while held, ~18 bytes a tensor plus its name, and
+// the module table it implies (<= 417k modules, ~160 bytes each besides
+// names) keep inspect, convert and verify under 256 MiB (README Performance).
+inline constexpr std::size_t kMaxIndexTensors = 1'250'000;
 inline constexpr std::uint64_t kMaxIndexNameBytes = 96ull << 20;    // K3: ~38 MB of tensor names
 inline constexpr std::uint64_t kMaxIndexOtherBytes = 16ull << 20;   // members outside weight_map
 inline constexpr std::size_t kMaxShards = 100'000;
@@ -43,15 +49,28 @@ struct ShardIndex {
   NameTable tensors;                 // weight_map keys
   std::vector<std::uint32_t> shard_of;  // per tensor id: index into shard_files
   std::vector<std::string> shard_files;  // distinct, sorted
+  // A hash of the weight_map (names and shards, in document order), to tell
+  // that a re-read index is the one read first.
+  std::uint64_t fingerprint = 0;
   std::string_view shard_for(std::string_view tensor) const;  // "" when not indexed
-  // Drops the tensor names and their shards (~100 bytes a tensor) for a
-  // caller done with lookups; shard_for then finds nothing.
+  // Drops the tensor names and their shards (~20 bytes a tensor plus its
+  // name) for a caller done with them; shard_for then finds nothing.
   void forget_tensors();
 };
 
 // Streams bytes [0, size) of `source`; `what` names the file in errors.
-ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what);
+// `parser`: Fast tries simdjson first (json_fast.hpp: holds the text and its
+// structurals while the tables are built, ~70 MB more at K3); Streaming holds
+// only the tables (a re-read while the module table and plan are held).
+enum class IndexParser { Fast, Streaming };
+ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what,
+                            IndexParser parser = IndexParser::Fast);
 ShardIndex parse_shard_index(std::string_view text, std::string_view what);
+// The shard the index names for each of `tensors` ("" where none), from the
+// index streamed again without keeping its names: for a caller that dropped
+// them (verify names where a missing tensor went).
+std::vector<std::string> find_indexed_shards(const ByteSource& source, std::uint64_t size, std::string_view what,
+                                             const std::vector<std::string>& tensors);
 
 // Checks, one shard at a time, that every tensor of every shard is indexed
 // exactly once, to the shard that holds it, and that every indexed tensor

@@ -111,7 +111,8 @@ OpenShard Checkpoint::read_shard(std::size_t shard) const {
   return o;
 }
 
-Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned threads, const ShardVisitor& visit) {
+Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned threads, const ShardVisitor& visit,
+                           const std::function<void(const ShardIndex&)>& on_index) {
   Checkpoint c;
   c.root = root;
   std::error_code ec;
@@ -142,6 +143,7 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned t
       }
       check_converted_index_caps(c.index->tensors.size() + packed, name_bytes);
     }
+    if (on_index) on_index(*c.index);
     structural.insert(std::string(kIndexFileName));
       files = c.index->shard_files;
     for (const auto& file : files) {
@@ -171,17 +173,30 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned t
     c.shards[s] = summarise(files[s], size, header);
   });
   if (coverage) coverage->finish();
+  // Every later use reads the index's names by id (convert writes DST's
+  // index from them); no name is looked up again.
+  if (c.index) c.index->tensors.drop_lookup();
   c.companions = list_companions(root, structural, role);
   c.files = std::make_unique<ShardFiles>(root, std::move(files));
   return c;
 }
 
-SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads) {
+SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads, IndexNames index_names) {
   ModuleCollector collector;
   const auto collect = [&](std::size_t shard, std::string_view file, const ShardHeader& header) {
     collector.add_shard(shard, file, header);
   };
-  SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source, threads, collect), {}, {}};
+  // Every module's packed tensor is indexed, so the index's count is what
+  // the collector will hold (bounded by the converted-index cap checked before).
+  const auto reserve = [&](const ShardIndex& index) {
+    std::size_t packed = 0;
+    for (std::size_t i = 0; i < index.tensors.size(); ++i) {
+      packed += index.tensors.name(static_cast<NameTable::Id>(i)).ends_with(kPackedSuffix) ? 1u : 0u;
+    }
+    collector.reserve(packed);
+  };
+  SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source, threads, collect, reserve), {}, {}};
+  if (index_names == IndexNames::Drop && s.checkpoint.index) s.checkpoint.index->forget_tensors();
   s.quant = read_source_quant_config(s.checkpoint.config_text);
   s.modules = std::move(collector).finish();
   if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());
@@ -190,7 +205,20 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads) 
 
 void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
                          const TextSink& sink) {
-  const ShardIndex& index = source.checkpoint.index.value();
+  // convert drops the index's names while it writes shards (~100 MB at the
+  // caps) and reads them again here, checking they are the ones it planned from.
+  std::optional<ShardIndex> reread;
+  if (source.checkpoint.index.value().tensors.size() == 0) {
+    const File file = File::open_read(source.checkpoint.root / std::string(kIndexFileName));
+    if (file.size() > kMaxIndexBytes) fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
+    reread = read_shard_index(FileSource(file), file.size(), kIndexFileName, IndexParser::Streaming);
+    reread->tensors.drop_lookup();
+    if (reread->fingerprint != source.checkpoint.index->fingerprint ||
+        reread->shard_files != source.checkpoint.index->shard_files) {
+      fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
+    }
+  }
+  const ShardIndex& index = reread ? *reread : source.checkpoint.index.value();
   const auto& set = source.modules;
   const auto& modules = set.modules;
   const std::size_t indexed = index.tensors.size();

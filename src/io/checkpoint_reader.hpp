@@ -92,8 +92,10 @@ enum class CheckpointRole { Source, Target };
 // Opens and validates the container structure (not the quantization config,
 // so verify can open a target with the same reader). `threads` workers parse
 // shard headers.
+// `on_index`, if set, sees the index once it is read, before any header.
 Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned threads = 1,
-                           const ShardVisitor& visit = {});
+                           const ShardVisitor& visit = {},
+                           const std::function<void(const ShardIndex&)>& on_index = {});
 
 // Opens a checkpoint and checks it is an MXFP4 source: config and modules.
 struct SourceCheckpoint {
@@ -101,10 +103,18 @@ struct SourceCheckpoint {
   SourceQuantConfig quant;
   ModuleSet modules;
 };
-SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads = 1);
+// Index names: what to keep of the index's tensor names once the shards are
+// checked against it. Nothing looks a name up again; convert writes them
+// into DST's index at the end (render_target_index reads them again if
+// dropped). Dropping them before the module table is finished keeps the two
+// from peaking together (~60 MB at K3, ~100 MB at the caps).
+enum class IndexNames { Keep, Drop };
+SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads = 1,
+                                        IndexNames index_names = IndexNames::Keep);
 
 // The index of the converted checkpoint: the source's, plus each module's
-// weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index.
+// weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index;
+// if its names were dropped, reads the index again and refuses one that changed.
 // `plan` (parallel to the modules, or empty: every module exact): a BF16
 // module's weight_packed becomes its `weight`, and it has no scale or global.
 void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,

@@ -29,7 +29,10 @@ Report convert_checkpoint(const ConvertOptions& options) {
   progress.phase(ProgressPhase::Plan);
 
   // --- plan: nothing is written until every module has been decided.
-  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
+  // The index's names go into DST's index at the end: read again then
+  // (render_target_index) rather than held while modules are scanned and
+  // shards written (~100 MB for an index at the caps).
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
   const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.overspan);

@@ -190,8 +190,8 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   report.copied_bytes += companions.copied;
   std::vector<std::string> bf16_modules, requantized_modules;
   for (std::size_t i = 0; i < plan.modules.size(); ++i) {
-    if (plan.modules[i].treatment == Treatment::Bf16) bf16_modules.push_back(source.modules.modules[i].name);
-    if (plan.modules[i].treatment == Treatment::Requantized) requantized_modules.push_back(source.modules.modules[i].name);
+    if (plan.modules[i].treatment == Treatment::Bf16) bf16_modules.emplace_back(source.modules.modules[i].name);
+    if (plan.modules[i].treatment == Treatment::Requantized) requantized_modules.emplace_back(source.modules.modules[i].name);
   }
   const std::string config = rewrite_config_text(ck.config_text, source.quant, bf16_modules, requantized_modules);
   finished.config_hash = text_hash(config);

@@ -68,7 +68,7 @@ Plan planned(const SourceCheckpoint& source, const PlanFile& file) {
   check_source_matches(source, file);
   std::vector<std::string> names;
   names.reserve(source.modules.modules.size());
-  for (const auto& m : source.modules.modules) names.push_back(m.name);
+  for (const auto& m : source.modules.modules) names.emplace_back(m.name);
   Plan plan = plan_for_modules(file, names);
   for (std::size_t s = 0; s < file.shards.size(); ++s) {
     if (expected_record(source, plan, s).plan_hash != file.shards[s].plan_hash) {
@@ -93,7 +93,7 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
     f.shards.push_back({r.shard, r.source_size, r.source_mtime_ns, r.source_header_hash, r.plan_hash,
                         layout.data_size, layout.tensors.size()});
   }
-  for (const auto& m : source.modules.modules) f.module_names.push_back(m.name);
+  for (const auto& m : source.modules.modules) f.module_names.emplace_back(m.name);
   f.modules = plan.modules;
   return f;
 }

@@ -19,8 +19,8 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   in.report = start_report("inspect", window, path, nullptr);
   Report& r = in.report;
 
-  SourceCheckpoint source = open_source_checkpoint(path, threads);
-  if (source.checkpoint.index) source.checkpoint.index->forget_tensors();  // checked on opening; not used again
+  // The index was checked on opening and is not used again.
+  SourceCheckpoint source = open_source_checkpoint(path, threads, IndexNames::Drop);
   const Checkpoint& ck = source.checkpoint;
   const ScanResult scan = scan_modules(source, threads);
   in.probes = scan.probes;
@@ -75,6 +75,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
         }
         in.overspan = std::move(cost);
       }
+      in.modules.reserve(source.modules.modules.size());
       for (std::size_t i = 0; i < source.modules.modules.size(); ++i) {
         const QuantModule& m = source.modules.modules[i];
         ModuleSummary s{m.name, m.rows, m.groups, scan.facts[i].k_max, scan.facts[i].k_min, plan.modules[i].span,
@@ -85,6 +86,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
     }
     in.outcomes.push_back(std::move(o));
   }
+  in.names = std::move(source.modules.names);  // the summaries' names stay where they are
   std::vector<ModuleShape> shapes;
   for (const auto& m : in.modules) shapes.push_back({m.name, m.rows, m.groups * 32});
   in.moe_dims = moe_dims_of(shapes);

@@ -2,6 +2,7 @@
 // only where a group's activity decides an answer; see scale_scan.hpp).
 #pragma once
 
+#include "core/name_table.hpp"
 #include "core/numerics.hpp"
 #include "core/report.hpp"
 #include "core/runtime_rules.hpp"
@@ -10,7 +11,7 @@
 namespace mx2nv {
 
 struct ModuleSummary {
-  std::string name;
+  std::string_view name;  // in Inspection::names
   std::uint64_t rows = 0, groups = 0;
   std::optional<int> k_max, k_min;  // over active groups
   int span = 0;                     // k_max of the scale group - this module's k_min
@@ -31,6 +32,7 @@ struct WindowOutcome {
 struct Inspection {
   Report report;  // counts, bytes, provenance; result for the chosen window
   std::vector<ModuleSummary> modules;
+  NameArena names;  // the modules' names (the source's module table, kept)
   std::vector<WindowOutcome> outcomes;  // marlin, e4m3
   std::uint64_t probes = 0;
   std::uint64_t fully_scanned_modules = 0;

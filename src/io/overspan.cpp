@@ -44,7 +44,7 @@ std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, con
     const std::size_t i = modules[r];
     ErrorStats stats;
     stream_requantized_packed(source, i, plan.modules[i].divisor, discard, stats);
-    rows[r] = {set.modules[i].name, plan.modules[i].divisor, stats.values, stats.relative_rmse(), stats.cosine(),
+    rows[r] = {std::string(set.modules[i].name), plan.modules[i].divisor, stats.values, stats.relative_rmse(), stats.cosine(),
                stats.max_abs, stats.marlin_zeroed_blocks};
   });
   return rows;  // module indices ascend, and modules are sorted by name

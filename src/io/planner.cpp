@@ -1,12 +1,28 @@
 #include "io/planner.hpp"
 
 #include "core/scale_scan.hpp"
+#include "io/batched_io.hpp"
 #include "io/parallel.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <tuple>
+#include <vector>
 
 namespace mx2nv {
 namespace {
+
+// Module m's tensors, read through `packed` and `scale` (the same source
+// when both are in one shard).
+ModuleLocation module_location(const SourceCheckpoint& source, const QuantModule& m, const ByteSource* packed,
+                               const ByteSource* scale) {
+  return {packed, source.checkpoint.shards[m.packed_shard].data_start + m.packed.begin, scale,
+          source.checkpoint.shards[m.scale_shard].data_start + m.scale.begin,
+          source.checkpoint.shards[m.scale_shard].file};
+}
 
 // Where a module's packed and scale bytes are; holds the two shard files
 // (from the checkpoint's bounded pool) as long as the scanner using it.
@@ -17,9 +33,9 @@ class ModuleSources {
         scale_file_(source.checkpoint.files->open(m.scale_shard)),
         packed_(*packed_file_),
         scale_(*scale_file_),
-        location_{&packed_, source.checkpoint.shards[m.packed_shard].data_start + m.packed.begin, &scale_,
-                  source.checkpoint.shards[m.scale_shard].data_start + m.scale.begin,
-                  source.checkpoint.shards[m.scale_shard].file} {}
+        location_(module_location(source, m, &packed_,
+                                  m.packed_shard == m.scale_shard ? static_cast<const ByteSource*>(&packed_)
+                                                                  : &scale_)) {}
   ModuleSources(const ModuleSources&) = delete;
   ModuleSources& operator=(const ModuleSources&) = delete;
   const ModuleLocation& location() const { return location_; }
@@ -32,26 +48,120 @@ class ModuleSources {
   ModuleLocation location_;
 };
 
+// The scan visits modules in file order, a run of them per task. In a run,
+// the small modules of one shard (each read whole, core/scale_scan.hpp) are
+// read ahead through one BatchedReader, so a checkpoint of many small
+// modules (K3's structure with test-sized experts: 250k) costs a system call
+// per window instead of one per module. Large modules read as before.
+constexpr std::size_t kModulesPerTask = 256;
+
+std::vector<std::size_t> modules_in_file_order(const ModuleSet& set) {
+  std::vector<std::size_t> order(set.modules.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const QuantModule& x = set.modules[a];
+    const QuantModule& y = set.modules[b];
+    return std::tie(x.packed_shard, x.packed.begin) < std::tie(y.packed_shard, y.packed.begin);
+  });
+  return order;
+}
+
+// A small module's bytes, read ahead: reads inside them are served from
+// memory, anything else (never expected) from the file.
+class PrefetchedSource final : public ByteSource {
+ public:
+  PrefetchedSource(const ByteSource& file, std::uint64_t base, std::span<const std::byte> bytes)
+      : file_(file), base_(base), bytes_(bytes) {}
+  void read_at(std::uint64_t offset, std::span<std::byte> out) const override {
+    if (offset >= base_ && offset - base_ <= bytes_.size() && out.size() <= bytes_.size() - (offset - base_)) {
+      std::memcpy(out.data(), bytes_.data() + (offset - base_), out.size());
+      return;
+    }
+    file_.read_at(offset, out);
+  }
+
+ private:
+  const ByteSource& file_;
+  std::uint64_t base_;
+  std::span<const std::byte> bytes_;
+};
+
+struct ScanTally {
+  std::atomic<std::uint64_t> probes{0};
+  std::atomic<std::uint64_t> full{0};
+  std::atomic<std::uint64_t> kept{0};  // histogram bytes kept, against the budget
+  std::uint64_t budget = kKeptHistogramBytes;
+};
+
+void scan_one(const QuantModule& m, const ModuleLocation& where, ModuleFacts& f, ScanTally& tally) {
+  ModuleScanner scanner(m, where);
+  scanner.read_histogram();
+  f.k_max = scanner.active_k_max();
+  if (f.k_max) f.k_min = scanner.active_k_min();
+  SparseHistogram sparse = to_sparse(scanner.histogram());
+  const std::uint64_t bytes = sizeof(SparseHistogram) + sparse.size() * (sizeof(std::uint64_t) + 1);
+  if (tally.kept.fetch_add(bytes) + bytes <= tally.budget) {
+    f.histogram = std::move(sparse);
+  } else {
+    f.histogram_kept = false;
+  }
+  tally.probes += scanner.probes();
+  tally.full += scanner.classified_fully() ? 1 : 0;
+}
+
+// Scans modules order[first, last): runs of small modules in one shard
+// share a BatchedReader.
+void scan_run(const SourceCheckpoint& source, std::span<const std::size_t> run, ScanResult& result,
+              ScanTally& tally) {
+  const auto& modules = source.modules.modules;
+  const auto span_of = [&](const QuantModule& m) -> std::optional<ModuleSpan> {
+    if (m.packed_shard != m.scale_shard) return std::nullopt;
+    const std::uint64_t data_start = source.checkpoint.shards[m.packed_shard].data_start;
+    return small_module_span(m, data_start + m.packed.begin, data_start + m.scale.begin);
+  };
+  for (std::size_t j = 0; j < run.size();) {
+    const QuantModule& first = modules[run[j]];
+    // The run of small modules in this shard from here, read ahead together.
+    std::vector<ByteRange> ranges;
+    for (std::size_t k = j; k < run.size() && modules[run[k]].packed_shard == first.packed_shard; ++k) {
+      const auto span = span_of(modules[run[k]]);
+      if (!span) break;
+      ranges.push_back({span->begin, span->end - span->begin});
+    }
+    if (ranges.empty()) {  // a large module, or one split across shards
+      const ModuleSources sources(source, first);
+      scan_one(first, sources.location(), result.facts[run[j]], tally);
+      ++j;
+      continue;
+    }
+    const std::shared_ptr<const File> file = source.checkpoint.files->open(first.packed_shard);
+    const FileSource direct(*file);
+    BatchedReader reader(*file, ranges);
+    for (std::size_t r = 0; r < ranges.size(); ++r, ++j) {
+      const PrefetchedSource bytes(direct, ranges[r].offset, reader.next());
+      scan_one(modules[run[j]], module_location(source, modules[run[j]], &bytes, &bytes), result.facts[run[j]],
+               tally);
+    }
+  }
+}
+
 }  // namespace
 
-ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads) {
+ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::uint64_t histogram_budget) {
   const auto& modules = source.modules.modules;
   ScanResult result;
   result.facts.resize(modules.size());
-  std::atomic<std::uint64_t> probes{0}, full{0};
-  parallel_for(modules.size(), threads, [&](std::size_t i) {
-    const ModuleSources sources(source, modules[i]);
-    ModuleScanner scanner(modules[i], sources.location());
-    scanner.read_histogram();
-    ModuleFacts& f = result.facts[i];
-    f.k_max = scanner.active_k_max();
-    if (f.k_max) f.k_min = scanner.active_k_min();
-    f.histogram = to_sparse(scanner.histogram());
-    probes += scanner.probes();
-    full += scanner.classified_fully() ? 1 : 0;
+  const std::vector<std::size_t> order = modules_in_file_order(source.modules);
+  const std::size_t tasks = (order.size() + kModulesPerTask - 1) / kModulesPerTask;
+  ScanTally tally;
+  tally.budget = histogram_budget;
+  parallel_for(tasks, threads, [&](std::size_t task) {
+    const std::size_t begin = task * kModulesPerTask;
+    const std::size_t end = std::min(order.size(), begin + kModulesPerTask);
+    scan_run(source, std::span(order).subspan(begin, end - begin), result, tally);
   });
-  result.probes = probes;
-  result.fully_classified = full;
+  result.probes = tally.probes;
+  result.fully_classified = tally.full;
   return result;
 }
 
@@ -60,10 +170,21 @@ Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Win
     const QuantModule& m = source.modules.modules[i];
     const ModuleSources sources(source, m);
     ModuleScanner scanner(m, sources.location());
-    scanner.use_histogram(to_dense(scan.facts[i].histogram));
+    if (scan.facts[i].histogram_kept) {
+      scanner.use_histogram(to_dense(scan.facts[i].histogram));
+    } else {
+      scanner.read_histogram();
+    }
     return scanner.count_active(k_lo, k_hi);
   };
-  return make_plan(source.modules, scan.facts, window, count_active);
+  const auto read_histogram = [&](std::size_t i) {
+    const QuantModule& m = source.modules.modules[i];
+    const ModuleSources sources(source, m);
+    ModuleScanner scanner(m, sources.location());
+    scanner.read_histogram();
+    return to_sparse(scanner.histogram());
+  };
+  return make_plan(source.modules, scan.facts, window, count_active, read_histogram);
 }
 
 }  // namespace mx2nv

@@ -354,7 +354,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     const ErrorStats& e = stats[i];
     report.requantized.push_back(
-        {set.modules[i].name, globals[i], e.values, e.relative_rmse(), e.cosine(), e.max_abs, e.marlin_zeroed_blocks});
+        {std::string(set.modules[i].name), globals[i], e.values, e.relative_rmse(), e.cosine(), e.max_abs, e.marlin_zeroed_blocks});
     report.values_compared += e.values;
     report.max_abs_error = std::max(report.max_abs_error, e.max_abs);
   }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <bit>
+#include <iterator>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -131,11 +132,11 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, co
     if (t.role == TensorRole::PassThrough || t.role == TensorRole::Packed || t.role == TensorRole::Global) continue;
     const ModulePlan& p = plan.modules[t.module];
     if (t.role == TensorRole::Scale && p.treatment == Treatment::Exact) {
-      fingerprint += fmt::format("{}:{}:{};", t.info.name, p.m, p.zero_scales ? 1 : 0);
+      fmt::format_to(std::back_inserter(fingerprint), "{}:{}:{};", t.info.name, p.m, p.zero_scales ? 1 : 0);
     } else if (t.role == TensorRole::Scale || t.role == TensorRole::Requantized) {
-      fingerprint += fmt::format("{}:rq:{};", t.info.name, std::bit_cast<std::uint32_t>(p.divisor));
+      fmt::format_to(std::back_inserter(fingerprint), "{}:rq:{};", t.info.name, std::bit_cast<std::uint32_t>(p.divisor));
     } else if (t.role == TensorRole::Bf16Weight) {
-      fingerprint += fmt::format("{}:bf16;", t.info.name);
+      fmt::format_to(std::back_inserter(fingerprint), "{}:bf16;", t.info.name);
     }
   }
   r.plan_hash = XXH3_64bits(fingerprint.data(), fingerprint.size());

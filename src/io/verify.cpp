@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 namespace mx2nv {
 
@@ -17,19 +18,27 @@ Report verify_checkpoint(const VerifyOptions& options) {
   progress.phase(ProgressPhase::Plan);
   Differences diff;
 
-  SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
-  // Opening checked SRC's index against its shards; nothing looks a tensor up
-  // in it again, so its names go before DST's are read (peak memory at K3's
-  // scale: two indexes of ~500k and ~750k names would otherwise coexist).
-  if (source.checkpoint.index) source.checkpoint.index->forget_tensors();
-  const Checkpoint& src = source.checkpoint;
+  // Memory at K3's scale: each index is checked against its shards when it
+  // is opened and its names (~60-100 MB) are dropped right after; DST is
+  // opened first, so its names never coexist with SRC's module table (the
+  // largest thing verify keeps). Where a tensor DST lacks went is looked up
+  // again in DST's index (check_shards). SRC's errors still come first: an
+  // error opening DST waits until SRC has opened.
   std::optional<Checkpoint> opened;
+  std::exception_ptr target_error;
   try {
     opened = open_checkpoint(options.target, CheckpointRole::Target, options.threads);
+    if (opened->index) opened->index->forget_tensors();
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::InvalidInput) throw;
-    diff.add("DST is not a valid checkpoint: {}", e.what());
+    if (e.kind() == ErrorKind::InvalidInput) {
+      diff.add("DST is not a valid checkpoint: {}", e.what());
+    } else {
+      target_error = std::current_exception();
+    }
   }
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
+  if (target_error) std::rethrow_exception(target_error);
+  const Checkpoint& src = source.checkpoint;
   report.shards = src.shards.size();
   std::vector<bool> selected(src.shards.size(), true);
   if (options.shards) {
@@ -45,7 +54,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
   report.source_tensor_bytes = src.tensor_bytes();
 
   if (opened) {
-    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}, &progress};
+    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}, &progress, {}, {}};
     const VerifyWork work = verify_work(source, selected);
     throw_if_stopped();
     progress.phase(ProgressPhase::Shards, work.bytes, work.modules);

@@ -36,17 +36,33 @@ class Differences {
   std::vector<std::string> list_;
 };
 
+// A file offset that may be absent, in 8 bytes (std::optional takes 16): no
+// offset in a file reaches 2^64 - 1.
+class MaybeOffset {
+ public:
+  MaybeOffset& operator=(std::uint64_t offset) {
+    offset_ = offset;
+    return *this;
+  }
+  explicit operator bool() const { return offset_ != kNone; }
+  std::uint64_t operator*() const { return offset_; }
+
+ private:
+  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
+  std::uint64_t offset_ = kNone;
+};
+
 // A module's tensors as found in DST by the shard pass. Each field is written
-// by the worker of the one shard that holds that tensor.
+// by the worker of the one shard that holds that tensor. 48 bytes, one per
+// module (~250k at K3's scale).
 struct TargetModule {
-  std::optional<std::uint64_t> packed_offset;  // absolute, in DST's packed shard
-  std::optional<std::uint64_t> scale_offset;
-  std::size_t packed_shard = 0, scale_shard = 0;  // DST shard indices
+  MaybeOffset packed_offset;  // absolute, in DST's packed shard
+  MaybeOffset scale_offset;
+  // convert --overspan bf16: DST's BF16 `weight` in place of the NVFP4 tensors.
+  MaybeOffset bf16_offset;
+  std::uint32_t packed_shard = 0, scale_shard = 0, bf16_shard = 0;  // DST shard indices (kMaxShards fits)
   std::optional<float> global;  // present, F32 [1], positive normal
   bool global_seen = false;     // found anywhere (even if wrong)
-  // convert --overspan bf16: DST's BF16 `weight` in place of the NVFP4 tensors.
-  std::optional<std::uint64_t> bf16_offset;
-  std::size_t bf16_shard = 0;
   bool scale_absent = false;  // SRC's weight_scale is not in DST (right only for a BF16 module)
 };
 
@@ -68,6 +84,11 @@ struct VerifyContext {
   // Bytes compared on both sides (pass-through tensors in the shard pass,
   // then each selected module's packed and scale bytes); one unit per module.
   ProgressTracker* progress = nullptr;
+  // Tensors of SRC that DST's same-named shard lacks (shard, tensor), up to
+  // the differences kept: once the shard pass is done, DST's index, streamed
+  // again, says which moved (its names are not held through the pass).
+  std::mutex absent_mutex;
+  std::vector<std::pair<std::string, std::string>> absent;
 };
 
 // What `progress` counts in total for the selected shards: bytes (both

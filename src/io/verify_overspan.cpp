@@ -70,8 +70,8 @@ void check_overspan(VerifyContext& ctx, Report& report) {
                    window_name(ctx.options.window));
       ctx.treatments[i] = found[i];  // check the values as what they are
     }
-    if (expected == Treatment::Bf16) ctx.bf16_modules.push_back(modules[i].name);
-    if (expected == Treatment::Requantized) ctx.requantized_modules.push_back(modules[i].name);
+    if (expected == Treatment::Bf16) ctx.bf16_modules.emplace_back(modules[i].name);
+    if (expected == Treatment::Requantized) ctx.requantized_modules.emplace_back(modules[i].name);
     if (ctx.modules[i].scale_absent && found[i] != Treatment::Bf16) {
       ctx.diff.add("tensor \"{}\" missing from DST", modules[i].scale_name());
     }
@@ -115,7 +115,7 @@ void check_rewritten_values(const VerifyContext& ctx, Report& report) {
       ctx.diff.add("\"{}\": requantized, but {} packed and {} scale bytes differ from the documented recomputation",
                    m.name, c.packed_bytes_differing, c.scale_bytes_differing);
     }
-    rows[r] = ModuleError{m.name, *t.global, c.error.values, c.error.relative_rmse(), c.error.cosine(), c.error.max_abs,
+    rows[r] = ModuleError{std::string(m.name), *t.global, c.error.values, c.error.relative_rmse(), c.error.cosine(), c.error.max_abs,
                           c.error.marlin_zeroed_blocks};
   });
   for (std::size_t r = 0; r < rewritten.size(); ++r) {

@@ -28,14 +28,40 @@ float read_f32(const File& file, std::uint64_t offset) {
   return v;
 }
 
-// A tensor of SRC's shard that DST's same-named shard lacks: moved or missing.
-void report_absent(const VerifyContext& ctx, const std::string& shard, const std::string& tensor) {
-  const std::string_view elsewhere = ctx.target.index ? ctx.target.index->shard_for(tensor) : std::string_view();
-  if (!elsewhere.empty()) {
-    ctx.diff.add("tensor \"{}\" moved from {} to {}", tensor, shard, elsewhere);
-  } else {
-    ctx.diff.add("{}: tensor \"{}\" missing from DST", shard, tensor);
+// A tensor of SRC's shard that DST's same-named shard lacks: moved or
+// missing, told apart by name_absent() after the shard pass.
+void report_absent(VerifyContext& ctx, const std::string& shard, const std::string& tensor) {
+  {
+    std::lock_guard lock(ctx.absent_mutex);
+    if (ctx.target.index && ctx.absent.size() < kMaxReportedDifferences) {
+      ctx.absent.emplace_back(shard, tensor);
+      return;
+    }
   }
+  ctx.diff.add("{}: tensor \"{}\" missing from DST", shard, tensor);
+}
+
+void name_absent(VerifyContext& ctx) {
+  if (ctx.absent.empty()) return;
+  std::vector<std::string> tensors;
+  for (const auto& a : ctx.absent) tensors.push_back(a.second);
+  std::vector<std::string> elsewhere(tensors.size());
+  try {
+    const File index = File::open_read(ctx.target.root / std::string(kIndexFileName));
+    elsewhere = find_indexed_shards(FileSource(index), index.size(), kIndexFileName, tensors);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::InvalidInput && e.kind() != ErrorKind::Io) throw;
+    // DST's index changed since it was opened: the tensors are missing, whatever it says now
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [shard, tensor] = ctx.absent[i];
+    if (!elsewhere[i].empty()) {
+      ctx.diff.add("tensor \"{}\" moved from {} to {}", tensor, shard, elsewhere[i]);
+    } else {
+      ctx.diff.add("{}: tensor \"{}\" missing from DST", shard, tensor);
+    }
+  }
+  ctx.absent = {};
 }
 
 // A module tensor of SRC found in DST: the right dtype and shape, then remembered.
@@ -49,7 +75,7 @@ void note_module_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t ds
       ctx.diff.add("{}: \"{}\" changed dtype or shape", file, d.name);
       return;
     }
-    t.packed_shard = dst_shard;
+    t.packed_shard = static_cast<std::uint32_t>(dst_shard);
     t.packed_offset = out.header.data_start() + d.begin;
     return;
   }
@@ -59,7 +85,7 @@ void note_module_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t ds
                  Json(d.shape).dump(), expected[0], expected[1]);
     return;
   }
-  t.scale_shard = dst_shard;
+  t.scale_shard = static_cast<std::uint32_t>(dst_shard);
   t.scale_offset = out.header.data_start() + d.begin;
 }
 
@@ -80,7 +106,7 @@ void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src
                    Json(d.shape).dump(), m.rows, m.groups * kMxGroup);
       return;
     }
-    ctx.modules[*module].bf16_shard = dst_shard;
+    ctx.modules[*module].bf16_shard = static_cast<std::uint32_t>(dst_shard);
     ctx.modules[*module].bf16_offset = out.header.data_start() + d.begin;
     return;
   }
@@ -149,7 +175,7 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
     const TensorInfo* dt = out.header.find(t.name);
     if (dt == nullptr) {
       if (const auto m = set.module_of(t.name, kPackedSuffix);
-          m && out.header.find(set.modules[*m].name + std::string(kBf16WeightSuffix)) != nullptr) {
+          m && out.header.find(std::string(set.modules[*m].name) + std::string(kBf16WeightSuffix)) != nullptr) {
         continue;  // replaced by a BF16 weight (noted below as a tensor only DST has)
       }
       if (const auto m = set.module_of(t.name, kScaleSuffix)) {
@@ -217,6 +243,7 @@ void check_shards(VerifyContext& ctx) {
     }
     check_shard_pair(ctx, s, *d);
   });
+  name_absent(ctx);
   // Tensors in DST shards SRC does not have.
   for (const ShardSummary& d : ctx.target.shards) {
     if (!shard_named(src, d.file)) ctx.diff.add("{}: unexpected shard in DST ({} tensors)", d.file, d.tensors);

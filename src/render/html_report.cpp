@@ -260,7 +260,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
     for (const auto& m : in->modules) {
       const SpanClass cls = classify_span(m, r.window);
       if (cls == SpanClass::Refused || cls == SpanClass::Constrained) flagged.emplace_back(&m, cls);
-      const auto pos = expert_position(m.name);
+      const auto pos = expert_position(std::string(m.name));
       if (!pos) {
         other.emplace_back(&m, cls);
         continue;
@@ -289,7 +289,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
                    "<b style=\"color:#b91c1c\">refused</b>", fmt::format("{}", o.groups_outside)});
     }
     for (const auto& [m, cls] : flagged) {
-      if (listed.count(m->name)) continue;
+      if (listed.count(std::string(m->name))) continue;
       if (rows++ >= kMaxListedModules) break;
       html += row({"<code>" + esc(m->name) + "</code>", fmt::format("{}", m->span),
                    fmt::format("{}", window_limits(r.window).max_span()),

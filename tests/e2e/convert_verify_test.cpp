@@ -2,6 +2,7 @@
 // layouts, single-file, determinism, windows, refusals, and verify catching a
 // flipped byte anywhere in the output.
 #include "core/error.hpp"
+#include "core/safetensors.hpp"
 #include "core/shard_index.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
@@ -10,6 +11,9 @@
 #include "io/verify.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
 
 namespace mx2nv::e2e {
 namespace {
@@ -355,6 +359,94 @@ TEST(Verify, ExtraOrMissingFilesAreDifferences) {
   fs::remove(d / "dst/extra.txt");
   fs::remove(d / "dst/generation_config.json");
   EXPECT_EQ(verify(d / "src", d / "dst").result, Outcome::Mismatch);
+}
+
+
+// A shard of DST as tensors and their bytes, to move tensors between shards.
+struct RawShard {
+  std::optional<std::map<std::string, std::string>> metadata;
+  std::vector<TensorInfo> tensors;
+  std::vector<std::string> data;
+};
+
+RawShard read_raw(const fs::path& path) {
+  const std::string bytes = read_file(path);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), sizeof n);
+  const ShardHeader h = ShardHeader::parse(std::string_view(bytes).substr(8, n), bytes.size(), path.string());
+  RawShard r{h.metadata(), {}, {}};
+  for (const TensorInfo& t : h.tensors()) {
+    r.tensors.push_back(t);
+    r.data.push_back(bytes.substr(h.data_start() + t.begin, t.nbytes()));
+  }
+  return r;
+}
+
+void write_raw(const fs::path& path, RawShard r) {
+  std::string data;
+  for (std::size_t i = 0; i < r.tensors.size(); ++i) {
+    r.tensors[i].begin = data.size();
+    data += r.data[i];
+    r.tensors[i].end = data.size();
+  }
+  write_file(path, serialize_header(r.metadata, r.tensors) + data);
+}
+
+// verify drops DST's index names after opening it and looks them up again
+// (streaming the index) only for tensors a shard lacks: a tensor moved to
+// another shard is named with both, one dropped from shard and index is missing.
+TEST(Verify, AMovedTensorIsNamedWithBothShardsAndADroppedOneIsMissing) {
+  ScratchDir d;
+  write_fixture(d / "src", small(FixtureLayout::K3, 3));
+  ASSERT_EQ(convert(d / "src", d / "dst").result, Outcome::Ok);
+  json index = json::parse(read_file(d / "dst" / std::string(kIndexFileName)));
+  std::string moved, dropped, from, to, dropped_from;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (name.ends_with(kPackedSuffix) || name.ends_with(kScaleSuffix) || name.ends_with(kGlobalSuffix)) continue;
+    if (moved.empty()) {
+      moved = name;
+      from = shard.get<std::string>();
+    } else if (dropped.empty() && shard.get<std::string>() != from) {
+      dropped = name;
+      dropped_from = shard.get<std::string>();
+    }
+  }
+  ASSERT_FALSE(moved.empty());
+  ASSERT_FALSE(dropped.empty());
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (shard.get<std::string>() != from && shard.get<std::string>() != dropped_from) to = shard.get<std::string>();
+  }
+  ASSERT_FALSE(to.empty());
+  RawShard a = read_raw(d / "dst" / from), b = read_raw(d / "dst" / to), c = read_raw(d / "dst" / dropped_from);
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    if (a.tensors[i].name != moved) continue;
+    b.tensors.push_back(a.tensors[i]);
+    b.data.push_back(a.data[i]);
+    a.tensors.erase(a.tensors.begin() + static_cast<std::ptrdiff_t>(i));
+    a.data.erase(a.data.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+    if (c.tensors[i].name != dropped) continue;
+    c.tensors.erase(c.tensors.begin() + static_cast<std::ptrdiff_t>(i));
+    c.data.erase(c.data.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+  write_raw(d / "dst" / from, a);
+  write_raw(d / "dst" / to, b);
+  write_raw(d / "dst" / dropped_from, c);
+  index["weight_map"][moved] = to;
+  index["weight_map"].erase(dropped);
+  write_file(d / "dst" / std::string(kIndexFileName), index.dump(2) + "\n");
+
+  const Report v = verify(d / "src", d / "dst");
+  EXPECT_EQ(v.result, Outcome::Mismatch);
+  const auto has = [&](const std::string& text) {
+    return std::any_of(v.differences.begin(), v.differences.end(),
+                       [&](const std::string& diff) { return diff.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("tensor \"" + moved + "\" moved from " + from + " to " + to));
+  EXPECT_TRUE(has(dropped_from + ": tensor \"" + dropped + "\" missing from DST"));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // Kimi K3's structure is measured by bench/benchmark.py; a test would need a
 // timed or RSS assertion on a shared machine.)
 #include "e2e_support.hpp"
+#include "fixture/fixture.hpp"
+#include "io/planner.hpp"
 
 namespace mx2nv::e2e {
 namespace {
@@ -40,4 +42,34 @@ TEST(Scale, TwoHundredShardsUnderSixtyFourOpenFiles) {
 }
 
 }  // namespace
+// Memory: scale histograms past the scan's budget are not kept and the plan
+// reads those modules' scales again; every window's plan is the same as with
+// all of them kept (here: none kept, with an over-span module and zero groups
+// whose scales lie far outside the window).
+TEST(Scale, PlansAreTheSameWhenNoHistogramIsKept) {
+  ScratchDir d;
+  write_fixture(d / "src", spec_with_over_span());
+  const SourceCheckpoint source = open_source_checkpoint(d / "src", 2);
+  const ScanResult kept = scan_modules(source, 2);
+  const ScanResult none = scan_modules(source, 2, 0);
+  for (const auto& f : kept.facts) EXPECT_TRUE(f.histogram_kept);
+  for (const auto& f : none.facts) EXPECT_FALSE(f.histogram_kept);
+  for (const WindowInfo& w : windows()) {
+    const Plan a = plan_conversion(source, kept, w.window);
+    const Plan b = plan_conversion(source, none, w.window);
+    EXPECT_EQ(a.refused(), b.refused());
+    EXPECT_EQ(a.over_span.size(), b.over_span.size());
+    ASSERT_EQ(a.modules.size(), b.modules.size());
+    std::uint64_t canonical = 0;
+    for (std::size_t i = 0; i < a.modules.size(); ++i) {
+      EXPECT_EQ(a.modules[i].m, b.modules[i].m);
+      EXPECT_EQ(a.modules[i].canonical_zero_groups, b.modules[i].canonical_zero_groups);
+      EXPECT_EQ(a.modules[i].marlin_zeroed_groups, b.modules[i].marlin_zeroed_groups);
+      EXPECT_EQ(a.modules[i].groups_outside, b.modules[i].groups_outside);
+      canonical += a.modules[i].canonical_zero_groups;
+    }
+    EXPECT_GT(canonical, 0u);
+  }
+}
+
 }  // namespace mx2nv::e2e

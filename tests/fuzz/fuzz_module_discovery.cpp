@@ -46,13 +46,13 @@ std::optional<std::pair<unsigned, TensorInfo>> parse_line(const std::string& lin
 }
 
 // Splits `parent.last` at the last dot; parent empty when there is none.
-std::pair<std::string, std::string> split(const std::string& module) {
+std::pair<std::string, std::string> split(std::string_view module) {
   const auto dot = module.rfind('.');
-  if (dot == std::string::npos) return {"", module};
-  return {module.substr(0, dot), module.substr(dot + 1)};
+  if (dot == std::string::npos) return {"", std::string(module)};
+  return {std::string(module.substr(0, dot)), std::string(module.substr(dot + 1))};
 }
 
-bool may_pair(const std::string& a, const std::string& b) {
+bool may_pair(std::string_view a, std::string_view b) {
   const auto [pa, la] = split(a);
   const auto [pb, lb] = split(b);
   if (pa.empty() || pa != pb) return false;

@@ -4,8 +4,6 @@ temporary files removed, finished shards kept, resume completes it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,12 +15,22 @@ from conftest import generate, no_temporaries
 
 CHILD = textwrap.dedent(
     """
-    import json, sys
+    import json, os, signal, sys
     import mx2nv
     src, dst = sys.argv[1], sys.argv[2]
+    # Python's own Ctrl-C handler even when started from a shell that runs
+    # background jobs with SIGINT ignored (the ignored state is inherited).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sent = False
     def progress(p):
-        if p.phase == "shards" and p.bytes_done > 0:
-            print("working", flush=True)  # the parent sends SIGINT now
+        # Ctrl-C as soon as the shards are being written: the process sends
+        # itself SIGINT here rather than waiting for the parent's, which
+        # could arrive after a fast conversion had already finished.
+        global sent
+        if p.phase == "shards" and p.bytes_done > 0 and not sent:
+            sent = True
+            print("working", flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
     try:
         mx2nv.convert(src, dst, threads=1, progress=progress)
     except KeyboardInterrupt:
@@ -34,15 +42,15 @@ CHILD = textwrap.dedent(
 
 
 def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
-    # Big enough that the conversion is still running when SIGINT arrives.
+    # Many shards: when SIGINT arrives (within a poll interval of the first
+    # shard bytes) most of the conversion is still to do.
     src = generate(tmp_path / "src", "--layers", "2", "--experts", "16", "--hidden", "2048", "--intermediate", "1024",
-                   "--shards", "8")
+                   "--shards", "16")
     dst = tmp_path / "dst"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(src), str(dst)], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     line = child.stdout.readline()
     assert line.strip() == "working", line
-    os.kill(child.pid, signal.SIGINT)
     rest = child.stdout.read()
     assert child.wait(timeout=60) == 130, rest
     assert json.loads(rest.strip().splitlines()[-1]) == {"interrupted": True}

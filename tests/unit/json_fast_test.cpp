@@ -6,6 +6,7 @@
 #include "core/json_fast.hpp"
 #include "core/json_stream.hpp"
 #include "core/safetensors.hpp"
+#include "core/shard_index.hpp"
 
 #include <gtest/gtest.h>
 
@@ -51,11 +52,18 @@ class Recorder final : public StrictSax {
   }
 };
 
-std::string events(bool fast, std::string_view text, bool* accepted = nullptr) {
+enum class Path { Streaming, Fast, Large };
+
+std::string events(Path path, std::string_view text, bool* accepted = nullptr) {
   const MemorySource source(text);
   Recorder r;
   try {
-    if (fast) {
+    if (path == Path::Large) {
+      const bool took = parse_large_object_fast(source, text.size(), r, "t.json");
+      if (accepted != nullptr) *accepted = took;
+      // A decline may come after events: the caller discards them.
+      if (!took) return "declined";
+    } else if (path == Path::Fast) {
       const bool took = parse_json_fast(source, 0, text.size(), r);
       if (accepted != nullptr) *accepted = took;
       if (!took) return "declined";
@@ -63,11 +71,42 @@ std::string events(bool fast, std::string_view text, bool* accepted = nullptr) {
       parse_json_streaming(source, 0, text.size(), r, "t.json");
     }
   } catch (const Error& e) {
-    // parse_json_fast throws only from the handler, i.e. once it has taken the document.
-    if (fast && accepted != nullptr) *accepted = true;
+    // parse_json_fast throws only from the handler, i.e. once it has taken
+    // the document (the large path declines instead of throwing).
+    if (path == Path::Fast && accepted != nullptr) *accepted = true;
     r.log += std::string("throw:") + e.what();
   }
   return r.log;
+}
+
+std::string events(bool fast, std::string_view text, bool* accepted = nullptr) {
+  return events(fast ? Path::Fast : Path::Streaming, text, accepted);
+}
+
+// 3,000 documents with one to three random edits drawn from `alphabet`:
+// wherever the fast path takes one, the events equal the streaming parser's.
+void expect_mutations_agree(Path path, const std::string& original, std::string_view alphabet, unsigned seed) {
+  std::mt19937 rng(seed);
+  int accepted_count = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string text = original;
+    for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
+      const std::size_t at = rng() % text.size();
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0: text[at] = c; break;
+        case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        default: text.erase(at, 1 + rng() % 4); break;
+      }
+    }
+    bool accepted = false;
+    const std::string fast = events(path, text, &accepted);
+    if (!accepted) continue;
+    ++accepted_count;
+    ASSERT_EQ(fast, events(Path::Streaming, text)) << text;
+  }
+  // Most mutations land in names or digits and stay valid: the comparison ran.
+  EXPECT_GT(accepted_count, 500);
 }
 
 // Fast accepted => identical events (and the same exception, if any).
@@ -134,29 +173,7 @@ TEST(JsonFast, EdgeCasesAgree) {
 }
 
 TEST(JsonFast, MutatedHeadersAgree) {
-  const std::string header = k3_like_header();
-  const std::string alphabet = "-0123456789eE.+\"\\{}[],: tnfrul\x01\x7f\xc3\xa9\xff\xed";
-  std::mt19937 rng(8);
-  int accepted_count = 0;
-  for (int i = 0; i < 3000; ++i) {
-    std::string text = header;
-    for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
-      const std::size_t at = rng() % text.size();
-      const char c = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0: text[at] = c; break;
-        case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c); break;
-        default: text.erase(at, 1 + rng() % 4); break;
-      }
-    }
-    bool accepted = false;
-    const std::string fast = events(true, text, &accepted);
-    if (!accepted) continue;
-    ++accepted_count;
-    ASSERT_EQ(fast, events(false, text)) << text;
-  }
-  // Most mutations land in names or digits and stay valid: the comparison ran.
-  EXPECT_GT(accepted_count, 500);
+  expect_mutations_agree(Path::Fast, k3_like_header(), "-0123456789eE.+\"\\{}[],: tnfrul\x01\x7f\xc3\xa9\xff\xed", 8);
 }
 
 TEST(JsonFast, ShardHeaderIsTheSameEitherWay) {
@@ -167,6 +184,122 @@ TEST(JsonFast, ShardHeaderIsTheSameEitherWay) {
   EXPECT_EQ(h.tensors()[5].name, "model.layers.3.mlp.experts.0.w3.weight_scale");
   EXPECT_EQ(h.tensors()[5].shape, (std::vector<std::uint64_t>{64, 2}));
   EXPECT_EQ(h.metadata()->at("format"), "pt");
+}
+
+// An index like K3's: pretty-printed, metadata with numbers and an array,
+// weight_map of strings.
+std::string k3_like_index(int experts) {
+  std::string text =
+      "{\n  \"metadata\": {\n    \"total_size\": 1234567890123,\n    \"note\": [1, 2.5, null, true]\n  },\n"
+      "  \"weight_map\": {\n";
+  for (int e = 0; e < experts; ++e) {
+    for (const char* w : {"w1", "w2", "w3"}) {
+      for (const char* t : {"weight_packed", "weight_scale"}) {
+        text += "    \"model.layers.3.mlp.experts." + std::to_string(e) + "." + w + "." + t + "\": \"model-0000" +
+                std::to_string(1 + e % 3) + "-of-00003.safetensors\",\n";
+      }
+    }
+  }
+  text += "    \"lm_head.weight\": \"model-00003-of-00003.safetensors\"\n  }\n}\n";
+  return text;
+}
+
+TEST(JsonLarge, TakesAnIndexAndAgrees) {
+  const std::string index = k3_like_index(200);
+  bool accepted = false;
+  const std::string fast = events(Path::Large, index, &accepted);
+  EXPECT_TRUE(accepted);
+  EXPECT_EQ(fast, events(Path::Streaming, index));
+  EXPECT_NE(fast.find("u1234567890123"), std::string::npos);  // the number came through nlohmann
+  EXPECT_NE(fast.find("kmodel.layers.3.mlp.experts.199.w3.weight_scale"), std::string::npos);
+}
+
+TEST(JsonLarge, DeclinesWhatItCannotMatch) {
+  const std::vector<std::string> declined = {R"({"a\"b":"c"})",
+                                            "{\"a\":\"x\ny\"}",
+                                            "\xEF\xBB\xBF{}",
+                                            std::string("{\"a\":\"\0\"}", 8),
+                                            R"({"a":)",
+                                            R"({"a":"b"}x)",
+                                            R"({"a":"b"}{})",
+                                            "[1]",
+                                            "\"s\"",
+                                            "",
+                                            R"({"a":[1,]})",
+                                            "{\"a\":\"\xff\"}"};
+  for (const auto& text : declined) {
+    bool accepted = true;
+    events(Path::Large, text, &accepted);
+    EXPECT_FALSE(accepted) << text;
+  }
+  // Too many structural characters for the memory bound.
+  bool accepted = true;
+  events(Path::Large, "{\"a\":[" + std::string(kLargeJsonMaxStructurals, ',') + "]}", &accepted);
+  EXPECT_FALSE(accepted);
+}
+
+TEST(JsonLarge, EdgeCasesAgree) {
+  const std::vector<std::string> cases = {"{}",
+                                          " {} \n",
+                                          R"({"a":"b"})",
+                                          R"({"a":{}})",
+                                          R"({"a":[]})",
+                                          R"({"a":{"b":{"c":[1,{"d":-0}]}}})",
+                                          R"({"a":-0})",
+                                          R"({"a":0.0})",
+                                          R"({"a":1e99999})",
+                                          R"({"a":18446744073709551616})",
+                                          R"({"a":{"x":true,"y":"z"}})",
+                                          "{\"a\":\t\"b\"\r\n}",
+                                          R"({"é専😀":"😀"})"};
+  int accepted_count = 0;
+  for (const auto& text : cases) {
+    bool accepted = false;
+    const std::string fast = events(Path::Large, text, &accepted);
+    if (!accepted) continue;
+    ++accepted_count;
+    EXPECT_EQ(fast, events(Path::Streaming, text)) << text;
+  }
+  EXPECT_GE(accepted_count, 10);
+  for (const std::size_t depth : {60u, 70u, 2000u}) {
+    const std::string text = "{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+    bool accepted = false;
+    const std::string fast = events(Path::Large, text, &accepted);
+    if (accepted) {
+      EXPECT_EQ(fast, events(Path::Streaming, text)) << depth;
+    }
+  }
+}
+
+TEST(JsonLarge, MutatedIndexesAgree) {
+  expect_mutations_agree(Path::Large, k3_like_index(30), "-0123456789eE.+\"\\{}[],: tnfrul\x01\n\x7f\xc3\xa9\xff\xed", 9);
+}
+
+TEST(JsonLarge, ShardIndexIsTheSameEitherWay) {
+  // read_shard_index takes the fast path for this index and the streaming
+  // one when an escape rules it out; the results agree.
+  const std::string index = k3_like_index(50);
+  std::string escaped = index;
+  escaped.replace(escaped.find("lm_head"), 7, "lm_h\\u0065ad");
+  const ShardIndex a = parse_shard_index(index, "a");
+  const ShardIndex b = parse_shard_index(escaped, "b");
+  ASSERT_EQ(a.tensors.size(), 301u);
+  ASSERT_EQ(b.tensors.size(), 301u);
+  EXPECT_EQ(a.shard_files, b.shard_files);
+  for (NameTable::Id id = 0; id < a.tensors.size(); ++id) {
+    EXPECT_EQ(a.tensors.name(id), b.tensors.name(id));
+    EXPECT_EQ(a.shard_of[id], b.shard_of[id]);
+  }
+  EXPECT_EQ(a.other.dump(), b.other.dump());
+  // A duplicate key is refused with the streaming parser's message.
+  std::string dup = index;
+  dup.insert(dup.find("    \"lm_head"), "    \"lm_head.weight\": \"model-00001-of-00003.safetensors\",\n");
+  try {
+    parse_shard_index(dup, "d");
+    FAIL() << "duplicate accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("duplicate JSON key \"lm_head.weight\""), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -27,6 +27,21 @@ TEST(JsonText, EverySingleByteAsNlohmannWritesIt) {
   }
 }
 
+TEST(JsonText, EveryByteAtEveryPositionOfALongName) {
+  // Long names are checked eight bytes at a time: every ASCII byte, and a
+  // two-byte UTF-8 character, at each position of the words and the tail.
+  for (std::size_t at = 0; at < 19; ++at) {
+    for (int b = 0; b < 0x80; ++b) {
+      std::string s(19, 'n');
+      s[at] = static_cast<char>(b);
+      ASSERT_EQ(ours(s), dumped(s)) << at << " " << b;
+    }
+    std::string u(19, 'n');
+    u.replace(at, 1, "é");
+    ASSERT_EQ(ours(u), dumped(u)) << at;
+  }
+}
+
 TEST(JsonText, RandomNamesAsNlohmannWritesThem) {
   // Tensor-name alphabet plus escapes, controls and multi-byte UTF-8.
   const std::vector<std::string> pieces = {"model.", "layers.", "7", "experts", "_", "w1", "\"", "\\", "\n", "\x01",

@@ -17,7 +17,7 @@ ModuleSet two_layers() {
     for (int e = 0; e < 2; ++e) {
       for (const char* p : {"down_proj", "gate_proj", "up_proj"}) {
         QuantModule m;
-        m.name = "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e) + "." + p;
+        m.name = set.names.store("model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e) + "." + p);
         m.rows = 4;
         m.groups = 2;
         set.modules.push_back(m);
@@ -132,7 +132,7 @@ TEST(OverSpanChoice, ThePlanFileCarriesTheChoiceAndEachTreatment) {
   f.tool_version = "t";
   f.window = plan.window;
   f.overspan = plan.overspan;
-  for (const auto& m : set.modules) f.module_names.push_back(m.name);
+  for (const auto& m : set.modules) f.module_names.emplace_back(m.name);
   f.modules = plan.modules;
   const std::string text = plan_file_to_text(f);
   const PlanFile back = plan_file_from_text(text, "plan");

@@ -66,6 +66,31 @@ TEST(GroupIsActive, SignOnlyNibblesAreZero) {
   }
 }
 
+TEST(ModuleScanner, SmallModuleInOneFileIsReadOnce) {
+  // The same module laid out in one file, packed then scales with a gap:
+  // with a small gap one read serves the histogram and every probe, and the
+  // answers are those of the two-file layout; with a large gap, or in two
+  // files, the tensors are read separately.
+  MemModule m = make(8, 4, [](std::uint64_t p) -> std::pair<int, bool> { return {-3 - static_cast<int>(p % 5), p % 3 != 0}; });
+  ModuleScanner two(m.module, m.where());
+  two.read_histogram();
+  const auto k_max = two.active_k_max(), k_min = two.active_k_min();
+  EXPECT_EQ(m.packed.reads + m.scale.reads, 2u);
+  for (const std::uint64_t gap : {std::uint64_t{0}, std::uint64_t{100}, std::uint64_t{1} << 20}) {
+    MemorySource file;
+    file.bytes.resize(7 + m.packed.bytes.size() + gap + m.scale.bytes.size());
+    std::copy(m.packed.bytes.begin(), m.packed.bytes.end(), file.bytes.begin() + 7);
+    const std::uint64_t scale_at = 7 + m.packed.bytes.size() + gap;
+    std::copy(m.scale.bytes.begin(), m.scale.bytes.end(), file.bytes.begin() + static_cast<std::ptrdiff_t>(scale_at));
+    ModuleScanner one(m.module, {&file, 7, &file, scale_at, "mem"});
+    one.read_histogram();
+    EXPECT_EQ(one.histogram(), two.histogram());
+    EXPECT_EQ(one.active_k_max(), k_max);
+    EXPECT_EQ(one.active_k_min(), k_min);
+    EXPECT_EQ(file.reads, gap > 4096 ? 2u : 1u) << "gap " << gap;
+  }
+}
+
 TEST(ModuleScanner, ExtremesIgnoreZeroGroups) {
   // Zero groups carry the most extreme scales; active ones span [-10, -3].
   MemModule m = make(8, 4, [](std::uint64_t p) -> std::pair<int, bool> {
@@ -282,7 +307,7 @@ ModuleSet two_module_pair() {
 ModuleSet single_module(const std::string& name, std::uint64_t groups) {
   ModuleSet set;
   QuantModule m;
-  m.name = name;
+  m.name = set.names.store(name);
   m.rows = 1;
   m.groups = groups;
   set.modules.push_back(m);
@@ -340,7 +365,7 @@ TEST(Plan, EveryOffendingModuleIsReported) {
   ModuleSet set;
   for (int i = 0; i < 3; ++i) {
     QuantModule m;
-    m.name = "e." + std::to_string(i) + ".w2";
+    m.name = set.names.store("e." + std::to_string(i) + ".w2");
     m.rows = 1;
     m.groups = 2;
     set.modules.push_back(m);
@@ -364,6 +389,29 @@ TEST(Plan, ZeroGroupsOutsideTheWindowAreCanonicalisedNotRefused) {
   EXPECT_FALSE(plan.refused());
   EXPECT_EQ(plan.modules[0].m, -11);
   EXPECT_EQ(plan.modules[0].canonical_zero_groups, 3u);  // -127, +40, -21 (k - m = -10); -13 (k - m = -2) is kept exact
+}
+
+// A scan over its histogram budget keeps none for some modules; the plan
+// then reads them again and decides the same.
+TEST(Plan, AHistogramNotKeptIsReadAgainWithTheSameResult) {
+  const ModuleSet set = single_module("e.w2", 6);
+  const auto counter = [](std::size_t, int, int) -> std::uint64_t { return 0; };
+  const ModuleFacts full = facts(-3, -10, {{-3, 1}, {-10, 1}, {-127, 1}, {40, 1}, {-21, 1}, {-13, 1}});
+  ModuleFacts dropped = full;
+  dropped.histogram = {};
+  dropped.histogram_kept = false;
+  int reads = 0;
+  const auto reader = [&](std::size_t module) {
+    EXPECT_EQ(module, 0u);
+    ++reads;
+    return full.histogram;
+  };
+  const Plan kept = make_plan(set, {full}, Window::Marlin, counter);
+  const Plan again = make_plan(set, {dropped}, Window::Marlin, counter, reader);
+  EXPECT_EQ(reads, 1);
+  EXPECT_EQ(again.modules[0].m, kept.modules[0].m);
+  EXPECT_EQ(again.modules[0].canonical_zero_groups, 3u);
+  EXPECT_EQ(again.modules[0].canonical_zero_groups, kept.modules[0].canonical_zero_groups);
 }
 
 TEST(Plan, ModuleWithoutActiveGroupsGetsUnitGlobalAndZeroScales) {

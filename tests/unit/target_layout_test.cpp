@@ -128,7 +128,7 @@ TEST(TargetLayout, HeaderOrderIsTheSourcesWithEachGlobalAfterItsScale) {
     if (t.role == TensorRole::Global) {
       ASSERT_GT(i, 0u);
       EXPECT_EQ(l.layout.tensors[i - 1].role, TensorRole::Scale);
-      EXPECT_EQ(t.info.name, l.modules.modules[t.module].name + ".weight_global_scale");
+      EXPECT_EQ(t.info.name, std::string(l.modules.modules[t.module].name) + ".weight_global_scale");
       continue;
     }
     EXPECT_EQ(t.source, next_source++);
