@@ -27,6 +27,13 @@ generated checkpoint with K3's structure and tiny tensors (96 shards, 92
 layers x 896 experts, ~496k tensors, a ~60 MB index), rows for cp -r,
 convert, verify and inspect with peak RSS, and the same commands of another
 build (--baseline PATH) side by side for a before/after in one run.
+
+With --capped it measures peak RSS of inspect, convert and verify (one run
+each, beside --baseline if given) on the largest inputs the metadata caps
+allow: K3's layout with 1,505 experts per layer (the most modules the index
+caps admit once converted), and bench/capped_inputs.py's long-names (the
+index's name bytes at the cap) and full-shards (every shard at the per-header
+tensor cap, the index's tensor count near its cap). Reported, never asserted.
 """
 
 from __future__ import annotations
@@ -299,6 +306,56 @@ def bench_k3_structure(work: Path, reps: int, baseline: Path | None) -> None:
               f"{min(c for _, _, c in samples):.2f} | {max(r for _, r, _ in samples)} | {len(walls)} |")
 
 
+# --- capped inputs: memory at the metadata caps ------------------------------
+
+CAPPED_MODULES = ["--layout", "k3", "--layers", "92", "--experts", "1505", "--shards", "96", "--hidden", "64",
+                  "--intermediate", "32", "--seed", "2026"]
+
+
+def index_stats(src: Path) -> tuple[int, int]:
+    """Tensors and name bytes of an index, counted in a child process: a
+    child's peak RSS starts from its parent's at fork, so this process stays small."""
+    code = ("import json,sys; w=json.load(open(sys.argv[1]))['weight_map']; "
+            "print(len(w), sum(len(k.encode()) for k in w))")
+    out = subprocess.run([sys.executable, "-c", code, str(src / "model.safetensors.index.json")], check=True,
+                         capture_output=True, text=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def bench_capped(work: Path, baseline: Path | None) -> None:
+    inputs = {"most-modules": work / "capped-most-modules"}
+    if not (inputs["most-modules"] / "config.json").exists():
+        shutil.rmtree(inputs["most-modules"], ignore_errors=True)
+        subprocess.run([str(MX2NV), "generate", str(inputs["most-modules"]), *CAPPED_MODULES], check=True,
+                       stdout=subprocess.DEVNULL)
+    for case in ("long-names", "full-shards"):  # built in a child process too (see index_stats)
+        inputs[case] = work / f"capped-{case}"
+        if not (inputs[case] / "config.json").exists():
+            subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "capped_inputs.py"), "--mx2nv",
+                            str(MX2NV), "--work", str(work), case], check=True, stdout=subprocess.DEVNULL)
+            shutil.rmtree(inputs[case], ignore_errors=True)
+            (work / case).rename(inputs[case])
+    builds = {"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})
+    print(f"\nCapped inputs (peak RSS MiB, one run each; machine: {platform.machine()}, {os.cpu_count()} cores)")
+    print("| input | tensors | name bytes | build | inspect | convert | verify |")
+    print("|---|---:|---:|---|---:|---:|---:|")
+    for case, src in inputs.items():
+        tensors, names = index_stats(src)
+        for name, exe in builds.items():
+            out = work / "out"
+            rss = []
+            try:
+                rss.append(run_measured([str(exe), "inspect", str(src)])[1])
+                shutil.rmtree(out, ignore_errors=True)
+                rss.append(run_measured([str(exe), "convert", str(src), str(out)])[1])
+                rss.append(run_measured([str(exe), "verify", str(src), str(out)])[1])
+            except SystemExit as e:  # a build whose caps refuse the input
+                rss += ["refused"] * (3 - len(rss))
+                print(f"  ({name} on {case}: {str(e).strip().splitlines()[-1][:160]})")
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"| {case} | {tensors} | {names} | {name} | " + " | ".join(str(r) for r in rss) + " |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
@@ -308,11 +365,15 @@ def main() -> None:
                    help="loop-mounted file systems for the zero-copy rows (comma-separated; empty: none)")
     p.add_argument("--fs-images-only", action="store_true", help="run only the zero-copy rows")
     p.add_argument("--k3-structure", action="store_true", help="metadata at K3's scale instead (see above)")
-    p.add_argument("--baseline", type=Path, help="with --k3-structure: another mx2nv build to measure beside")
+    p.add_argument("--baseline", type=Path, help="with --k3-structure/--capped: another mx2nv build to measure beside")
+    p.add_argument("--capped", action="store_true", help="peak RSS on inputs at the metadata caps (see above)")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.k3_structure:
         bench_k3_structure(args.work, args.reps, args.baseline)
+        return
+    if args.capped:
+        bench_capped(args.work, args.baseline)
         return
     if not args.fs_images_only:
         bench(args.work, args.reps, args.experts)
