@@ -196,7 +196,13 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads, 
     collector.reserve(packed);
   };
   SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source, threads, collect, reserve), {}, {}};
-  if (index_names == IndexNames::Drop && s.checkpoint.index) s.checkpoint.index->forget_tensors();
+  if (s.checkpoint.index) {
+    const NameTable& names = s.checkpoint.index->tensors;
+    const bool small = names.size() <= kKeptIndexTensors && names.name_bytes() <= kKeptIndexNameBytes;
+    if (index_names == IndexNames::Drop || (index_names == IndexNames::KeepIfSmall && !small)) {
+      s.checkpoint.index->forget_tensors();
+    }
+  }
   s.quant = read_source_quant_config(s.checkpoint.config_text);
   s.modules = std::move(collector).finish();
   if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());

@@ -107,8 +107,15 @@ struct SourceCheckpoint {
 // checked against it. Nothing looks a name up again; convert writes them
 // into DST's index at the end (render_target_index reads them again if
 // dropped). Dropping them before the module table is finished keeps the two
-// from peaking together (~60 MB at K3, ~100 MB at the caps).
-enum class IndexNames { Keep, Drop };
+// from peaking together (~45 MB at K3, ~110 MB at the caps). KeepIfSmall
+// keeps them up to kKeptIndexTensors and kKeptIndexNameBytes: K3's index
+// with headroom, whose names then cost no second parse (reading the index
+// again was a quarter of convert's time at K3's structure), while an index
+// near the caps, whose module table alone takes most of the memory budget
+// (README Performance), is still read again.
+enum class IndexNames { Keep, Drop, KeepIfSmall };
+inline constexpr std::size_t kKeptIndexTensors = 600'000;             // K3: ~497k
+inline constexpr std::uint64_t kKeptIndexNameBytes = 48ull << 20;     // K3: ~38 MB
 SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads = 1,
                                         IndexNames index_names = IndexNames::Keep);
 

@@ -29,10 +29,11 @@ Report convert_checkpoint(const ConvertOptions& options) {
   progress.phase(ProgressPhase::Plan);
 
   // --- plan: nothing is written until every module has been decided.
-  // The index's names go into DST's index at the end: read again then
-  // (render_target_index) rather than held while modules are scanned and
-  // shards written (~100 MB for an index at the caps).
-  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
+  // The index's names go into DST's index at the end: kept for an index of
+  // K3's size, read again then (render_target_index) for a larger one rather
+  // than held while modules are scanned and shards written (~110 MB for an
+  // index at the caps).
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
   const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.overspan);

@@ -319,17 +319,34 @@ Destination::Pending Destination::begin(const std::string& relative) {
   return p;
 }
 
-void Destination::commit(Pending& p) {
-  p.file.sync();
+void Destination::commit(Pending& p) { commit(p, true); }
+
+void Destination::commit(Pending& p, bool sync_data) {
+  if (sync_data) p.file.sync();
   p.file.close();
   if (::renameat(p.parent.get(), p.temp_name.c_str(), p.parent.get(), p.final_name.c_str()) != 0) {
     fail_io(root_ / p.relative, "rename into place", errno);
   }
-  fsync_directory(p.parent.get(), root_ / p.relative);
   const auto [parent, name] = split(p.relative);
   std::lock_guard lock(mutex_);
   std::erase(temps_, parent.empty() ? p.temp_name : parent + "/" + p.temp_name);
   committed_.push_back(p.relative);
+  unsynced_dirs_.insert(parent);
+}
+
+void Destination::sync_directories() {
+  std::set<std::string> dirs;
+  {
+    std::lock_guard lock(mutex_);
+    dirs.swap(unsynced_dirs_);
+  }
+  for (const auto& dir : dirs) {
+    if (dir.empty()) {
+      fsync_directory(root_fd_.get(), root_);
+    } else {
+      fsync_directory(open_directory(dir, false).get(), root_ / dir);
+    }
+  }
 }
 
 void Destination::write_file(const std::string& relative, std::string_view contents) {
@@ -383,7 +400,14 @@ std::optional<ShardRecord> Destination::read_record(const std::string& shard) co
 }
 
 void Destination::write_record(const ShardRecord& record) {
-  write_file(records_path() + "/" + record_file_name(record.shard), shard_record_to_text(record));
+  // Not fsynced: a record only saves redoing its shard, which was made
+  // durable before it. One lost or torn by a crash does not parse, or does
+  // not match the output's inode, ctime, size and written bytes, and the
+  // shard is redone (read_record, reusable_record).
+  Pending p = begin(records_path() + "/" + record_file_name(record.shard));
+  const std::string text = shard_record_to_text(record);
+  p.file.write_at(0, std::as_bytes(std::span(text)));
+  commit(p, false);
 }
 
 void Destination::finish(const FinishedRecord& record, const std::string& commit_point,
@@ -394,13 +418,18 @@ void Destination::finish(const FinishedRecord& record, const std::string& commit
 }
 
 void Destination::finish(const FinishedRecord& record, Pending& commit_point) {
+  // Order on disk: every output's name (their data was synced at commit),
+  // then finished.json, then the commit point. Other processes (the
+  // per-shard step) synced their own names before they exited.
+  sync_directories();
   write_file(state_path(kFinishedFileName), finished_record_to_text(record));
+  sync_directories();
   commit(commit_point);
+  sync_directories();
   // Complete: records, locks and a plan kept here have served their purpose.
   const UniqueFd state = open_directory(std::string(kStateDirName), false);
   remove_entries_except(state.get(), std::string(kFinishedFileName));
   fsync_directory(state.get(), root_ / kStateDirName);
-  fsync_directory(root_fd_.get(), root_);
   lock_fd_ = UniqueFd();
   finalized_ = true;
 }

@@ -11,7 +11,12 @@
 // SRC.)
 //
 // Files are written as ".mx2nv-tmp.<n>.<name>" in their final directory,
-// fsynced, renamed into place, and the directory fsynced. A run that finished
+// fsynced and renamed into place; the directories that received names are
+// fsynced together (sync_directories) before finished.json, before the
+// commit point and at the end of a per-shard step, not once per file (four
+// fsyncs a shard cost more than the shard's data at K3's structure, 96
+// shards of a few MiB). Resume records are not fsynced at all: a lost or torn
+// one only means its shard is redone. A run that finished
 // nothing leaves DST as it found it; finished shards and their records stay
 // for --resume. A conversion is complete once its commit point (the index, or
 // config.json for a single-file model) exists next to .mx2nv/finished.json.
@@ -88,8 +93,14 @@ class Destination {
   };
   // Opens `relative` for writing under a temporary name. Thread-safe.
   Pending begin(const std::string& relative);
-  // fsync, close, rename into place, fsync the directory. Thread-safe.
+  // fsync, close, rename into place; the directory is fsynced by the next
+  // sync_directories(). Thread-safe.
   void commit(Pending& pending);
+  // Makes the names committed so far durable: fsyncs each directory that
+  // received one. finish() calls it; a process that commits without
+  // finishing (the per-shard step, `mx2nv plan`) calls it before it reports
+  // success.
+  void sync_directories();
   // Whole small file in one step.
   void write_file(const std::string& relative, std::string_view contents);
   // Removes a finished file of an earlier run that is about to be redone.
@@ -112,6 +123,7 @@ class Destination {
   void create_root_and_lock(int operation);
   void check_tree() const;
   void abandon() noexcept;
+  void commit(Pending& pending, bool sync_data);
 
   fs::path root_;
   DestinationState state_ = DestinationState::Empty;
@@ -128,6 +140,7 @@ class Destination {
   std::mutex mutex_;
   std::vector<std::string> temps_;          // relative paths of files being written
   std::vector<std::string> committed_;
+  std::set<std::string> unsynced_dirs_;     // relative ("" for DST) directories renamed into since the last sync
   std::vector<std::string> created_dirs_;   // relative, in creation order
   std::uint64_t counter_ = 0;
 };

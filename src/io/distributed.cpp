@@ -115,7 +115,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   if (dst && options.source) {
     Destination out(*options.source, *dst, true);
     if (out.state() == DestinationState::Finished) {
-      const SourceCheckpoint source = open_source_checkpoint(*options.source);
+      const SourceCheckpoint source = open_source_checkpoint(*options.source, 1, IndexNames::Drop);
       const std::string& mode = out.finished()->window;
       const Window window = parse_window(mode.substr(0, mode.find('+'))).value_or(Window::Marlin);
       Report report = start_report("convert", window, *options.source, &*dst);
@@ -180,7 +180,8 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   if (options.plan_out) plan_file_out.emplace(*options.plan_out, std::vector<fs::path>{options.source, options.target});
   Destination out(options.source, options.target, true);
   Report report = start_report("plan", options.window, options.source, &options.target);
-  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads);
+  // The plan names no index entry: the index's names go once it is checked.
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   add_source_counts(report, source);
   const std::optional<Plan> planned_here = plan_step(report, out, source, options.window, options.threads, options.overspan);
   if (!planned_here) {
@@ -211,6 +212,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     } else {
       out.open_for_writing(files_written(source.checkpoint));
       out.write_file(relative, text);
+      out.sync_directories();
     }
   }
   for (const auto& s : file.shards) report.target_tensor_bytes += s.output_data_bytes;
@@ -226,7 +228,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
-  const SourceCheckpoint source = open_source_checkpoint(loaded->source);
+  const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::Drop);  // shards need no index names
   add_source_counts(report, source);
   if (answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan)) {
     report.seconds = seconds_since(started);
@@ -245,6 +247,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   }
   const std::vector<ShardRecord> records =
       execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine, &progress);
+  out.sync_directories();  // this step's shards are durable before it reports them done
   report.shards = shards.size();
   add_shard_counts(report, records);
   report.seconds = seconds_since(started);
@@ -260,7 +263,7 @@ Report finalize_planned(const PlannedOptions& options) {
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
-  const SourceCheckpoint source = open_source_checkpoint(loaded->source);
+  const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
   if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan)) {

@@ -285,7 +285,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   Destination out(options.source, options.target, /*resume=*/false);
   Report report = start_report("requantize", Window::Marlin, options.source, &options.target);
 
-  const SourceCheckpoint source = open_source_checkpoint(options.source);
+  const SourceCheckpoint source = open_source_checkpoint(options.source, 1, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   const ModuleSet& set = source.modules;
   report.shards = ck.shards.size();

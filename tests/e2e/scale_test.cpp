@@ -3,10 +3,15 @@
 // timed or RSS assertion on a shared machine.)
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
+#include "core/error.hpp"
+#include "core/shard_index.hpp"
+#include "io/checkpoint_reader.hpp"
 #include "io/planner.hpp"
 
 namespace mx2nv::e2e {
 namespace {
+
+using json = nlohmann::json;
 
 // Runs the CLI under a soft limit of `max_files` open descriptors.
 int run_with_file_limit(int max_files, const std::string& args) {
@@ -38,6 +43,55 @@ TEST(Scale, TwoHundredShardsUnderSixtyFourOpenFiles) {
     EXPECT_EQ(run_with_file_limit(64, "convert --threads " + std::string(threads) + " " + src + " " + dst), 0);
     EXPECT_EQ(run_with_file_limit(64, "verify --threads " + std::string(threads) + " " + src + " " + dst), 0);
     EXPECT_EQ(run_with_file_limit(64, "inspect --threads " + std::string(threads) + " " + src), 0);
+  }
+}
+
+// The names of the index convert writes: kept from opening (an index of K3's
+// size) or read again at the end (a larger one) give the same bytes, with
+// BF16 modules renamed and their scales dropped either way; an index that
+// changed in between is refused.
+std::string target_index(const SourceCheckpoint& source, const Plan& plan) {
+  std::string text;
+  render_target_index(source, plan.modules, 12345, [&](std::string_view piece) { text += piece; });
+  return text;
+}
+
+TEST(Scale, TheTargetIndexIsTheSameWhetherItsNamesWereKeptOrReadAgain) {
+  ScratchDir d;
+  write_fixture(d / "src", spec_with_over_span());
+  const SourceCheckpoint kept = open_source_checkpoint(d / "src", 2, IndexNames::KeepIfSmall);
+  const SourceCheckpoint dropped = open_source_checkpoint(d / "src", 2, IndexNames::Drop);
+  ASSERT_GT(kept.checkpoint.index->tensors.size(), 0u);
+  ASSERT_EQ(dropped.checkpoint.index->tensors.size(), 0u);
+  Plan plan = plan_conversion(kept, scan_modules(kept, 2), Window::Marlin);
+  EXPECT_EQ(target_index(kept, plan), target_index(dropped, plan));
+  plan.modules[1].treatment = Treatment::Bf16;
+  plan.modules[4].treatment = Treatment::Bf16;
+  const std::string with_bf16 = target_index(kept, plan);
+  EXPECT_EQ(with_bf16, target_index(dropped, plan));
+  EXPECT_NE(with_bf16.find(std::string(kept.modules.modules[1].name) + std::string(kBf16WeightSuffix)),
+            std::string::npos);
+
+  // Whitespace changes nothing; a tensor mapped to another shard does.
+  const fs::path index_path = d / "src" / std::string(kIndexFileName);
+  json index = json::parse(read_file(index_path));
+  write_file(index_path, index.dump(4));
+  EXPECT_EQ(with_bf16, target_index(dropped, plan));
+  auto& map = index["weight_map"];
+  const std::string first_shard = map.begin().value().get<std::string>();
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (it.value() != first_shard) {
+      map.begin().value() = it.value();
+      break;
+    }
+  }
+  write_file(index_path, index.dump());
+  try {
+    target_index(dropped, plan);
+    ADD_FAILURE() << "a changed index was used";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("changed while mx2nv was reading it"), std::string::npos) << e.what();
   }
 }
 

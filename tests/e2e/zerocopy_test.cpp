@@ -136,8 +136,12 @@ TEST_P(ZeroCopy, ConvertVerifyWithEveryCopyMode) {
     // All unchanged bytes but partial blocks at tensor ends are shared...
     EXPECT_GT(r.shared_bytes, r.copied_bytes * 10);
     EXPECT_EQ(a.shared_bytes, r.shared_bytes);
-    // ...so DST's real disk use is little more than its new bytes.
-    EXPECT_LT(added, a.source_tensor_bytes / 4) << "DST added " << added << " bytes on disk";
+    // ...and take no new space: DST adds its new and copied bytes (here
+    // ~0.4 MB) plus the file system's own blocks (XFS allocates inodes in
+    // 32 KiB chunks; btree blocks), far less than the ~2 MB it shares, which a
+    // copy would add again.
+    EXPECT_LT(added, a.shared_bytes / 2) << "DST added " << added << " bytes on disk; written " << a.written_bytes
+                                         << ", copied " << a.copied_bytes << ", shared " << a.shared_bytes;
   } else {
     EXPECT_EQ(a.shared_bytes, 0u);
     try {
