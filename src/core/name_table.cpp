@@ -4,13 +4,30 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 
 namespace mx2nv {
 
-std::uint32_t NameTable::hash_of(std::string_view name) {
-  return static_cast<std::uint32_t>(XXH3_64bits(name.data(), name.size()));
+namespace {
+
+// A seed drawn once per process: names come from hostile files, and with a
+// fixed hash a header or index could be made of names that all collide
+// (quadratic probing: a 65k-tensor header would take billions of
+// comparisons). Placement only: no output depends on the hash.
+std::uint64_t process_seed() {
+  static const std::uint64_t seed = [] {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }();
+  return seed;
 }
+
+}  // namespace
+
+std::uint64_t name_hash(std::string_view name) { return XXH3_64bits_withSeed(name.data(), name.size(), process_seed()); }
+
+std::uint32_t NameTable::hash_of(std::string_view name) { return static_cast<std::uint32_t>(name_hash(name)); }
 
 NameArena::Position NameArena::append(std::string_view name) {
   char prefix[10];

@@ -1,6 +1,7 @@
 #include "core/plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace mx2nv {
@@ -29,12 +30,17 @@ void SparseHistogram::set(std::size_t i, Entry e) {
 }
 
 SparseHistogram to_sparse(const ByteHistogram& dense) {
-  // Exactly sized: there is one per module, ~250k at Kimi K3's scale.
-  SparseHistogram sparse(static_cast<std::size_t>(std::count_if(dense.begin(), dense.end(), [](std::uint64_t n) { return n != 0; })));
-  std::size_t i = 0;
+  // One branch-free pass collects the bytes present (a module uses a few
+  // dozen of 256, at unpredictable places; ~250k modules at Kimi K3's scale),
+  // then an exactly sized block is filled.
+  std::array<std::uint8_t, 256> present;
+  std::size_t n = 0;
   for (std::size_t b = 0; b < dense.size(); ++b) {
-    if (dense[b] != 0) sparse.set(i++, {static_cast<std::uint8_t>(b), dense[b]});
+    present[n] = static_cast<std::uint8_t>(b);
+    n += dense[b] != 0 ? 1u : 0u;
   }
+  SparseHistogram sparse(n);
+  for (std::size_t i = 0; i < n; ++i) sparse.set(i, {present[i], dense[present[i]]});
   return sparse;
 }
 

@@ -18,11 +18,19 @@ class HeaderSax final : public StrictSax {
  public:
   HeaderSax(ShardHeader& header, std::string_view what) : StrictSax(what), h_(header) {}
 
-  bool start_object(std::size_t) override {
+  bool start_object(std::size_t members) override {
     enter();
     switch (state_) {
       case State::Skip: return true;
-      case State::Start: state_ = State::Top; return true;
+      case State::Start:
+        // The fast path knows the member count (the streaming parser says
+        // -1): room for that many tensors up front, within the cap.
+        if (members <= kMaxTensorsPerShard + 1) {
+          h_.tensors_.reserve(members);
+          h_.by_name_.reserve(members);
+        }
+        state_ = State::Top;
+        return true;
       case State::MetaOpen: h_.metadata_.emplace(); state_ = State::Meta; return true;
       case State::EntryOpen: state_ = State::Entry; fields_ = 0; return true;
       default: return unexpected();

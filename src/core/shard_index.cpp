@@ -301,9 +301,9 @@ void IndexCoverage::add_shard(std::size_t shard, const ShardHeader& header) {
       fail_input("{}: tensor \"{}\" is indexed to shard \"{}\" (stored twice or mis-indexed)", file, t.name,
                  index_.shard_files[index_.shard_of[*id]]);
     }
-    seen_[*id] = true;
-    ++covered_;
+    seen_[*id] = 1;
   }
+  covered_ += header.tensors().size();
 }
 
 void IndexCoverage::finish() const {

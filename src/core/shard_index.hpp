@@ -14,6 +14,7 @@
 #include "core/safetensors.hpp"
 #include "core/strict_json.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -77,17 +78,19 @@ std::vector<std::string> find_indexed_shards(const ByteSource& source, std::uint
 // exists there. Holds one bit per indexed tensor.
 class IndexCoverage {
  public:
-  explicit IndexCoverage(const ShardIndex& index) : index_(index), seen_(index.tensors.size(), false) {}
-  // `shard` is an index into index.shard_files. Thread-safe only if callers
-  // serialise calls (the checkpoint reader holds a lock).
+  explicit IndexCoverage(const ShardIndex& index) : index_(index), seen_(index.tensors.size(), 0) {}
+  // `shard` is an index into index.shard_files; called once per shard.
+  // Thread-safe for different shards: the index is only read, and a tensor
+  // is marked seen only by the shard it is indexed to (checked first), each
+  // in a byte of its own (so workers' shards never share a written word).
   void add_shard(std::size_t shard, const ShardHeader& header);
   // After every shard: nothing indexed is missing.
   void finish() const;
 
  private:
   const ShardIndex& index_;
-  std::vector<bool> seen_;
-  std::size_t covered_ = 0;
+  std::vector<std::uint8_t> seen_;
+  std::atomic<std::size_t> covered_{0};
 };
 
 // One weight_map entry of a written index: the tensor name is `name` followed

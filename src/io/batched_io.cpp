@@ -42,7 +42,10 @@ std::span<const std::byte> BatchedReader::next() {
 }
 
 CoalescingWriter::CoalescingWriter(const File& file, std::size_t capacity, std::function<void(std::uint64_t)> on_written)
-    : file_(file), buffer_(capacity), on_written_(std::move(on_written)) {}
+    : file_(file),
+      buffer_(std::make_unique_for_overwrite<std::byte[]>(capacity)),
+      capacity_(capacity),
+      on_written_(std::move(on_written)) {}
 
 void CoalescingWriter::write_through(std::uint64_t offset, std::span<const std::byte> bytes) {
   file_.write_at(offset, bytes);
@@ -52,20 +55,20 @@ void CoalescingWriter::write_through(std::uint64_t offset, std::span<const std::
 
 void CoalescingWriter::write(std::uint64_t offset, std::span<const std::byte> bytes) {
   if (bytes.empty()) return;
-  if (used_ > 0 && (offset != buffer_offset_ + used_ || bytes.size() > buffer_.size() - used_)) flush();
-  if (bytes.size() >= buffer_.size()) {
+  if (used_ > 0 && (offset != buffer_offset_ + used_ || bytes.size() > capacity_ - used_)) flush();
+  if (bytes.size() >= capacity_) {
     write_through(offset, bytes);
     return;
   }
   if (used_ == 0) buffer_offset_ = offset;
-  std::memcpy(buffer_.data() + used_, bytes.data(), bytes.size());
+  std::memcpy(buffer_.get() + used_, bytes.data(), bytes.size());
   used_ += bytes.size();
 }
 
 void CoalescingWriter::flush() {
   if (used_ == 0) return;
   const std::size_t n = std::exchange(used_, 0);
-  write_through(buffer_offset_, {buffer_.data(), n});
+  write_through(buffer_offset_, {buffer_.get(), n});
 }
 
 }  // namespace mx2nv

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -78,7 +79,8 @@ class CoalescingWriter {
   void write_through(std::uint64_t offset, std::span<const std::byte> bytes);
 
   const File& file_;
-  std::vector<std::byte> buffer_;
+  std::unique_ptr<std::byte[]> buffer_;  // not zeroed: bytes are copied in before they are written
+  std::size_t capacity_ = 0;
   std::size_t used_ = 0;
   std::uint64_t buffer_offset_ = 0;
   std::function<void(std::uint64_t)> on_written_;

@@ -167,8 +167,8 @@ Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned t
     const std::uint64_t size = handle.size();
     const HeaderTicket ticket = header_ticket(handle, files[s]);
     const ShardHeader header = ShardHeader::read(FileSource(handle), size, files[s]);
+    if (coverage) coverage->add_shard(s, header);  // index lookups, in parallel
     std::lock_guard lock(mutex);
-    if (coverage) coverage->add_shard(s, header);
     if (visit) visit(s, files[s], header);
     c.shards[s] = summarise(files[s], size, header);
   });

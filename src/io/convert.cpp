@@ -6,6 +6,7 @@
 #include "io/convert_steps.hpp"
 #include "io/destination.hpp"
 #include "io/planner.hpp"
+#include "io/target_index_writer.hpp"
 
 #include <chrono>
 #include <numeric>
@@ -51,13 +52,17 @@ Report convert_checkpoint(const ConvertOptions& options) {
   if (options.copy == CopyMode::Reflink && !ck.shards.empty()) {
     CopyEngine::require_sharing(*ck.files->open(0), options.target);
   }
+  // DST's index does not depend on the shards: written meanwhile (io/target_index_writer.hpp).
+  std::optional<BackgroundIndex> index;
+  if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);
   std::vector<std::size_t> all(ck.shards.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
   std::vector<ShardRecord> records =
       execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards, &engine, &progress);
   add_shard_counts(report, records);
   progress.phase(ProgressPhase::Finalize);
-  finalize_conversion(source, plan, report, std::move(records), out, &engine);
+  finalize_conversion(source, plan, report, std::move(records), out, &engine,
+                      index ? std::optional<WrittenIndex>(index->take()) : std::nullopt);
   report.seconds = seconds_since(started);
   progress.done();
   return report;

@@ -4,6 +4,7 @@
 #include "core/printable.hpp"
 #include "core/target_layout.hpp"
 #include "io/cancel.hpp"
+#include "io/commit_queue.hpp"
 #include "io/parallel.hpp"
 #include "io/overspan.hpp"
 #include "io/planner.hpp"
@@ -12,7 +13,9 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 
 namespace mx2nv {
 namespace {
@@ -132,12 +135,16 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
   ProgressTracker& counter = progress ? *progress : silent;
   std::vector<ShardRecord> records(shards.size());
   std::atomic<std::uint64_t> reused_count{0};
+  // A written shard is committed (fsync, rename), stamped and recorded on
+  // the queue's thread while its worker moves on; the shard stays locked
+  // until then (another process waiting for it must find it finished).
+  CommitQueue commits(out, std::max(1u, threads));
   parallel_for(shards.size(), threads, [&](std::size_t i) {
     const std::size_t s = shards[i];
     const OpenShard in = source.checkpoint.read_shard(s);  // its header, read again (not kept from planning)
     const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
     ShardRecord r = expected_record(source, plan, in, layout);
-    const Destination::ShardLock lock = out.lock_shard(r.shard);
+    auto lock = std::make_shared<Destination::ShardLock>(out.lock_shard(r.shard));
     if (const auto earlier = reuse ? reusable_record(out, r, layout) : std::nullopt) {
       records[i] = *earlier;
       ++reused_count;
@@ -145,31 +152,36 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    const ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter);
-    const auto stamp = out.stamp(r.shard);
-    if (!stamp) fail(ErrorKind::Io, "{}: vanished right after it was written", (out.root() / r.shard).string());
+    ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter);
     r.output_size = w.output_size;
     r.written_hash = w.written_hash;
     r.passthrough_tensors = w.passthrough_tensors;
     r.target_bytes = w.target_bytes;
-    r.output_inode = stamp->inode;
-    r.output_ctime_ns = stamp->ctime_ns;
     r.groups_counted = w.groups_counted;
     r.zero_groups = w.zero_groups;
     r.groups = w.groups;
     r.shared_bytes = w.shared_bytes;
     r.copied_bytes = w.copied_bytes;
     r.written_bytes = w.written_bytes;
-    out.write_record(r);
-    records[i] = r;
-    counter.unit_done();
+    commits.push(std::move(w.output), [&out, &records, &counter, i, r, lock]() mutable {
+      const auto stamp = out.stamp(r.shard);
+      if (!stamp) fail(ErrorKind::Io, "{}: vanished right after it was written", (out.root() / r.shard).string());
+      r.output_inode = stamp->inode;
+      r.output_ctime_ns = stamp->ctime_ns;
+      out.write_record(r);
+      records[i] = r;
+      lock.reset();
+      counter.unit_done();
+    });
   });
+  commits.finish();
   reused = reused_count;
   return records;
 }
 
 void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Report& report,
-                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine) {
+                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine,
+                         std::optional<WrittenIndex> early) {
   CopyEngine auto_engine(CopyMode::Auto);
   CopyEngine& copier = engine ? *engine : auto_engine;
   const Checkpoint& ck = source.checkpoint;
@@ -201,18 +213,14 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
     return;
   }
   out.write_file(std::string(kConfigFileName), config);
-  // The index streams to its temporary file and its hash, then commits.
-  Destination::Pending index = out.begin(std::string(kIndexFileName));
-  StreamHash hash;
-  std::uint64_t written = 0;
-  render_target_index(source, plan.modules, report.target_tensor_bytes, [&](std::string_view piece) {
-    index.file.write_at(written, std::as_bytes(std::span(piece)));
-    hash.update(std::as_bytes(std::span(piece)));
-    written += piece.size();
-  });
-  finished.index_hash = hash.digest();
-  report.written_bytes += written;
-  out.finish(finished, index);
+  if (early && early->total_size != report.target_tensor_bytes) {
+    out.drop(early->file);  // never expected: target_totals equals the layouts' sum (tested)
+    early.reset();
+  }
+  WrittenIndex index = early ? std::move(*early) : write_target_index(source, plan, report.target_tensor_bytes, out);
+  finished.index_hash = index.hash;
+  report.written_bytes += index.bytes;
+  out.finish(finished, index.file);
 }
 
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,

@@ -12,6 +12,7 @@
 #include "io/destination.hpp"
 #include "io/progress.hpp"
 #include "io/shard_record.hpp"
+#include "io/target_index_writer.hpp"
 
 #include <optional>
 #include <set>
@@ -48,9 +49,12 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
 
 // Finalize: companions, config, then the finished record and the commit point
 // (the index; for a single-file model config.json). Adds the bytes it writes
-// and copies to the report.
+// and copies to the report. `early`: the index written while the shards were
+// (io/target_index_writer.hpp); used if its total size is the shards', else
+// dropped and written again.
 void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Report& report,
-                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine = nullptr);
+                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine = nullptr,
+                         std::optional<WrittenIndex> early = std::nullopt);
 
 // A retried command (Slurm --requeue, a Kubernetes Job retry) on a DST that
 // already holds a finished conversion: true, with `report` filled as "already

@@ -334,6 +334,16 @@ void Destination::commit(Pending& p, bool sync_data) {
   unsynced_dirs_.insert(parent);
 }
 
+void Destination::drop(Pending& p) {
+  p.file.close();
+  if (::unlinkat(p.parent.get(), p.temp_name.c_str(), 0) != 0 && errno != ENOENT) {
+    fail_io(root_ / p.relative, "remove", errno);
+  }
+  const auto [parent, name] = split(p.relative);
+  std::lock_guard lock(mutex_);
+  std::erase(temps_, parent.empty() ? p.temp_name : parent + "/" + p.temp_name);
+}
+
 void Destination::sync_directories() {
   std::set<std::string> dirs;
   {

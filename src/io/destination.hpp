@@ -101,6 +101,8 @@ class Destination {
   // finishing (the per-shard step, `mx2nv plan`) calls it before it reports
   // success.
   void sync_directories();
+  // Removes a file begun and not committed (written for nothing). Thread-safe.
+  void drop(Pending& pending);
   // Whole small file in one step.
   void write_file(const std::string& relative, std::string_view contents);
   // Removes a finished file of an earlier run that is about to be redone.

@@ -33,15 +33,14 @@ struct ShardWriteResult {
   std::uint64_t copied_bytes = 0;       // unchanged bytes copied (kernel or mx2nv)
   std::uint64_t written_bytes = 0;      // new bytes: header, scales, globals
   std::uint64_t written_hash = 0;       // XXH3-64 of the new bytes, in file order
+  // The output, written under its temporary name and not yet committed: the
+  // caller commits it (io/commit_queue.hpp: the fsync need not hold up the
+  // next shard).
+  Destination::Pending output;
 };
 
-// Source bytes consumed are counted into `progress`.
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, std::size_t shard, Destination& out,
-                             CopyEngine& engine, ProgressTracker& progress);
-// The same for a shard already read (Checkpoint::read_shard), so its header is parsed once per use.
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, Destination& out,
-                             CopyEngine& engine, ProgressTracker& progress);
-// The same with the shard's target layout already made (make_target_layout).
+// Writes shard `in` (read by Checkpoint::read_shard) in its target layout
+// (make_target_layout). Source bytes consumed are counted into `progress`.
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
                              const TargetLayout& layout, Destination& out, CopyEngine& engine,
                              ProgressTracker& progress);

@@ -159,6 +159,25 @@ TEST(JsonFast, DeclinesWhatItCannotMatch) {
   EXPECT_FALSE(accepted);
 }
 
+// The byte rules are checked 16 bytes a step: every control character and a
+// backslash decline wherever they fall, in every lane and in the tail.
+TEST(JsonFast, EveryControlByteAndBackslashDeclinesAtEveryPosition) {
+  const std::string base = R"({"abcdefghijklmnopqrstuvwxyz0123456789ABCDEF":1})";
+  for (int b = 0; b < 256; ++b) {
+    for (std::size_t at = 2; at < base.size() - 4; ++at) {
+      std::string text = base;
+      text[at] = static_cast<char>(b);
+      bool accepted = false;
+      const std::string fast = events(true, text, &accepted);
+      if (b < 0x20 || b == '\\') {
+        EXPECT_FALSE(accepted) << "byte " << b << " at " << at;
+      } else if (accepted) {
+        EXPECT_EQ(fast, events(false, text)) << "byte " << b << " at " << at;
+      }
+    }
+  }
+}
+
 TEST(JsonFast, EdgeCasesAgree) {
   const std::vector<std::string> cases = {
       "{}", "[]", "0", "7", "1.5", "1e5", "1E-2", "-1", "-9223372036854775808", "-9223372036854775809",
