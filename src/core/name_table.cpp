@@ -92,20 +92,59 @@ std::optional<NameTable::Id> NameTable::find(std::string_view name) const {
 }
 
 std::pair<NameTable::Id, bool> NameTable::insert(std::string_view name) {
+  if (indexed_ != positions_.size()) throw std::logic_error("NameTable::insert with names not yet indexed");
   if ((positions_.size() + 1) * 4 > slots_.size() * 3) grow();
   const std::uint32_t hash = hash_of(name);
   Slot& slot = slots_[slot_of(name, hash)];
   if (slot.id != kEmpty) return {slot.id, false};
   const auto id = static_cast<Id>(positions_.size());
   positions_.push_back(arena_.append(name));
+  indexed_ = positions_.size();
   slot = {id, hash};
   name_bytes_ += name.size();
   return {id, true};
 }
 
-void NameTable::grow() {
+NameTable::Id NameTable::append_unindexed(std::string_view name) {
+  const auto id = static_cast<Id>(positions_.size());
+  positions_.push_back(arena_.append(name));
+  name_bytes_ += name.size();
+  return id;
+}
+
+std::optional<NameTable::Id> NameTable::index_appended() {
+  const std::size_t n = positions_.size();
+  std::size_t want = std::max<std::size_t>(64, slots_.size());
+  while (n * 4 > want * 3) want *= 2;
+  if (want != slots_.size()) resize_slots(want);
+  const std::size_t mask = slots_.size() - 1;
+  // Hashes first (the names are read in arena order), then each insertion
+  // with the slot of the one kAhead later already on its way into cache.
+  constexpr std::size_t kAhead = 16;
+  std::vector<std::uint32_t> hashes(n - indexed_);
+  for (std::size_t i = indexed_; i < n; ++i) hashes[i - indexed_] = hash_of(name(static_cast<Id>(i)));
+  for (std::size_t i = indexed_; i < n; ++i) {
+    if (i + kAhead < n) __builtin_prefetch(&slots_[hashes[i + kAhead - indexed_] & mask]);
+    const std::uint32_t hash = hashes[i - indexed_];
+    const std::string_view added = name(static_cast<Id>(i));
+    for (std::size_t at = hash & mask;; at = (at + 1) & mask) {
+      Slot& slot = slots_[at];
+      if (slot.id == kEmpty) {
+        slot = {static_cast<Id>(i), hash};
+        break;
+      }
+      if (slot.hash == hash && name(slot.id) == added) return static_cast<Id>(i);
+    }
+  }
+  indexed_ = n;
+  return std::nullopt;
+}
+
+void NameTable::grow() { resize_slots(std::max<std::size_t>(64, slots_.size() * 2)); }
+
+void NameTable::resize_slots(std::size_t slots) {
   std::vector<Slot> old = std::move(slots_);
-  slots_.assign(std::max<std::size_t>(64, old.size() * 2), Slot{});
+  slots_.assign(slots, Slot{});
   const std::size_t mask = slots_.size() - 1;
   for (const Slot& s : old) {
     if (s.id == kEmpty) continue;

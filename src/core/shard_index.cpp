@@ -34,8 +34,11 @@ bool is_confined_relative_path(std::string_view path) {
 // the shards of the wanted tensors are recorded; no other name is kept.
 class IndexSax final : public StrictSax {
  public:
-  IndexSax(ShardIndex& index, NameTable& shards, std::string_view what)
-      : StrictSax(what), index_(index), shards_(shards) {}
+  // `bulk`: tensor names are appended unchecked and indexed (duplicates
+  // found) by finish_bulk() once the document is through (the fast path, which
+  // declines on a duplicate so the streaming parser reports it).
+  IndexSax(ShardIndex& index, NameTable& shards, std::string_view what, bool bulk = false)
+      : StrictSax(what), index_(index), shards_(shards), bulk_(bulk) {}
   IndexSax(ShardIndex& index, NameTable& shards, std::string_view what, const NameTable& wanted,
            std::vector<std::string>& found)
       : StrictSax(what), index_(index), shards_(shards), wanted_(&wanted), found_(&found) {}
@@ -95,8 +98,11 @@ class IndexSax final : public StrictSax {
           state_ = State::WeightMapValue;
           return true;
         }
-        const auto [id, added] = index_.tensors.insert(k);
-        if (!added) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (bulk_) {
+          index_.tensors.append_unindexed(k);
+        } else if (!index_.tensors.insert(k).second) {
+          fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        }
         if (index_.tensors.size() > kMaxIndexTensors) {
           fail_input("{}: more than {} tensors in weight_map", what(), kMaxIndexTensors);
         }
@@ -207,6 +213,7 @@ class IndexSax final : public StrictSax {
   std::string member_;
   JsonTree tree_{index_.other};  // the member being built (set at its key)
   std::uint64_t other_bytes_ = 0;
+  bool bulk_ = false;
   const NameTable* wanted_ = nullptr;  // lookup mode
   std::vector<std::string>* found_ = nullptr;
   std::optional<NameTable::Id> wanted_id_;
@@ -227,8 +234,9 @@ ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::s
   {
     // simdjson first (json_fast.hpp); a decline may come after part of the
     // index was built, so the streaming parser starts again from nothing.
-    IndexSax sax(index, shards, what);
-    if (parser == IndexParser::Streaming || !parse_large_object_fast(source, size, sax, what)) {
+    IndexSax sax(index, shards, what, true);
+    if (parser == IndexParser::Streaming || !parse_large_object_fast(source, size, sax, what) ||
+        index.tensors.index_appended()) {  // a repeated name: the streaming parser reports it
       index = ShardIndex();
       shards = NameTable();
       IndexSax canonical(index, shards, what);

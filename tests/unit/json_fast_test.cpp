@@ -257,6 +257,25 @@ TEST(JsonLarge, DeclinesWhatItCannotMatch) {
   EXPECT_FALSE(accepted);
 }
 
+// The structural characters are counted 16 bytes a step in byte lanes summed
+// every 255 steps: exactly, so a valid document at the cap is taken and one
+// more element declines. Here 14 + 3k of them for k empty strings.
+TEST(JsonLarge, StructuralCapIsExact) {
+  const auto document = [](std::size_t k) {
+    std::string text = R"({"b":1,"c":1,"a":[)";
+    text.reserve(text.size() + 3 * k + 2);
+    for (std::size_t i = 0; i < k; ++i) text += i == 0 ? R"("")" : R"(,"")";
+    return text + "]}";
+  };
+  static_assert((kLargeJsonMaxStructurals - 14) % 3 == 0);
+  const std::size_t at_cap = (kLargeJsonMaxStructurals - 14) / 3;
+  bool accepted = false;
+  events(Path::Large, document(at_cap), &accepted);
+  EXPECT_TRUE(accepted);
+  events(Path::Large, document(at_cap + 1), &accepted);
+  EXPECT_FALSE(accepted);
+}
+
 TEST(JsonLarge, EdgeCasesAgree) {
   const std::vector<std::string> cases = {"{}",
                                           " {} \n",

@@ -41,6 +41,11 @@ TEST(ShardIndex, RefusesBadDocuments) {
             ErrorKind::InvalidInput);
   EXPECT_EQ(index_error(R"({"weight_map":{"a":"x","a":"y"}})", "duplicate"), ErrorKind::InvalidInput);
   EXPECT_EQ(index_error(R"({"metadata":3,"weight_map":{"a":"x"}})", "metadata"), ErrorKind::InvalidInput);
+  // The fast path finds repeats only once the whole weight_map is in (bulk
+  // loading): a repeat far from the first is still refused, by name.
+  std::string many = R"({"weight_map":{)";
+  for (int i = 0; i < 3000; ++i) many += "\"t" + std::to_string(i) + "\":\"s.safetensors\",";
+  EXPECT_EQ(index_error(many + R"("t17":"s.safetensors"}})", "duplicate JSON key \"t17\""), ErrorKind::InvalidInput);
 }
 
 ShardHeader header_with(const std::vector<std::string>& names) {
