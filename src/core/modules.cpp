@@ -178,7 +178,14 @@ ModuleSet ModuleCollector::finish() && {
     if (assigned[i]) continue;
     ScaleGroup members{i};
     const std::string partner = gate_up_partner(set.modules[i].name);
-    if (const auto j = partner.empty() ? std::nullopt : set.find(partner); j && !assigned[*j] && *j != i) {
+    // In name order a gate's up projection is two places on (w1, w2, w3;
+    // gate_proj, up_proj): looked at before a search over all the modules.
+    std::optional<std::size_t> j;
+    for (std::size_t k = i + 1; !partner.empty() && !j && k < set.modules.size() && k <= i + 2; ++k) {
+      if (set.modules[k].name == partner) j = k;
+    }
+    if (!j && !partner.empty()) j = set.find(partner);
+    if (j && !assigned[*j] && *j != i) {
       members.push_back(*j);
     }
     for (const std::size_t m : members) {

@@ -155,9 +155,13 @@ void NameTable::resize_slots(std::size_t slots) {
 }
 
 std::vector<NameTable::Id> NameTable::sorted_ids() const {
-  std::vector<Id> ids(positions_.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<Id>(i);
-  std::sort(ids.begin(), ids.end(), [&](Id a, Id b) { return name(a) < name(b); });
+  // Sorted as (view, id) pairs: a comparison reads the two names and nothing
+  // else (through ids it also read two positions and decoded two lengths).
+  std::vector<std::pair<std::string_view, Id>> named(positions_.size());
+  for (std::size_t i = 0; i < named.size(); ++i) named[i] = {name(static_cast<Id>(i)), static_cast<Id>(i)};
+  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Id> ids(named.size());
+  for (std::size_t i = 0; i < named.size(); ++i) ids[i] = named[i].second;
   return ids;
 }
 
