@@ -120,37 +120,62 @@ bool parse_json_fast(const ByteSource& source, std::uint64_t offset, std::uint64
 namespace {
 
 // Byte rules for the large path, checked in one pass 16 bytes a step: no
-// backslash (escapes), no NUL (nlohmann refuses it anywhere), and a count of
-// the punctuation and quotes. simdjson's structural index (4 bytes an entry,
-// resident as written) holds at most about twice that: one entry per string
-// instead of two quotes, plus one per number or literal, each of which is
-// followed by a counted separator.
+// backslash (escapes), no NUL (nlohmann refuses it anywhere), and a bound on
+// the entries of simdjson's structural index (4 bytes each, resident as
+// stage 1 writes them, valid document or not): every operator and quote,
+// plus every byte that could start a scalar (a byte that is none of those nor
+// whitespace, after one that is). That counts at least what simdjson marks:
+// its operators, the opening quote of each string, and the start of each
+// number, literal or stray run of other bytes; the bytes after an opening
+// quote are counted too, so a string counts three.
 struct LargeScan {
   bool clean = false;
   std::uint64_t structurals = 0;
 };
 
-// One byte's part of the scan.
+constexpr bool is_operator(unsigned char c) {
+  return c == ':' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']';
+}
+constexpr bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+// A byte after which a scalar may start, and one that may start it.
+constexpr bool is_boundary(unsigned char c) { return is_operator(c) || is_space(c) || c == '"'; }
+
+// One byte's part of the scan, given the byte before it.
 struct ByteCounts {
   unsigned bad = 0;
   std::uint64_t structurals = 0;
-  void add(unsigned char c) {
+  void add(unsigned char before, unsigned char c) {
     bad |= static_cast<unsigned>(c == '\\') | static_cast<unsigned>(c == 0);
-    structurals += static_cast<unsigned>(c == '"' || c == ':' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']');
+    structurals += static_cast<unsigned>(is_operator(c) || c == '"' || (!is_boundary(c) && is_boundary(before)));
   }
 };
 
 LargeScan scan_large(std::string_view text) {
   ByteCounts counts;
-  std::size_t i = 0;
+  if (text.empty()) return {false, 0};
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  counts.add(' ', byte(0));  // the document's start is a boundary
+  std::size_t i = 1;
 #if defined(__SSE2__) && defined(__x86_64__)
   // 16 bytes a step (SSE2 is in every x86-64): ~60 MB in a few milliseconds
-  // instead of a tenth of a second byte by byte.
+  // instead of a tenth of a second byte by byte. Each byte's bytes-before
+  // come from a load one byte earlier.
   int bad_mask = 0;
   const auto splat = [](char c) { return _mm_set1_epi8(c); };
   const __m128i quote = splat('"'), colon = splat(':'), comma = splat(','), open_brace = splat('{'),
-                close_brace = splat('}'), open_bracket = splat('['), close_bracket = splat(']'),
-                backslash = splat('\\'), zero = _mm_setzero_si128();
+                close_brace = splat('}'), open_bracket = splat('['), close_bracket = splat(']'), space = splat(' '),
+                tab = splat('\t'), newline = splat('\n'), carriage = splat('\r'), backslash = splat('\\'),
+                zero = _mm_setzero_si128();
+  const auto operators = [&](__m128i v) {
+    return _mm_or_si128(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, colon), _mm_cmpeq_epi8(v, comma)),
+                                     _mm_or_si128(_mm_cmpeq_epi8(v, open_brace), _mm_cmpeq_epi8(v, close_brace))),
+                        _mm_or_si128(_mm_cmpeq_epi8(v, open_bracket), _mm_cmpeq_epi8(v, close_bracket)));
+  };
+  const auto boundaries = [&](__m128i v, __m128i ops) {
+    return _mm_or_si128(_mm_or_si128(ops, _mm_cmpeq_epi8(v, quote)),
+                        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, tab)),
+                                     _mm_or_si128(_mm_cmpeq_epi8(v, newline), _mm_cmpeq_epi8(v, carriage))));
+  };
   // Hits counted per byte lane (a hit is -1: subtracting it adds one), the
   // lanes summed every 255 steps before they could wrap (baseline x86-64
   // has no popcount instruction: its library call was 4% of the index parse).
@@ -165,11 +190,11 @@ LargeScan scan_large(std::string_view text) {
   };
   for (; i + 16 <= text.size(); i += 16) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + i));
-    const __m128i hit = _mm_or_si128(
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, colon)),
-                     _mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, open_brace))),
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, close_brace), _mm_cmpeq_epi8(v, open_bracket)),
-                     _mm_cmpeq_epi8(v, close_bracket)));
+    const __m128i before = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + i - 1));
+    const __m128i ops = operators(v);
+    const __m128i here = boundaries(v, ops);
+    const __m128i starts = _mm_andnot_si128(here, boundaries(before, operators(before)));
+    const __m128i hit = _mm_or_si128(_mm_or_si128(ops, _mm_cmpeq_epi8(v, quote)), starts);
     lanes = _mm_sub_epi8(lanes, hit);
     if (++steps == 255) add_lanes();
     bad_mask |= _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, backslash), _mm_cmpeq_epi8(v, zero)));
@@ -177,17 +202,19 @@ LargeScan scan_large(std::string_view text) {
   add_lanes();
   counts.bad |= static_cast<unsigned>(bad_mask != 0);
 #endif
-  for (; i < text.size(); ++i) counts.add(static_cast<unsigned char>(text[i]));
+  for (; i < text.size(); ++i) counts.add(byte(i - 1), byte(i));
   return {counts.bad == 0 && !text.starts_with(kUtf8Bom), counts.structurals};
 }
 
 // A string's bytes, from just after its opening quote in the padded text:
-// without backslashes the next quote closes it. nlohmann refuses control
-// characters inside strings; they decline here.
+// without backslashes the next quote closes it. The streaming parser refuses
+// control characters inside strings and any string over kMaxJsonTokenBytes;
+// both decline here.
 bool raw_string(const char* start, const char* text_end, std::string_view& out) {
   const void* close = std::memchr(start, '"', static_cast<std::size_t>(text_end - start));
   if (close == nullptr) return false;
   out = std::string_view(start, static_cast<std::size_t>(static_cast<const char*>(close) - start));
+  if (out.size() + 2 > kMaxJsonTokenBytes) return false;  // the streaming parser counts both quotes
   return std::none_of(out.begin(), out.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
 }
 

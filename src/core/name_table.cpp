@@ -39,19 +39,24 @@ NameArena::Position NameArena::append(std::string_view name) {
   const std::size_t size = prefix_size + name.size();
   char* at = nullptr;
   std::size_t page = 0, offset = 0;
+  // Blocks are not zeroed: only the bytes written are ever read, and an
+  // untouched tail then costs no memory.
   if (size > kPageBytes / 4) {
-    // A long name gets a block of its own, of whole pages; the open page stays open.
+    // A long name gets a block of its own, exactly its size, which takes as
+    // many page numbers as it spans (positions stay below 4 GiB of names);
+    // only the first is ever read. The open page stays open.
     const std::size_t pages = (size + kPageBytes - 1) / kPageBytes;
     if (pages_.size() + pages > kMaxPages) throw std::length_error("name arena: more than 4 GiB of names");
-    at = blocks_.emplace_back(std::make_unique<char[]>(pages * kPageBytes)).get();
+    at = blocks_.emplace_back(std::make_unique_for_overwrite<char[]>(size)).get();
     page = pages_.size();
-    for (std::size_t i = 0; i < pages; ++i) pages_.push_back(at + i * kPageBytes);
+    pages_.push_back(at);
+    pages_.resize(pages_.size() + pages - 1, nullptr);
   } else {
     if (size > kPageBytes - open_used_) {
       if (pages_.size() + 1 > kMaxPages) throw std::length_error("name arena: more than 4 GiB of names");
       open_page_ = pages_.size();
       open_used_ = 0;
-      pages_.push_back(blocks_.emplace_back(std::make_unique<char[]>(kPageBytes)).get());
+      pages_.push_back(blocks_.emplace_back(std::make_unique_for_overwrite<char[]>(kPageBytes)).get());
     }
     page = open_page_;
     offset = open_used_;

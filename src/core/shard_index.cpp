@@ -264,6 +264,9 @@ ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::s
     XXH3_64bits_update(state, name.data(), name.size());
     XXH3_64bits_update(state, &index.shard_of[i], sizeof index.shard_of[i]);
   }
+  // And the other members (metadata...), which DST's index carries over.
+  const std::string other = index.other.dump();
+  XXH3_64bits_update(state, other.data(), other.size());
   index.fingerprint = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return index;

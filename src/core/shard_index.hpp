@@ -50,8 +50,8 @@ struct ShardIndex {
   NameTable tensors;                 // weight_map keys
   std::vector<std::uint32_t> shard_of;  // per tensor id: index into shard_files
   std::vector<std::string> shard_files;  // distinct, sorted
-  // A hash of the weight_map (names and shards, in document order), to tell
-  // that a re-read index is the one read first.
+  // A hash of the weight_map (names and shards, in document order) and of
+  // the other members, to tell that a re-read index is the one read first.
   std::uint64_t fingerprint = 0;
   std::string_view shard_for(std::string_view tensor) const;  // "" when not indexed
   // Drops the tensor names and their shards (~20 bytes a tensor plus its

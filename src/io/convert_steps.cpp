@@ -146,6 +146,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
     ShardRecord r = expected_record(source, plan, in, layout);
     auto lock = std::make_shared<Destination::ShardLock>(out.lock_shard(r.shard));
     if (const auto earlier = reuse ? reusable_record(out, r, layout) : std::nullopt) {
+      out.keep(r.shard);
       records[i] = *earlier;
       ++reused_count;
       counter.unit_done(in.summary->data_size);

@@ -55,6 +55,16 @@ std::string state_path(std::string_view name) { return fmt::format("{}/{}", kSta
 std::string records_path() { return state_path(kRecordsDirName); }
 
 // (parent, name) of a '/'-separated relative path.
+// ".mx2nv-tmp.<n>.<file>", exactly: matched by suffix alone, shard
+// "b.safetensors" would claim the temporary file of "a.b.safetensors".
+bool is_temp_of(std::string_view name, std::string_view file) {
+  if (!name.starts_with(kTempPrefix)) return false;
+  name.remove_prefix(kTempPrefix.size());
+  const std::size_t digits = name.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string_view::npos || name[digits] != '.') return false;
+  return name.substr(digits + 1) == file;
+}
+
 std::pair<std::string, std::string> split(const std::string& relative) {
   const auto slash = relative.rfind('/');
   if (slash == std::string::npos) return {"", relative};
@@ -261,7 +271,7 @@ Destination::ShardLock Destination::lock_shard(const std::string& shard) {
     std::vector<std::string> stale;
     while (const dirent* e = ::readdir(d)) {
       const std::string n = e->d_name;
-      if (n.starts_with(kTempPrefix) && n.ends_with("." + file)) stale.push_back(n);
+      if (is_temp_of(n, file)) stale.push_back(n);
     }
     for (const auto& n : stale) ::unlinkat(pdir.get(), n.c_str(), 0);
     ::closedir(d);
@@ -331,6 +341,12 @@ void Destination::commit(Pending& p, bool sync_data) {
   std::lock_guard lock(mutex_);
   std::erase(temps_, parent.empty() ? p.temp_name : parent + "/" + p.temp_name);
   committed_.push_back(p.relative);
+  unsynced_dirs_.insert(parent);
+}
+
+void Destination::keep(const std::string& relative) {
+  const auto [parent, name] = split(relative);
+  std::lock_guard lock(mutex_);
   unsynced_dirs_.insert(parent);
 }
 

@@ -101,6 +101,10 @@ class Destination {
   // finishing (the per-shard step, `mx2nv plan`) calls it before it reports
   // success.
   void sync_directories();
+  // A file an earlier run committed, kept as it is (a reused shard): its
+  // directory is synced with the next sync_directories(), since that run may
+  // have ended before it synced it. Thread-safe.
+  void keep(const std::string& relative);
   // Removes a file begun and not committed (written for nothing). Thread-safe.
   void drop(Pending& pending);
   // Whole small file in one step.

@@ -54,6 +54,7 @@ class ModuleSources {
 // modules (K3's structure with test-sized experts: 250k) costs a system call
 // per window instead of one per module. Large modules read as before.
 constexpr std::size_t kModulesPerTask = 256;
+constexpr std::uint64_t kScaleBytesPerTask = 1 << 20;
 
 std::vector<std::size_t> modules_in_file_order(const ModuleSet& set) {
   std::vector<std::size_t> order(set.modules.size());
@@ -152,13 +153,23 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::u
   ScanResult result;
   result.facts.resize(modules.size());
   const std::vector<std::size_t> order = modules_in_file_order(source.modules);
-  const std::size_t tasks = (order.size() + kModulesPerTask - 1) / kModulesPerTask;
+  // Runs of up to kModulesPerTask modules and kScaleBytesPerTask of scales:
+  // small modules are batched, and a model of a few hundred large modules
+  // still spreads over every worker.
+  std::vector<std::size_t> starts{0};
+  std::uint64_t scale_bytes = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    scale_bytes += modules[order[k]].group_count();
+    if (k + 1 - starts.back() == kModulesPerTask || scale_bytes >= kScaleBytesPerTask) {
+      starts.push_back(k + 1);
+      scale_bytes = 0;
+    }
+  }
+  if (starts.back() != order.size()) starts.push_back(order.size());
   ScanTally tally;
   tally.budget = histogram_budget;
-  parallel_for(tasks, threads, [&](std::size_t task) {
-    const std::size_t begin = task * kModulesPerTask;
-    const std::size_t end = std::min(order.size(), begin + kModulesPerTask);
-    scan_run(source, std::span(order).subspan(begin, end - begin), result, tally);
+  parallel_for(starts.size() - 1, threads, [&](std::size_t task) {
+    scan_run(source, std::span(order).subspan(starts[task], starts[task + 1] - starts[task]), result, tally);
   });
   result.probes = tally.probes;
   result.fully_classified = tally.full;

@@ -72,11 +72,25 @@ TEST(Scale, TheTargetIndexIsTheSameWhetherItsNamesWereKeptOrReadAgain) {
   EXPECT_NE(with_bf16.find(std::string(kept.modules.modules[1].name) + std::string(kBf16WeightSuffix)),
             std::string::npos);
 
-  // Whitespace changes nothing; a tensor mapped to another shard does.
+  // Whitespace changes nothing; a member DST's index carries over, or a
+  // tensor mapped to another shard, does.
   const fs::path index_path = d / "src" / std::string(kIndexFileName);
   json index = json::parse(read_file(index_path));
   write_file(index_path, index.dump(4));
   EXPECT_EQ(with_bf16, target_index(dropped, plan));
+  const auto refused = [&] {
+    try {
+      target_index(dropped, plan);
+      ADD_FAILURE() << "a changed index was used";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find("changed while mx2nv was reading it"), std::string::npos) << e.what();
+    }
+  };
+  json edited = index;
+  edited["metadata"]["note"] = "added since";
+  write_file(index_path, edited.dump());
+  refused();
   auto& map = index["weight_map"];
   const std::string first_shard = map.begin().value().get<std::string>();
   for (auto it = map.begin(); it != map.end(); ++it) {
@@ -86,13 +100,7 @@ TEST(Scale, TheTargetIndexIsTheSameWhetherItsNamesWereKeptOrReadAgain) {
     }
   }
   write_file(index_path, index.dump());
-  try {
-    target_index(dropped, plan);
-    ADD_FAILURE() << "a changed index was used";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
-    EXPECT_NE(std::string(e.what()).find("changed while mx2nv was reading it"), std::string::npos) << e.what();
-  }
+  refused();
 }
 
 }  // namespace

@@ -187,3 +187,30 @@ TEST(Destination, RelativePathsThatEscapeAreRefused) {
 
 }  // namespace
 }  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+// A per-shard worker taking shard "b.safetensors" removes that shard's stale
+// temporary files, and only those: not those of "a.b.safetensors", whose
+// name ends the same way (its worker may be writing it right now).
+TEST(Destination, TakingAShardRemovesOnlyItsOwnTemporaries) {
+  Scratch s;
+  fs::create_directories(s / "dst/.mx2nv");  // an interrupted run's state, as `mx2nv plan` leaves it
+  for (const char* name : {".mx2nv-tmp.3.b.safetensors", ".mx2nv-tmp.7.a.b.safetensors", ".mx2nv-tmp.x.b.safetensors",
+                           ".mx2nv-tmp..b.safetensors"}) {
+    std::ofstream(s / "dst" / name) << "x";
+  }
+  Destination d(s / "src", s / "dst", true);
+  d.open_for_shards();
+  {
+    const Destination::ShardLock lock = d.lock_shard("b.safetensors");
+  }
+  EXPECT_FALSE(fs::exists(s / "dst/.mx2nv-tmp.3.b.safetensors"));
+  EXPECT_TRUE(fs::exists(s / "dst/.mx2nv-tmp.7.a.b.safetensors"));
+  EXPECT_TRUE(fs::exists(s / "dst/.mx2nv-tmp.x.b.safetensors"));
+  EXPECT_TRUE(fs::exists(s / "dst/.mx2nv-tmp..b.safetensors"));
+}
+
+}  // namespace
+}  // namespace mx2nv

@@ -257,22 +257,58 @@ TEST(JsonLarge, DeclinesWhatItCannotMatch) {
   EXPECT_FALSE(accepted);
 }
 
-// The structural characters are counted 16 bytes a step in byte lanes summed
-// every 255 steps: exactly, so a valid document at the cap is taken and one
-// more element declines. Here 14 + 3k of them for k empty strings.
+// A string (key or value) the streaming parser refuses as too long (over
+// kMaxJsonTokenBytes with its quotes) is declined, not taken: an index of a
+// few MiB would otherwise be accepted or refused depending on its padding.
+TEST(JsonLarge, StringsOverTheTokenCapDecline) {
+  for (const bool as_key : {false, true}) {
+    for (const std::size_t length : {kMaxJsonTokenBytes - 2, kMaxJsonTokenBytes - 1}) {
+      const std::string s(length, 'a');
+      const std::string text = as_key ? R"({"weight_map":{")" + s + R"(":"x"}})"
+                                      : R"({"weight_map":{"t":"x"},"metadata":{"note":")" + s + R"("},"z":")" + s + R"("})";
+      bool accepted = false;
+      const std::string fast = events(Path::Large, text, &accepted);
+      const std::string streaming = events(Path::Streaming, text);
+      if (length + 2 > kMaxJsonTokenBytes) {
+        EXPECT_FALSE(accepted) << length;
+        EXPECT_NE(streaming.find("longer than"), std::string::npos);
+      } else {
+        EXPECT_TRUE(accepted) << length;
+        EXPECT_EQ(fast, streaming);
+      }
+    }
+  }
+}
+
+// The bound on simdjson's structural index is counted 16 bytes a step in
+// byte lanes summed every 255 steps: exactly, so a valid document at the cap
+// is taken and one more element declines. Here {"a":[k empty strings, 1, 1]}
+// counts 7 + 3k + 2 * 2 (operators, quotes, and a scalar start for each 1).
 TEST(JsonLarge, StructuralCapIsExact) {
   const auto document = [](std::size_t k) {
-    std::string text = R"({"b":1,"c":1,"a":[)";
-    text.reserve(text.size() + 3 * k + 2);
-    for (std::size_t i = 0; i < k; ++i) text += i == 0 ? R"("")" : R"(,"")";
-    return text + "]}";
+    std::string text = R"({"a":[)";
+    text.reserve(text.size() + 3 * k + 8);
+    for (std::size_t i = 0; i < k; ++i) text += R"("",)";
+    return text + "1,1]}";
   };
-  static_assert((kLargeJsonMaxStructurals - 14) % 3 == 0);
-  const std::size_t at_cap = (kLargeJsonMaxStructurals - 14) / 3;
+  static_assert((kLargeJsonMaxStructurals - 11) % 3 == 0);
+  const std::size_t at_cap = (kLargeJsonMaxStructurals - 11) / 3;
   bool accepted = false;
   events(Path::Large, document(at_cap), &accepted);
   EXPECT_TRUE(accepted);
   events(Path::Large, document(at_cap + 1), &accepted);
+  EXPECT_FALSE(accepted);
+}
+
+// Stage 1 indexes every scalar start: a document of numbers must not pass
+// on its operators alone (as "1 1 1 ...", valid or not, 31M index entries,
+// ~120 MB, for a 62 MB index). Here half the cap in commas, as many numbers.
+TEST(JsonLarge, ScalarsCountTowardTheStructuralBound) {
+  std::string text = R"({"weight_map":{"t":"x"},"x":[0)";
+  for (std::size_t i = 0; i < kLargeJsonMaxStructurals / 2; ++i) text += ",1";
+  text += "]}";
+  bool accepted = true;
+  events(Path::Large, text, &accepted);
   EXPECT_FALSE(accepted);
 }
 
