@@ -5,6 +5,7 @@
 #include "io/commit_queue.hpp"
 
 #include "core/error.hpp"
+#include "scratch.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,20 +17,6 @@
 
 namespace mx2nv {
 namespace {
-
-class Scratch {
- public:
-  Scratch() {
-    std::string tmpl = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/mx2nv-cq-XXXXXX";
-    root_ = ::mkdtemp(tmpl.data());
-    fs::create_directories(root_ / "src");
-  }
-  ~Scratch() { fs::remove_all(root_); }
-  fs::path operator/(const std::string& p) const { return root_ / p; }
-
- private:
-  fs::path root_;
-};
 
 Destination::Pending written(Destination& d, const std::string& name) {
   Destination::Pending p = d.begin(name);

@@ -3,6 +3,7 @@
 #include "io/destination.hpp"
 
 #include "core/error.hpp"
+#include "scratch.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -13,20 +14,6 @@
 
 namespace mx2nv {
 namespace {
-
-class Scratch {
- public:
-  Scratch() {
-    std::string tmpl = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/mx2nv-io-XXXXXX";
-    root_ = ::mkdtemp(tmpl.data());
-    fs::create_directories(root_ / "src");
-  }
-  ~Scratch() { fs::remove_all(root_); }
-  fs::path operator/(const std::string& p) const { return root_ / p; }
-
- private:
-  fs::path root_;
-};
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
