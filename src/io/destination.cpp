@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <system_error>
 
 namespace mx2nv {
 namespace {
@@ -142,6 +143,15 @@ void Destination::check_tree() const {
        it.increment(ec)) {
     if (ec) break;
     const fs::file_status st = it->symlink_status(ec);
+    if (ec == std::errc::no_such_file_or_directory) {
+      // Gone since it was listed: per-shard workers write beside each other,
+      // and another's temporary file was renamed or removed meanwhile. A name
+      // that no longer exists leads nowhere (taken for a special file, it
+      // failed a concurrent worker with exit 2).
+      ec.clear();
+      continue;
+    }
+    if (ec) break;
     const std::string rel = it->path().lexically_relative(root_).generic_string();
     if (fs::is_symlink(st)) {
       fail(ErrorKind::Usage, "DST {} holds a symbolic link, {}; refusing to write where links could lead elsewhere",

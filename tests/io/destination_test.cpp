@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 namespace mx2nv {
 namespace {
@@ -197,6 +199,37 @@ TEST(Destination, TakingAShardRemovesOnlyItsOwnTemporaries) {
   EXPECT_TRUE(fs::exists(s / "dst/.mx2nv-tmp.7.a.b.safetensors"));
   EXPECT_TRUE(fs::exists(s / "dst/.mx2nv-tmp.x.b.safetensors"));
   EXPECT_TRUE(fs::exists(s / "dst/.mx2nv-tmp..b.safetensors"));
+}
+
+}  // namespace
+}  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+// Per-shard workers open the same DST while others write into it: a file
+// renamed or removed between the tree walk's listing and its check (another
+// worker's temporary file) is no reason to refuse DST. Before the fix, such
+// a file was taken for a special file: exit 2, now and then, for a worker
+// started beside a busy one.
+TEST(Destination, FilesVanishingDuringTheTreeCheckAreNotRefused) {
+  Scratch s;
+  fs::create_directories(s / "dst/.mx2nv/state/records");
+  // Stopped (and joined) when the test ends, failed or not.
+  std::jthread churn([&](const std::stop_token& stop) {
+    for (std::uint64_t n = 0; !stop.stop_requested(); ++n) {
+      const fs::path temp = s / ("dst/.mx2nv/state/records/.mx2nv-tmp." + std::to_string(n) + ".r.json");
+      std::ofstream(temp) << "x";
+      fs::rename(temp, s / "dst/.mx2nv/state/records/r.json");
+      std::ofstream(s / ("dst/.mx2nv-tmp." + std::to_string(n) + ".shard")) << "x";
+      fs::remove(s / ("dst/.mx2nv-tmp." + std::to_string(n) + ".shard"));
+    }
+  });
+  for (int i = 0; i < 3000; ++i) {
+    // A few entries, so each walk lists names the churn then removes.
+    Destination d(s / "src", s / "dst", true);
+    ASSERT_EQ(d.state(), DestinationState::Interrupted);
+  }
 }
 
 }  // namespace
