@@ -35,6 +35,13 @@ std::optional<std::size_t> ModuleSet::find(std::string_view module) const {
   return static_cast<std::size_t>(it - modules.begin());
 }
 
+std::optional<std::size_t> ModuleSet::find_near(std::string_view module, std::size_t hint) const {
+  for (std::size_t k = hint; k < modules.size() && k <= hint + 2; ++k) {
+    if (modules[k].name == module) return k;
+  }
+  return find(module);
+}
+
 std::optional<std::size_t> ModuleSet::module_of(std::string_view tensor, std::string_view suffix) const {
   if (!tensor.ends_with(suffix)) return std::nullopt;
   return find(tensor.substr(0, tensor.size() - suffix.size()));
@@ -180,11 +187,7 @@ ModuleSet ModuleCollector::finish() && {
     const std::string partner = gate_up_partner(set.modules[i].name);
     // In name order a gate's up projection is two places on (w1, w2, w3;
     // gate_proj, up_proj): looked at before a search over all the modules.
-    std::optional<std::size_t> j;
-    for (std::size_t k = i + 1; !partner.empty() && !j && k < set.modules.size() && k <= i + 2; ++k) {
-      if (set.modules[k].name == partner) j = k;
-    }
-    if (!j && !partner.empty()) j = set.find(partner);
+    const auto j = partner.empty() ? std::nullopt : set.find_near(partner, i + 1);
     if (j && !assigned[*j] && *j != i) {
       members.push_back(*j);
     }

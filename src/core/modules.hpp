@@ -86,6 +86,10 @@ struct ModuleSet {
   std::vector<ScaleGroup> scale_groups;                 // modules sharing one global
   NameArena names;  // the bytes of the modules' names (only views are kept per module)
   std::optional<std::size_t> find(std::string_view module) const;  // binary search by name
+  // The same, trying modules hint..hint+2 first: in name order a module's
+  // neighbours are its siblings (w1, w2, w3), and shard headers list modules
+  // in about name order.
+  std::optional<std::size_t> find_near(std::string_view module, std::size_t hint) const;
   // The module whose `suffix` tensor (kPackedSuffix, kScaleSuffix, ...) `tensor` is.
   std::optional<std::size_t> module_of(std::string_view tensor, std::string_view suffix) const;
   // Names of all tensors that belong to a module (packed or scale).

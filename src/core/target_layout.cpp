@@ -25,11 +25,7 @@ class ModuleLookup {
   explicit ModuleLookup(const ModuleSet& modules) : modules_(modules) {}
   std::optional<std::size_t> of(std::string_view tensor, std::string_view suffix) {
     if (!tensor.ends_with(suffix)) return std::nullopt;
-    const std::string_view name = tensor.substr(0, tensor.size() - suffix.size());
-    for (const std::size_t guess : {last_, last_ + 1}) {
-      if (guess < modules_.modules.size() && modules_.modules[guess].name == name) return last_ = guess;
-    }
-    const auto found = modules_.find(name);
+    const auto found = modules_.find_near(tensor.substr(0, tensor.size() - suffix.size()), last_);
     if (found) last_ = *found;
     return found;
   }
