@@ -16,7 +16,9 @@ def executable() -> Path:
 def main() -> None:
     exe = executable()
     if not os.access(exe, os.X_OK):
-        sys.stderr.write(f"mx2nv: the command line is missing from the installed package ({exe})\n")
+        from ._errors import printable
+
+        sys.stderr.write(f"mx2nv: the command line is missing from the installed package ({printable(str(exe))})\n")
         raise SystemExit(4)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -3,18 +3,36 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:
     from ._report import Inspection, Report
 
+# What a terminal acts on, as the command line escapes it (core/printable.hpp):
+# C0 controls and DEL as \xNN; C1 controls, the bidirectional controls and the
+# line and paragraph separators as \uXXXX; and lone surrogates (a path decoded
+# with surrogateescape), which cannot even be printed, as \uXXXX too.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to show on a terminal, escaped as the ``mx2nv`` command's
+    messages are (a message quotes tensor names and paths from the checkpoint)."""
+    return _TERMINAL_UNSAFE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x80 else f"\\u{ord(m.group()):04x}", text
+    )
+
 
 class Mx2nvError(Exception):
-    """Base class; ``exit_code`` is what the ``mx2nv`` command would exit with."""
+    """Base class; ``exit_code`` is what the ``mx2nv`` command would exit with.
+    The message is terminal-safe (see ``printable``); ``report.error`` keeps
+    the library's text as the JSON report has it."""
 
     exit_code: int = 0
 
     def __init__(self, message: str, report: Optional[Union["Report", "Inspection"]] = None) -> None:
+        message = printable(message)
         super().__init__(message)
         self.message = message
         self.report = report

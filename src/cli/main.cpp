@@ -29,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -292,7 +293,7 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
 // What the runtimes' own selectors said, one line each (gate --ask-runtimes).
 void print_runtime_checks(const GateResult& r) {
   if (!r.not_asked.empty()) {
-    fmt::print("  runtimes' own selectors: not asked ({})\n", r.not_asked);
+    fmt::print("  runtimes' own selectors: not asked ({})\n", printable(r.not_asked));
     return;
   }
   fmt::print("  runtimes' own selectors (asked in {}{}, layer {}):\n", printable(r.asked.python),
@@ -360,7 +361,7 @@ int run_demo(const fs::path& dir, unsigned threads) {
   spec.intermediate = 256;
   spec.shards = 4;
   write_fixture(dir / "mxfp4", spec);
-  fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", (dir / "mxfp4").string());
+  fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", printable((dir / "mxfp4").string()));
 
   const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads, false};
   const int rc = run_convert(c, ReportFile(dir / "convert-report.json", {c.source, c.target}),
@@ -371,8 +372,8 @@ int run_demo(const fs::path& dir, unsigned threads) {
       run_verify({c.source, c.target, Window::Marlin, threads, std::nullopt},
                  ReportFile(dir / "verify-report.json", {c.source, c.target}));
   if (vrc == kExitOk) {
-    fmt::print("\nmx2nv demo: done. Reports: {}, {}, {}\n", (dir / "convert-report.json").string(),
-               (dir / "convert-report.html").string(), (dir / "verify-report.json").string());
+    fmt::print("\nmx2nv demo: done. Reports: {}, {}, {}\n", printable((dir / "convert-report.json").string()),
+               printable((dir / "convert-report.html").string()), printable((dir / "verify-report.json").string()));
   }
   return vrc;
 }
@@ -568,6 +569,14 @@ int main(int argc, char** argv) {
   demo->add_option("DIR", demo_dir, "working directory (default: ./mx2nv-demo)");
   add_threads(demo);
 
+  // CLI11's messages quote the arguments (a file name from a glob, say):
+  // escaped like every other message.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    std::string out, line;
+    std::istringstream lines(CLI::FailureMessage::simple(a, e));
+    while (std::getline(lines, line)) out += printable(line) + "\n";
+    return out;
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 #include "cli/progress_line.hpp"
 
+#include "core/printable.hpp"
 #include "core/strict_json.hpp"
 
 #include <fmt/core.h>
@@ -71,7 +72,7 @@ std::string format_progress_json(const Progress& p, double phase_seconds) {
             {"seconds", std::round(p.seconds * 1000) / 1000},
             {"bytes_per_second", std::round(rate(p, phase_seconds))},
             {"eta_seconds", e ? Json(std::round(*e * 10) / 10) : Json(nullptr)}};
-  return j.dump();
+  return dump_json(j, -1);
 }
 
 ProgressLine::ProgressLine(ProgressMode mode, std::FILE* stream) : stream_(stream) {

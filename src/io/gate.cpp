@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/modules.hpp"
 #include "core/numerics.hpp"
+#include "core/printable.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/parallel.hpp"
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <span>
 #include <unordered_map>
 
 namespace mx2nv {
@@ -325,17 +327,23 @@ GateResult run_gate(const GateOptions& o) {
 
 Json gate_to_json(const GateResult& r) {
   Json j;
-  j["checkpoint"] = r.checkpoint;
+  // Every string that can hold a path, a name from the checkpoint or the
+  // probe's text goes through json_text(), as in every report.
+  const auto texts = [](const auto& strings) {
+    Json out = Json::array();
+    for (const auto& s : strings) out.push_back(json_text(s));
+    return out;
+  };
+  j["checkpoint"] = json_text(r.checkpoint);
   j["result"] = r.blocked() ? "BLOCKED" : "RUN";
   j["dims"] = {{"hidden", r.dims.hidden},
                {"intermediate", r.dims.intermediate},
                {"experts", r.dims.experts},
                {"moe_layers", r.dims.layers}};
   j["scales"] = {{"gate_up_globals_differ", r.scales.gate_up_differ.size()},
-                 {"gate_up_globals_differ_first", Json(std::vector<std::string>(
-                      r.scales.gate_up_differ.begin(),
-                      r.scales.gate_up_differ.begin() +
-                          static_cast<std::ptrdiff_t>(std::min(r.scales.gate_up_differ.size(), kNamedExamples))))},
+                 {"gate_up_globals_differ_first",
+                  texts(std::span(r.scales.gate_up_differ.data(),
+                                  std::min(r.scales.gate_up_differ.size(), kNamedExamples)))},
                  {"min_global_multiplier", r.scales.min_multiplier},
                  {"max_global_multiplier", r.scales.max_multiplier},
                  {"globals_not_power_of_two", r.scales.modules_not_pow2},
@@ -355,29 +363,29 @@ Json gate_to_json(const GateResult& r) {
                              {"dtype", activation_dtype_name(v.dtype)},
                              {"tp", v.tp},
                              {"verdict", verdict_name(v.kind)},
-                             {"reasons", v.reasons},
-                             {"notes", v.notes}});
+                             {"reasons", texts(v.reasons)},
+                             {"notes", texts(v.notes)}});
   }
   j["tp_table"] = tp_table_json(r.dims);
   Json asked = {{"asked", r.not_asked.empty()},
-                {"not_asked", r.not_asked},
-                {"python", r.asked.python},
-                {"python_version", r.asked.python_version},
-                {"layer", r.expert_layer},
+                {"not_asked", json_text(r.not_asked)},
+                {"python", json_text(r.asked.python)},
+                {"python_version", json_text(r.asked.python_version)},
+                {"layer", json_text(r.expert_layer)},
                 {"disagreement", r.disagreed()},
                 {"runtimes", Json::array()}};
   for (const auto& c : r.checks) {
     const RuntimeOpinion& op = c.opinion;
-    asked["runtimes"].push_back({{"runtime", op.runtime},
+    asked["runtimes"].push_back({{"runtime", json_text(op.runtime)},
                                  {"outcome", outcome_name(op.outcome)},
-                                 {"version", op.version},
-                                 {"pinned", op.pinned},
+                                 {"version", json_text(op.version)},
+                                 {"pinned", json_text(op.pinned)},
                                  {"version_differs", op.version_differs()},
-                                 {"selected", op.selected},
+                                 {"selected", json_text(op.selected)},
                                  {"selects_nvfp4a16", op.selects_nvfp4a16},
                                  {"gate_selects_nvfp4a16", c.gate_selects},
                                  {"agreement", agreement_name(c.agreement)},
-                                 {"reason", op.reason}});
+                                 {"reason", json_text(op.reason)}});
   }
   j["runtime_selectors"] = std::move(asked);
   j["exit_code"] = r.exit_code();

@@ -95,6 +95,12 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
 }
 
 Json inspection_to_json(const Inspection& in) {
+  // Names as in every report: through json_text() (core/printable.hpp).
+  const auto texts = [](const std::vector<std::string>& strings) {
+    Json out = Json::array();
+    for (const auto& s : strings) out.push_back(json_text(s));
+    return out;
+  };
   Json j = report_to_json(in.report);
   j["max_span"] = in.max_span;
   j["packed_groups_probed"] = in.probes;
@@ -103,12 +109,13 @@ Json inspection_to_json(const Inspection& in) {
   for (const auto& o : in.outcomes) {
     Json over = Json::array();
     for (const auto& s : o.over_span) {
-      over.push_back({{"module", s.module}, {"span", s.span}, {"limit", s.limit}, {"groups_outside", s.groups_outside}});
+      over.push_back(
+          {{"module", json_text(s.module)}, {"span", s.span}, {"limit", s.limit}, {"groups_outside", s.groups_outside}});
     }
     j["outcomes"][std::string(window_name(o.window))] = {
         {"result", o.refused ? "refused" : "ok"},
         {"over_span", over},
-        {"unrepresentable_globals", o.unrepresentable_globals},
+        {"unrepresentable_globals", texts(o.unrepresentable_globals)},
         {"global_conflicts", global_conflicts_to_json(o.global_conflicts)},
         {"raised_globals", o.raised_globals},
         {"canonicalised_zero_groups", o.canonicalised_zero_groups},
@@ -117,7 +124,7 @@ Json inspection_to_json(const Inspection& in) {
   if (in.overspan) {
     Json layers = Json::array(), rows = Json::array();
     for (const auto& l : in.overspan->bf16_layers) {
-      layers.push_back({{"layer", json_text(l.layer)}, {"modules", l.modules.size()}, {"why", l.refused},
+      layers.push_back({{"layer", json_text(l.layer)}, {"modules", l.modules.size()}, {"why", texts(l.refused)},
                         {"size_cost_bytes", static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
     }
     for (const auto& m : in.overspan->requantized) {
@@ -125,7 +132,7 @@ Json inspection_to_json(const Inspection& in) {
                       {"relative_rmse", m.relative_rmse}, {"cosine", m.cosine}, {"max_abs_error", m.max_abs_error},
                       {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
     }
-    const auto result = [](const std::string& why) { return why.empty() ? Json("ok") : Json("refused: " + printable(why)); };
+    const auto result = [](const std::string& why) { return why.empty() ? Json("ok") : Json("refused: " + json_text(why)); };
     j["overspan"] = {{"fail", {{"result", "refused"}}},
                      {"bf16", {{"result", result(in.overspan->bf16_refused)}, {"lossless", true}, {"layers", layers},
                                {"size_change_bytes", in.overspan->bf16_size_change}}},
@@ -139,7 +146,7 @@ Json inspection_to_json(const Inspection& in) {
   }
   j["modules"] = Json::array();
   for (const auto& m : in.modules) {
-    j["modules"].push_back({{"name", m.name},
+    j["modules"].push_back({{"name", json_text(m.name)},
                             {"rows", m.rows},
                             {"groups_per_row", m.groups},
                             {"k_max", m.k_max ? Json(*m.k_max) : Json(nullptr)},
