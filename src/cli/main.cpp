@@ -204,24 +204,83 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
   return finish(r, report_path);
 }
 
-int run_merge(const std::vector<std::string>& parts, const std::optional<ReportFile>& report_path) {
-  std::vector<Json> reports;
-  for (const auto& p : parts) {
-    try {
-      reports.push_back(parse_strict_json(read_text_file(p, 256 << 20), p).value);
-    } catch (const Error& e) {
-      fail(ErrorKind::Usage, "--merge: {}", e.what());
+// How a failed command is told on stderr (the one format of every error).
+void print_error(const Error& e) { fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what())); }
+
+// verify --merge (core/report_merge.hpp): the parts are input. The report
+// may go anywhere but into the SRC and DST the parts name, and never over a
+// part; that is checked once the parts are read, before anything is printed
+// or written. A failed merge writes its error report only where every
+// part's SRC and DST are known, so the same check can be made.
+int run_merge(const std::vector<std::string>& parts, const std::string& report_path) {
+  const std::vector<fs::path> paths(parts.begin(), parts.end());
+  const auto report_file = [&](const VerifyReportMerger& merger) {
+    std::vector<fs::path> trees;
+    for (const auto& t : merger.named_trees()) trees.emplace_back(t);
+    ReportFile file(report_path, trees);
+    check_not_an_input(report_path, paths);
+    return file;
+  };
+  if (!report_path.empty()) ReportFile(report_path, {});  // a directory, a missing folder: before reading the parts
+  VerifyReportMerger merger(parts.size());
+  Json merged;
+  try {
+    check_distinct_inputs(paths, "--merge");
+    for (const auto& part : parts) {
+      std::string text;
+      try {
+        text = read_text_file(part, kMaxMergePartBytes);
+      } catch (const Error& e) {
+        rethrow_with_context(e, "--merge");
+      }
+      merger.add(part, text);
     }
+    merged = merger.finish();
+  } catch (...) {
+    const Error e = current_exception_as_error();
+    print_error(e);
+    if (!report_path.empty()) {
+      try {
+        if (!merger.all_parts_named() || !merger.window()) {
+          fail(ErrorKind::Usage, "the parts do not all name their SRC and DST, which the report must stay out of");
+        }
+        const ReportFile file = report_file(merger);
+        Report r;
+        r.command = "verify";
+        r.window = *merger.window();
+        r.provenance.source = merger.source();
+        r.provenance.target = merger.target();
+        r.set_error(e);
+        std::fflush(stdout);
+        file.write(dump_json(report_to_json(r)) + "\n");
+      } catch (...) {
+        const Error again = current_exception_as_error();
+        fmt::print(stderr, "mx2nv: no report written: {}\n", printable(again.what()));
+      }
+    }
+    return exit_code(e.kind());
   }
-  const Json merged = merge_verify_reports(reports);
+  std::optional<ReportFile> file;
+  if (!report_path.empty()) file.emplace(report_file(merger));
+
   const std::string result = merged["result"].get<std::string>();
+  const bool lossy = merged.contains("requantized");
   fmt::print("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts.size(),
-             result == "ok" ? "ok, every value identical" : result, merged["values_compared"].get<std::uint64_t>(),
-             merged["mismatches"].get<std::uint64_t>(), merged["differences"].size());
+             result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
+                                               "every other value identical"
+                                             : "ok, every value identical")
+             : result == "mismatch" ? "MISMATCH"
+                                    : "ERROR",
+             merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
+             merged["differences"].size());
+  if (result == "error") {
+    fmt::print(stderr, "mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
+               printable(merged["error"].get<std::string>()));
+  }
   for (const auto& d : merged["differences"]) fmt::print(stderr, "mx2nv verify: {}\n", printable(d.get<std::string>()));
-  if (report_path) {
+  if (file) {
     std::fflush(stdout);
-    report_path->write(dump_json(merged) + "\n");
+    file->write(dump_json(merged) + "\n");
   }
   return merged["exit_code"].get<int>();
 }
@@ -586,7 +645,21 @@ int main(int argc, char** argv) {
 
   std::optional<ReportFile> report_file, html_file;
   ProgressLine progress(parse_progress_mode(progress_text).value_or(ProgressMode::Auto), stderr);
+  std::string verify_subset;  // verify --shards I/N, once parsed: the error report names its part too
   try {
+    if (*verify && !merge_parts.empty()) {
+      // SRC, DST, window and how they were verified come from the parts; an
+      // option that could only be ignored is refused.
+      if (!src.empty() || !dst.empty()) {
+        fail(ErrorKind::Usage, "verify --merge takes SRC and DST from the parts: give SRC DST or --merge, not both");
+      }
+      for (const char* option : {"--window", "--threads", "--html", "--progress"}) {
+        if (verify->get_option(option)->count() > 0) {
+          fail(ErrorKind::Usage, "verify --merge: {} does not apply (the parts were verified with their own)", option);
+        }
+      }
+      return run_merge(merge_parts, report_path);
+    }
     // Where the reports go is checked before any work.
     if (!report_path.empty()) report_file.emplace(report_path, std::vector<fs::path>{src, dst});
     if (!html_path.empty()) html_file.emplace(html_path, std::vector<fs::path>{src, dst}, "--html");
@@ -604,7 +677,7 @@ int main(int argc, char** argv) {
       if (!dst.empty()) po.target = dst;
       return run_planned(po, selection, report_file);
     }
-    if ((*convert || (*verify && merge_parts.empty())) && (src.empty() || dst.empty())) {
+    if ((*convert || *verify) && (src.empty() || dst.empty())) {
       fail(ErrorKind::Usage, "SRC and DST are required");
     }
     if (*convert) {
@@ -612,10 +685,12 @@ int main(int argc, char** argv) {
                           parse_overspan(overspan_text).value_or(OverSpanChoice::Fail), progress.callback()},
                          report_file, html_file);
     }
-    if (*verify && !merge_parts.empty()) return run_merge(merge_parts, report_file);
     if (*verify) {
       std::optional<ShardSelection> selection;
-      if (!verify_shards.empty()) selection = parse_shard_selection(verify_shards);
+      if (!verify_shards.empty()) {
+        selection = parse_shard_selection(verify_shards);
+        verify_subset = fmt::format("{}/{}", selection->index, selection->stride);
+      }
       return run_verify({src, dst, window, threads, selection, progress.callback()}, report_file, html_file);
     }
     if (*plan) {
@@ -667,7 +742,7 @@ int main(int argc, char** argv) {
   } catch (...) {
     progress.close();
     const Error e = current_exception_as_error();
-    fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what()));
+    print_error(e);
     if ((report_file || html_file) && (*convert || *verify || *plan || *requantize || *inspect)) {
       // The error path's report is the success path's, with result "error".
       try {
@@ -678,6 +753,7 @@ int main(int argc, char** argv) {
                               : inspect->parsed()    ? "inspect"
                                                      : "verify";
         Report r = start_report(command, window, src, inspect->parsed() ? nullptr : &target);
+        r.shard_subset = verify_subset;  // a failed part of verify --shards I/N is still part I/N for --merge
         r.set_error(e);
         write_report(report_file, r);
         write_html(html_file, r, nullptr, threads);

@@ -39,6 +39,10 @@ struct ModuleError {
   std::uint64_t marlin_zeroed_blocks = 0;
 };
 
+// verify lists the first this many differences, then "... and K more"
+// (`verify --merge` reads partial reports by the same rule).
+inline constexpr std::size_t kMaxReportedDifferences = 200;
+
 struct Report {
   std::string command;
   Outcome result = Outcome::Ok;

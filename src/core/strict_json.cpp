@@ -8,7 +8,7 @@ namespace {
 
 class StrictBuilder : public nlohmann::json_sax<Json> {
  public:
-  explicit StrictBuilder(std::string_view what) : what_(what) {}
+  StrictBuilder(std::string_view what, std::size_t max_values) : what_(what), max_values_(max_values) {}
 
   bool null() override { return add(Json(nullptr)); }
   bool boolean(bool v) override { return add(Json(v)); }
@@ -36,12 +36,17 @@ class StrictBuilder : public nlohmann::json_sax<Json> {
   StrictJson result() && { return {std::move(root_), std::move(top_level_keys_)}; }
 
  private:
+  void count() {
+    if (++values_ > max_values_) fail_input("{}: more than {} JSON values", what_, max_values_);
+  }
   bool add(Json&& v) {
+    count();
     tree_.place(std::move(v));
     return true;
   }
   bool open(Json&& container) {
     if (tree_.depth() >= kMaxJsonDepth) fail_input("{}: JSON nested deeper than {} levels", what_, kMaxJsonDepth);
+    count();
     tree_.open(std::move(container));
     return true;
   }
@@ -51,6 +56,8 @@ class StrictBuilder : public nlohmann::json_sax<Json> {
   }
 
   std::string what_;
+  std::size_t max_values_;
+  std::size_t values_ = 0;
   Json root_;
   JsonTree tree_{root_};
   std::vector<std::string> top_level_keys_;
@@ -79,9 +86,9 @@ bool JsonTree::key(std::string& k) {
   return true;
 }
 
-StrictJson parse_strict_json(std::string_view text, std::string_view what) {
+StrictJson parse_strict_json(std::string_view text, std::string_view what, std::size_t max_values) {
   check_json_bytes(text, what);
-  StrictBuilder builder(what);
+  StrictBuilder builder(what, max_values);
   Json::sax_parse(text.begin(), text.end(), &builder, nlohmann::detail::input_format_t::json, true);
   return std::move(builder).result();
 }

@@ -49,6 +49,10 @@ struct StrictJson {
 };
 
 // Throws Error(InvalidInput) naming `what` (a file name) and the byte offset.
-StrictJson parse_strict_json(std::string_view text, std::string_view what);
+// `max_values` bounds the DOM (every scalar, object and array counts one):
+// a document of many tiny values costs tens of times its size in memory, so
+// callers that parse text of any origin below a size cap can also cap this.
+StrictJson parse_strict_json(std::string_view text, std::string_view what,
+                             std::size_t max_values = static_cast<std::size_t>(-1));
 
 }  // namespace mx2nv

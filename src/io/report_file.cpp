@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
+#include <optional>
 
 namespace mx2nv {
 namespace {
@@ -91,6 +93,52 @@ void ReportFile::write(std::string_view text) const {
     fail_io(resolved_, "rename report into place", err);
   }
   fsync_directory(dir);
+}
+
+}  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+struct FileId {
+  dev_t device;
+  ino_t inode;
+  auto operator<=>(const FileId&) const = default;
+};
+
+std::optional<FileId> file_id(const fs::path& path) {  // follows symlinks
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+}  // namespace
+
+void check_distinct_inputs(const std::vector<fs::path>& inputs, std::string_view option) {
+  std::map<FileId, const fs::path*> seen;
+  for (const auto& path : inputs) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) fail(ErrorKind::Usage, "{} {}: no such file", option, path.string());
+      fail_io(path, "stat", errno);
+    }
+    if (S_ISDIR(st.st_mode)) fail(ErrorKind::Usage, "{} {}: is a directory", option, path.string());
+    const auto [at, inserted] = seen.emplace(FileId{st.st_dev, st.st_ino}, &path);
+    if (!inserted) {
+      fail(ErrorKind::Usage, "{}: {} and {} are the same file, given twice", option, at->second->string(), path.string());
+    }
+  }
+}
+
+void check_not_an_input(const fs::path& report, const std::vector<fs::path>& inputs, std::string_view option) {
+  const auto target = file_id(report);
+  if (!target) return;  // a new file replaces nothing
+  for (const auto& path : inputs) {
+    if (file_id(path) == target) {
+      fail(ErrorKind::Usage, "{} {}: is {}, an input of this command; mx2nv never writes a report over its input",
+           option, report.string(), path.string());
+    }
+  }
 }
 
 }  // namespace mx2nv

@@ -33,3 +33,18 @@ class ReportFile {
 };
 
 }  // namespace mx2nv
+
+namespace mx2nv {
+
+// Input files named on the command line (verify --merge's parts): throws
+// Error(Usage) for one that does not exist or is a directory, and for one
+// file named twice under any names (a link, ./a and a): the same part given
+// twice is a wrong invocation, not two parts.
+void check_distinct_inputs(const std::vector<fs::path>& inputs, std::string_view option);
+
+// Throws Error(Usage) when a report written to `report` would replace one of
+// `inputs` (the same file, under any name): a command never writes over
+// what it reads.
+void check_not_an_input(const fs::path& report, const std::vector<fs::path>& inputs, std::string_view option = "--report");
+
+}  // namespace mx2nv

@@ -29,8 +29,6 @@ struct VerifyOptions {
   ProgressCallback progress = {};  // optional; see io/progress.hpp (unit: modules, bytes: both sides' bytes compared)
 };
 
-inline constexpr std::size_t kMaxReportedDifferences = 200;
-
 Report verify_checkpoint(const VerifyOptions& options);
 
 }  // namespace mx2nv
