@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets (clang from Debian) and merges what they find
-# into the checked-in corpora.  usage: scripts/fuzz.sh [SECONDS_PER_TARGET]
+# into the checked-in corpora.  usage: scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]
+# (default: every target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+shift $(( $# > 0 ? 1 : 0 ))
+targets=("$@")
+if (( ${#targets[@]} == 0 )); then
+  targets=(fuzz_safetensors_header fuzz_shard_index fuzz_config fuzz_quant_config_typing fuzz_module_discovery
+           fuzz_report_merge)
+fi
 command -v clang++ >/dev/null || { echo "fuzz: needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_FUZZ=ON \
     -DMX2NV_TESTS=OFF >/dev/null
-for target in fuzz_safetensors_header fuzz_shard_index fuzz_config fuzz_quant_config_typing fuzz_module_discovery; do
+for target in "${targets[@]}"; do
   cmake --build build-fuzz --target "$target"
   work=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$target/." "$work/"
