@@ -10,9 +10,9 @@ if [[ ! -x build/mx2nv ]]; then MX2NV_SKIP_DEMO=1 scripts/setup.sh; fi
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 
-if [[ -d tests/conformance ]]; then  # Python suites: conformance oracles, hostile-input corpus
+if [[ -d tests/conformance ]]; then  # Python suites: conformance oracles, hostile-input corpus, engine recipes, docs links
   scripts/python-env.sh
-  .venv/bin/python -m pytest -q tests/conformance tests/corpus tests/engines
+  .venv/bin/python -m pytest -q tests/conformance tests/corpus tests/engines tests/docs
 fi
 
 scripts/python-package-test.sh  # the wheel: API, Ctrl-C, terminal progress, HTML in a browser
