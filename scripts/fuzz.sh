@@ -7,7 +7,8 @@ seconds=${1:-60}
 command -v clang++ >/dev/null || { echo "fuzz: needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_FUZZ=ON \
     -DMX2NV_TESTS=OFF >/dev/null
-for target in fuzz_safetensors_header fuzz_shard_index fuzz_config fuzz_quant_config_typing fuzz_module_discovery; do
+for target in fuzz_safetensors_header fuzz_shard_index fuzz_config fuzz_quant_config_typing fuzz_module_discovery \
+    fuzz_plan_file; do
   cmake --build build-fuzz --target "$target"
   work=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$target/." "$work/"
