@@ -293,20 +293,20 @@ PlannedPaths planned_paths(const PlannedOptions& options, const std::vector<fs::
     std::error_code ec;
     for (fs::path dir = fs::weakly_canonical(fs::absolute(output, ec), ec).parent_path(); !ec;
          dir = dir.parent_path()) {
-      // SRC as DST's record knows it: its first shard, by name, size, mtime
-      // and header (the header hashed only for a file that matches so far).
+      // SRC as DST's record knows it: its first shard, by name, size and
+      // header (hashed only for a file that matches so far). Not by mtime: a
+      // SRC touched since is still SRC.
       struct stat st {};
       const fs::path candidate = dir / first.shard;
       if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          static_cast<std::uint64_t>(st.st_size) == first.source_size && mtime_ns(st) == first.source_mtime_ns) {
+          static_cast<std::uint64_t>(st.st_size) == first.source_size) {
         try {
-          const SourceCheckpoint probe = open_source_checkpoint(dir, 1, IndexNames::Drop);
-          if (!probe.checkpoint.shards.empty() && source_identity(probe.checkpoint, 0).same_source(first)) {
+          if (shard_header_hash(candidate) == first.source_header_hash) {
             paths.source = dir;
             return paths;
           }
         } catch (const Error&) {
-          // not a checkpoint there: keep looking above
+          // unreadable: not SRC as recorded; keep looking above
         }
       }
       if (dir == dir.root_path() || dir.empty()) break;

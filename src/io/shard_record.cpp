@@ -114,6 +114,21 @@ ShardRecord source_identity(const Checkpoint& source, std::size_t shard) {
   return r;
 }
 
+std::optional<std::uint64_t> shard_header_hash(const fs::path& path) {
+  const File file = File::open_read(path);
+  std::byte prefix[8];
+  if (file.size() < sizeof prefix) return std::nullopt;
+  file.read_at(0, prefix);
+  std::uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | std::to_integer<std::uint64_t>(prefix[i]);
+  if (length > file.size() - sizeof prefix) return std::nullopt;
+  StreamHash hash;
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(sizeof prefix + length, 1 << 20)));
+  read_in_chunks(file, 0, sizeof prefix + length, buffer,
+                 [&](std::span<const std::byte> chunk, std::uint64_t) { hash.update(chunk); });
+  return hash.digest();
+}
+
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard) {
   return expected_record(source, plan, source.checkpoint.read_shard(shard));
 }

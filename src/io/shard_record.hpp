@@ -105,6 +105,10 @@ std::optional<std::string> identity_difference(const ConversionIdentity& found, 
 
 // The source shard's identity (no plan): name, size, mtime, header hash.
 ShardRecord source_identity(const Checkpoint& source, std::size_t shard);
+// The header hash source_identity() records, of any file that starts like a
+// safetensors shard (8-byte length, then the header); nullopt when it does
+// not (too short, or a length beyond the file).
+std::optional<std::uint64_t> shard_header_hash(const fs::path& file);
 // Identity plus the plan's fingerprint for this shard: every scale's global
 // exponent and mode, the window and the tool version.
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard);
