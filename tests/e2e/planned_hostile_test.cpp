@@ -26,6 +26,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <functional>
 #include <regex>
 #include <set>
@@ -226,7 +227,10 @@ TEST_F(PlannedHostile, ReportPathsAreCheckedAgainstThePlansSrcAndDstInEveryForm)
   ASSERT_EQ(cli("convert --plan " + plan_in(dst) + " --finalize").exit_code, 0);
   const auto finished = tree(dst);
   // The plan is gone with DST's state: retries are checked against DST, and
-  // against SRC, recognised by DST's record of it even when not given.
+  // against SRC, recognised by DST's record of it even when not given (and
+  // touched since).
+  const fs::path first_shard = src() / "model-00001-of-00006.safetensors";
+  fs::last_write_time(first_shard, fs::last_write_time(first_shard) + std::chrono::seconds(3));
   for (const std::string& extra : std::vector<std::string>{std::string(), " " + q(src()) + " " + q(dst)}) {
     for (const std::string& step : std::vector<std::string>{"--finalize", "--shards 0/1", "--shard 2"}) {
       for (const auto& target : targets) {
@@ -626,8 +630,12 @@ TEST(PlannedOptionChanges, ADstHoldingAPlanOrAnotherConversionIsRefused) {
   before = tree(dst);
   // Retries after the end: the plan is gone; the options given and SRC are still checked.
   for (const std::string& flags : std::vector<std::string>{"--overspan requantize", "--window e4m3", "--window e4m3 --overspan bf16"}) {
-    const CliResult f = cli("convert --plan " + q(dst / ".mx2nv/plan.json") + " --finalize " + flags);
+    const CliResult f = cli("convert --plan " + q(dst / ".mx2nv/plan.json") + " --finalize " + flags + " --report " +
+                            q(d / "r.json"));
     EXPECT_EQ(f.exit_code, 2) << flags << f.err;
+    const auto report = nlohmann::json::parse(read_file(d / "r.json"));  // the error report, SRC unknown
+    EXPECT_EQ(report["result"], "error");
+    EXPECT_EQ(report["exit_code"], 2);
   }
   for (const std::string& flags : std::vector<std::string>{"", "--overspan bf16", "--window marlin"}) {
     const CliResult f = cli("convert --plan " + q(dst / ".mx2nv/plan.json") + " --finalize " + flags);
