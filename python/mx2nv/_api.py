@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Tuple, Union
 
@@ -31,27 +30,18 @@ def _threads(threads: Optional[int]) -> int:
     return threads
 
 
-def _write_atomically(path: PathLike, text: str) -> None:
-    target = Path(path)
-    fd, temp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+def _path(path: Optional[PathLike]) -> Optional[str]:
+    return None if path is None else os.fspath(path)
 
 
-def _finish(outcome: Tuple[int, str, Optional[str]], kind: Any, report: Optional[PathLike], html: Optional[PathLike]) -> Any:
-    code, text, page = outcome
+def _finish(outcome: Tuple[int, str, Optional[str]], kind: Any) -> Any:
+    """The result of a command the library ran. Its report and HTML page
+    were written by the library (to the paths checked before any work, as
+    the command line does), not here."""
+    code, text, _ = outcome
     data = json.loads(text)
     # A failed command's report is the plain report, for inspect too.
     result = (Report if data["result"] == "error" else kind).from_json(data)
-    if report is not None:
-        _write_atomically(report, json.dumps(data, indent=2) + "\n")
-    if html is not None and page is not None:
-        _write_atomically(html, page)
     if code != 0 and not (kind is Inspection and data["result"] == "refused"):
         message = data.get("error") or _refusal_message(data)
         raise error_for(code, message, result)
@@ -78,8 +68,8 @@ def inspect(src: PathLike, *, window: str = "marlin", threads: Optional[int] = N
     A source that convert would refuse is not an error here: look at
     ``result`` and ``over_span``. Raises ``InvalidInputError`` (malformed
     checkpoint), ``UsageError``, ``MxIOError``."""
-    outcome = _core.inspect(os.fspath(src), window, _threads(threads), html is not None)
-    return _finish(outcome, Inspection, None, html)
+    outcome = _core.inspect(os.fspath(src), window, _threads(threads), _path(html))
+    return _finish(outcome, Inspection)
 
 
 def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
@@ -96,7 +86,8 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     (those modules stored dequantized, exact) or "requantize" (LOSSY, those
     modules only). ``progress``: a callable taking ``Progress``, or True for a tqdm bar (a
     plain stderr line without tqdm). ``report``/``html``: also write the JSON
-    report / HTML page there. Ctrl-C stops like SIGINT on the command line
+    report / HTML page there (checked before any work as ``--report`` is:
+    never inside ``src`` or ``dst``, else ``UsageError``). Ctrl-C stops like SIGINT on the command line
     (temporary files removed, finished shards kept for ``resume=True``) and
     raises KeyboardInterrupt. Raises ``RefusedError`` with the report when a
     module does not fit the window (nothing written), ``UsageError``,
@@ -104,11 +95,11 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     sink = make_progress(progress)
     try:
         outcome = _core.convert(os.fspath(src), os.fspath(dst), window, _threads(threads), bool(resume), copy,
-                                overspan, sink, html is not None)
+                                overspan, sink, _path(report), _path(html))
     finally:
         if sink is not None:
             sink.close()
-    return _finish(outcome, Report, report, html)
+    return _finish(outcome, Report)
 
 
 def verify(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
@@ -119,11 +110,12 @@ def verify(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Opt
     anything differs; otherwise as ``convert``."""
     sink = make_progress(progress)
     try:
-        outcome = _core.verify(os.fspath(src), os.fspath(dst), window, _threads(threads), sink, html is not None)
+        outcome = _core.verify(os.fspath(src), os.fspath(dst), window, _threads(threads), sink, _path(report),
+                               _path(html))
     finally:
         if sink is not None:
             sink.close()
-    return _finish(outcome, Report, report, html)
+    return _finish(outcome, Report)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +138,7 @@ def plan(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optio
     ``overspan`` as ``convert``'s, recorded in the plan."""
     code, text, written = _core.plan(os.fspath(src), os.fspath(dst), window, _threads(threads),
                                      None if plan_out is None else os.fspath(plan_out), overspan)
-    report = _finish((code, text, None), Report, None, None)
+    report = _finish((code, text, None), Report)
     return PlannedConversion(report, None if written is None else Path(written), report.counts.shards)
 
 
@@ -172,16 +164,17 @@ def convert_shards(plan: PathLike, *, shard: Optional[int] = None, shards: Optio
     process. Idempotent (a shard whose record matches is skipped), safe to run
     twice at once on one shard, refused when SRC no longer matches the plan.
     ``src``/``dst`` default to the plan's paths (give them where this machine
-    mounts the storage elsewhere)."""
+    mounts the storage elsewhere). ``report`` is checked before any work
+    against the SRC and DST the step uses and the plan itself."""
     selection = _selection(shard, shards)
     sink = make_progress(progress)
     try:
-        outcome = _core.convert_shards(os.fspath(plan), selection, None if src is None else os.fspath(src),
-                                       None if dst is None else os.fspath(dst), _threads(threads), copy, sink)
+        outcome = _core.convert_shards(os.fspath(plan), selection, _path(src), _path(dst), _threads(threads), copy,
+                                       sink, _path(report))
     finally:
         if sink is not None:
             sink.close()
-    return _finish(outcome, Report, report, None)
+    return _finish(outcome, Report)
 
 
 def finalize(plan: PathLike, *, src: Optional[PathLike] = None, dst: Optional[PathLike] = None,
@@ -190,9 +183,9 @@ def finalize(plan: PathLike, *, src: Optional[PathLike] = None, dst: Optional[Pa
     """``mx2nv convert --plan P --finalize``: check every shard record, then
     write companions, config and the index last. Raises ``UsageError`` naming
     the shards not finished yet; a finished DST answers ``already_complete``."""
-    outcome = _core.finalize(os.fspath(plan), None if src is None else os.fspath(src),
-                             None if dst is None else os.fspath(dst), _threads(threads), copy, html is not None)
-    return _finish(outcome, Report, report, html)
+    outcome = _core.finalize(os.fspath(plan), _path(src), _path(dst), _threads(threads), copy, _path(report),
+                             _path(html))
+    return _finish(outcome, Report)
 
 
 def resolve_hub_snapshot(repo_id: str, *, revision: Optional[str] = None, cache_dir: Optional[PathLike] = None,

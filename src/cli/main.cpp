@@ -191,7 +191,7 @@ int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path)
 }
 
 int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& selection,
-                const std::optional<ReportFile>& report_path) {
+                const std::optional<ReportFile>& report_path, const std::optional<ReportFile>& html) {
   const Report r = selection ? convert_planned_shards(o, *selection) : finalize_planned(o);
   if (r.already_complete) {
     fmt::print("mx2nv convert: already complete: {} holds the finished conversion\n", printable(r.provenance.target));
@@ -201,7 +201,7 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
     fmt::print("mx2nv convert: finalized, {:.2f} s\n", r.seconds);
     print_counts(r);
   }
-  return finish(r, report_path);
+  return finish(r, report_path, html, o.threads);
 }
 
 // How a failed command is told on stderr (the one format of every error).
@@ -477,11 +477,13 @@ int main(int argc, char** argv) {
     window_help += fmt::format(" {}: {};", w.name, w.summary);
   }
   const auto add_window = [&](CLI::App* sub) {
-    sub->add_option("--window", window, window_help)->transform(CLI::CheckedTransformer(window_names, CLI::ignore_case));
+    return sub->add_option("--window", window, window_help)
+        ->transform(CLI::CheckedTransformer(window_names, CLI::ignore_case));
   };
   const auto add_html = [&](CLI::App* sub) {
-    sub->add_option("--html", html_path,
-                    "write a self-contained HTML report (span heatmap, refusals, size, provenance) to this file");
+    return sub->add_option("--html", html_path,
+                           "write a self-contained HTML report (span heatmap, refusals, size, provenance) to this file "
+                           "(the same rules as --report)");
   };
   const auto add_progress = [&](CLI::App* sub) {
     sub->add_option("--progress", progress_text,
@@ -493,9 +495,10 @@ int main(int argc, char** argv) {
     sub->add_option("--threads", threads, "worker threads (default: all cores)")->check(CLI::Range(1u, 1024u));
   };
   const auto add_report = [&](CLI::App* sub) {
-    sub->add_option("--report", report_path,
-                    "write a JSON report to this file (checked before any work; never inside SRC or DST; "
-                    "/dev/stdout and other special files are written through)");
+    return sub->add_option("--report", report_path,
+                           "write a JSON report to this file (checked before any work against the SRC and DST the "
+                           "command uses, with --plan the plan's: never inside them; /dev/stdout and other special "
+                           "files are written through)");
   };
 
   auto* convert = app.add_subcommand("convert", "transcode SRC (MXFP4) into an empty DST (NVFP4A16)");
@@ -510,9 +513,9 @@ int main(int argc, char** argv) {
   convert->add_flag("--finalize", finalize,
                     "with --plan: check every shard is finished, then write companions, config and the index last")
       ->needs(plan_opt)->excludes(shard_opt)->excludes(shards_opt);
-  add_window(convert);
+  auto* convert_window = add_window(convert);
   add_threads(convert);
-  add_report(convert);
+  auto* convert_report = add_report(convert);
   bool resume = false;
   std::string copy_text = "auto";
   convert->add_option("--copy", copy_text,
@@ -522,19 +525,22 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "reflink", "copy"}));
   std::string overspan_text = "fail";
   const auto add_overspan = [&](CLI::App* sub) {
-    sub->add_option("--overspan", overspan_text,
-                    "scale groups the window refuses: fail (default: refuse, write nothing), bf16 (every expert of "
-                    "an affected MoE layer written as an exact BF16 weight and listed in the config's ignore; larger) "
-                    "or requantize (LOSSY: only those modules, a gate/up pair together, requantized from decoded "
-                    "values as compressed-tensors would; per-module error in the report)")
+    return sub
+        ->add_option("--overspan", overspan_text,
+                     "scale groups the window refuses: fail (default: refuse, write nothing), bf16 (every expert of "
+                     "an affected MoE layer written as an exact BF16 weight and listed in the config's ignore; "
+                     "larger) or requantize (LOSSY: only those modules, a gate/up pair together, requantized from "
+                     "decoded values as compressed-tensors would; per-module error in the report); with --plan: "
+                     "checked against the plan's")
         ->check(CLI::IsMember({"fail", "bf16", "requantize"}));
   };
-  add_overspan(convert);
+  auto* convert_overspan = add_overspan(convert);
   convert->add_flag("--resume", resume,
                     "continue an interrupted conversion into DST (finished shards whose records still match are "
                     "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
-                    "without writing. Safe to repeat");
-  add_html(convert);
+                    "without writing. Safe to repeat. A DST holding a plan (continue it with --plan) or another "
+                    "conversion (other options, another SRC or mx2nv) is refused");
+  auto* convert_html = add_html(convert);
   add_progress(convert);
 
   auto* verify = app.add_subcommand("verify", "prove every value of DST equals the value in SRC");
@@ -548,8 +554,8 @@ int main(int argc, char** argv) {
       ->excludes(verify_shards_opt)->expected(1, -1);
   add_window(verify);
   add_threads(verify);
-  add_report(verify);
-  add_html(verify);
+  auto* verify_report = add_report(verify);
+  auto* verify_html = add_html(verify);
   add_progress(verify);
 
   PlanOptions plan_options;
@@ -557,11 +563,11 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "plan a conversion once for many processes or machines: refusals happen here");
   plan->add_option("SRC", src, "source checkpoint directory")->required();
   plan->add_option("DST", dst, "target directory")->required();
-  plan->add_option("--plan-out", plan_out, "write the plan here instead of DST/.mx2nv/plan.json");
+  auto* plan_out_opt = plan->add_option("--plan-out", plan_out, "write the plan here instead of DST/.mx2nv/plan.json");
   add_overspan(plan);
   add_window(plan);
   add_threads(plan);
-  add_report(plan);
+  auto* plan_report = add_report(plan);
 
   auto* requantize = app.add_subcommand(
       "requantize", "LOSSY companion: requantize every expert of SRC from its decoded values into an empty DST, "
@@ -569,14 +575,14 @@ int main(int argc, char** argv) {
   requantize->add_option("SRC", src, "source checkpoint directory")->required();
   requantize->add_option("DST", dst, "target directory (created; must be empty)")->required();
   add_threads(requantize);
-  add_report(requantize);
+  auto* requantize_report = add_report(requantize);
 
   auto* inspect = app.add_subcommand("inspect", "dry run: spans, predicted outcome under both windows, sizes");
   inspect->add_option("SRC", src, "source checkpoint directory")->required();
   add_window(inspect);
   add_threads(inspect);
   inspect->add_flag("--json", json, "print JSON instead of a summary");
-  add_html(inspect);
+  auto* inspect_html = add_html(inspect);
 
   GateOptions gate_options;
   std::string gate_dtype = "both";
@@ -646,7 +652,18 @@ int main(int argc, char** argv) {
   std::optional<ReportFile> report_file, html_file;
   ProgressLine progress(parse_progress_mode(progress_text).value_or(ProgressMode::Auto), stderr);
   std::string verify_subset;  // verify --shards I/N, once parsed: the error report names its part too
+  // The SRC and DST the command uses, for its output paths' checks and its
+  // error report: the positional ones, or with --plan the plan's.
+  fs::path used_src = src, used_dst = dst;
   try {
+    // An option given an empty path is a usage error, never "not given".
+    for (const auto& [opt, value] : {std::pair<CLI::Option*, const std::string*>{convert_report, &report_path},
+                                     {verify_report, &report_path}, {plan_report, &report_path},
+                                     {requantize_report, &report_path}, {convert_html, &html_path},
+                                     {verify_html, &html_path}, {inspect_html, &html_path}, {plan_opt, &plan_path},
+                                     {plan_out_opt, &plan_out}}) {
+      if (opt->count() > 0 && value->empty()) fail(ErrorKind::Usage, "{}: empty path", opt->get_name());
+    }
     if (*verify && !merge_parts.empty()) {
       // SRC, DST, window and how they were verified come from the parts; an
       // option that could only be ignored is refused.
@@ -660,23 +677,52 @@ int main(int argc, char** argv) {
       }
       return run_merge(merge_parts, report_path);
     }
-    // Where the reports go is checked before any work.
-    if (!report_path.empty()) report_file.emplace(report_path, std::vector<fs::path>{src, dst});
-    if (!html_path.empty()) html_file.emplace(html_path, std::vector<fs::path>{src, dst}, "--html");
-    if (*convert && !plan_path.empty()) {
+    std::vector<fs::path> protected_trees{src, dst};
+    std::vector<std::pair<fs::path, std::string>> inputs;  // files an output must not replace
+    std::optional<PlannedOptions> planned_options;
+    std::optional<ShardSelection> selection;
+    if (*convert && plan_opt->count() > 0) {
+      // Options a planned step does not use are refused, never ignored:
+      // --resume (implied), --html on a shard step (a finalize writes the
+      // conversion's page); --window and --overspan are checked against the
+      // plan (io/distributed.hpp).
       if (resume) fail(ErrorKind::Usage, "--resume is implied with --plan");
       if (shard_text.empty() && shards_text.empty() && !finalize) {
         fail(ErrorKind::Usage, "--plan needs --shard I, --shards I/N or --finalize");
       }
-      std::optional<ShardSelection> selection;
+      if (!finalize && convert_html->count() > 0) {
+        fail(ErrorKind::Usage, "--html is for a whole conversion: give it to --finalize, not to a shard step");
+      }
       if (!shards_text.empty()) selection = parse_shard_selection(shards_text);
       if (!shard_text.empty()) selection = parse_shard_index(shard_text);
       PlannedOptions po{plan_path, std::nullopt, std::nullopt, threads,
-                        parse_copy_mode(copy_text).value_or(CopyMode::Auto), progress.callback()};
+                        parse_copy_mode(copy_text).value_or(CopyMode::Auto), progress.callback(), std::nullopt,
+                        std::nullopt};
       if (!src.empty()) po.source = src;
       if (!dst.empty()) po.target = dst;
-      return run_planned(po, selection, report_file);
+      if (convert_window->count() > 0) po.window = window;
+      if (convert_overspan->count() > 0) po.overspan = parse_overspan(overspan_text);
+      // The plan's SRC and DST (read and checked as the step will), before
+      // any output path is checked against them.
+      std::vector<fs::path> outputs;
+      if (!report_path.empty()) outputs.emplace_back(report_path);
+      if (!html_path.empty()) outputs.emplace_back(html_path);
+      const PlannedPaths paths = planned_paths(po, outputs);
+      used_src = paths.source.value_or(fs::path());
+      used_dst = paths.target.value_or(fs::path());
+      protected_trees = {used_src, used_dst};
+      inputs.emplace_back(plan_path, "the plan this step reads");
+      planned_options = std::move(po);
     }
+    if (*plan && !plan_out.empty()) inputs.emplace_back(plan_out, "where --plan-out writes the plan");
+    // Where the reports go is checked before any work.
+    CommandOutputs outputs =
+        check_command_outputs(report_path.empty() ? std::nullopt : std::optional<fs::path>(report_path),
+                              html_path.empty() ? std::nullopt : std::optional<fs::path>(html_path), protected_trees,
+                              inputs);
+    report_file = std::move(outputs.report);
+    html_file = std::move(outputs.html);
+    if (planned_options) return run_planned(*planned_options, selection, report_file, html_file);
     if ((*convert || *verify) && (src.empty() || dst.empty())) {
       fail(ErrorKind::Usage, "SRC and DST are required");
     }
@@ -746,13 +792,13 @@ int main(int argc, char** argv) {
     if ((report_file || html_file) && (*convert || *verify || *plan || *requantize || *inspect)) {
       // The error path's report is the success path's, with result "error".
       try {
-        const fs::path target(dst);
+        const fs::path target(used_dst);
         const char* command = convert->parsed()      ? "convert"
                               : plan->parsed()       ? "plan"
                               : requantize->parsed() ? "requantize"
                               : inspect->parsed()    ? "inspect"
                                                      : "verify";
-        Report r = start_report(command, window, src, inspect->parsed() ? nullptr : &target);
+        Report r = start_report(command, window, used_src, inspect->parsed() ? nullptr : &target);
         r.shard_subset = verify_subset;  // a failed part of verify --shards I/N is still part I/N for --merge
         r.set_error(e);
         write_report(report_file, r);

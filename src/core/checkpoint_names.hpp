@@ -13,10 +13,11 @@ inline constexpr std::string_view kConfigFileName = "config.json";
 inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
 inline constexpr std::string_view kSingleShardName = "model.safetensors";
 
-// DST/.mx2nv/: the lock, the per-shard records of an unfinished run, and the
-// record of a finished one.
+// DST/.mx2nv/: the lock, which conversion an unfinished DST is receiving, the
+// per-shard records of an unfinished run, and the record of a finished one.
 inline constexpr std::string_view kStateDirName = ".mx2nv";
 inline constexpr std::string_view kLockFileName = "lock";
+inline constexpr std::string_view kConversionFileName = "conversion.json";
 inline constexpr std::string_view kRecordsDirName = "state";
 inline constexpr std::string_view kFinishedFileName = "finished.json";
 // Files being written are named ".mx2nv-tmp.<n>.<final name>" in their final directory.

@@ -4,7 +4,10 @@
 // hash), every module's global exponent and scale mode, each output shard's
 // size and plan fingerprint, the window and tool version, and a checksum over
 // all of it. Reading validates everything (the file may have been edited or
-// damaged on shared storage): anything off is invalid input (exit 3).
+// damaged on shared storage): anything off is invalid input (exit 3). SRC and
+// DST are recorded byte for byte (paths are bytes, not text); a plan in the
+// earlier format mx2nv-plan/2 (paths as text) is read when its paths are
+// unambiguous and refused (exit 2) otherwise.
 #pragma once
 
 #include "core/plan.hpp"
@@ -16,7 +19,7 @@
 
 namespace mx2nv {
 
-inline constexpr std::string_view kPlanFormat = "mx2nv-plan/2";
+inline constexpr std::string_view kPlanFormat = "mx2nv-plan/3";
 inline constexpr std::string_view kPlanFileName = "plan.json";  // inside DST/.mx2nv/ by default
 
 struct PlannedShard {
@@ -33,12 +36,19 @@ struct PlanFile {
   std::string tool_version;
   Window window = Window::Marlin;
   OverSpanChoice overspan = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)
-  std::string source;  // absolute paths when planned (informational: other machines may mount elsewhere)
+  // The absolute paths `mx2nv plan` was given, exactly (any bytes but NUL):
+  // what a step opens unless told otherwise (another machine may mount the
+  // storage elsewhere).
+  std::string source;
   std::string target;
   std::vector<PlannedShard> shards;         // in the source's shard order
   std::vector<std::string> module_names;    // ModuleSet order
   std::vector<ModulePlan> modules;          // parallel to module_names
   std::uint64_t fingerprint = 0;            // XXH3-64 of the canonical text of everything above
+  // (Semantic checks on reading: each row's global agrees with its m, the
+  // window and the treatment with the --overspan choice; shard names are
+  // plain relative paths, each once. Whether the rows are SRC's is checked
+  // by the steps, io/distributed.cpp.)
 };
 
 std::string plan_file_to_text(PlanFile& plan);  // fills plan.fingerprint

@@ -274,9 +274,13 @@ Report start_report(std::string command, Window window, const fs::path& source, 
   Report r;
   r.command = std::move(command);
   r.window = window;
-  r.provenance.source = fs::absolute(source).lexically_normal().string();
-  r.provenance.revision = hf_snapshot_revision(r.provenance.source);
-  if (target != nullptr) r.provenance.target = fs::absolute(*target).lexically_normal().string();
+  // An empty path is one the command does not know (a planned step whose
+  // plan is gone and which was given no SRC): left empty in the report.
+  if (!source.empty()) {
+    r.provenance.source = fs::absolute(source).lexically_normal().string();
+    r.provenance.revision = hf_snapshot_revision(r.provenance.source);
+  }
+  if (target != nullptr && !target->empty()) r.provenance.target = fs::absolute(*target).lexically_normal().string();
   return r;
 }
 

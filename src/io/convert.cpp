@@ -19,6 +19,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A DST holding a plan is a planned conversion's: its steps continue it
+// (convert --plan P --shards/--finalize). A whole-DST run would finish it
+// under its own options and remove the plan, and the plan's later steps
+// would then answer for a conversion they did not plan.
+void refuse_planned_destination(const Destination& out) {
+  if (out.holds_plan()) {
+    fail(ErrorKind::Usage,
+         "DST {} holds a plan made by mx2nv plan ({}/plan.json); continue it with mx2nv convert --plan ... --shards "
+         "I/N and --finalize, or convert into another DST",
+         out.root().string(), (out.root() / kStateDirName).string());
+  }
+}
+
 }  // namespace
 
 Report convert_checkpoint(const ConvertOptions& options) {
@@ -34,6 +47,8 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // K3's size, read again then (render_target_index) for a larger one rather
   // than held while modules are scanned and shards written (~110 MB for an
   // index at the caps).
+  // A planned conversion's DST is refused before the plan step's scan.
+  refuse_planned_destination(out);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
@@ -43,15 +58,25 @@ Report convert_checkpoint(const ConvertOptions& options) {
     return report;
   }
   const Plan& plan = *planned;
+  // Which conversion this is; DST must be receiving no other (checked here
+  // to refuse before any write, and again under the lock).
+  const ConversionIdentity identity = conversion_identity(source_identities(ck), plan);
+  out.check_identity(identity);
+  // --copy reflink is refused before anything is written.
+  if (options.copy == CopyMode::Reflink && !ck.shards.empty()) out.require_sharing(*ck.files->open(0));
   throw_if_stopped();
   progress.phase(ProgressPhase::Shards, report.source_tensor_bytes, ck.shards.size());
 
   // --- execute every shard, then finalize.
-  out.open_for_writing(files_written(ck));
-  CopyEngine engine(options.copy);
-  if (options.copy == CopyMode::Reflink && !ck.shards.empty()) {
-    CopyEngine::require_sharing(*ck.files->open(0), options.target);
+  if (!out.open_for_writing(files_written(ck))) {
+    // Finished by another process since DST was opened: answered, not redone.
+    answer_finished(report, out, ck, options.window, options.overspan);
+    report.seconds = seconds_since(started);
+    return report;
   }
+  refuse_planned_destination(out);
+  out.claim_identity(identity);
+  CopyEngine engine(options.copy);
   // DST's index does not depend on the shards: written meanwhile (io/target_index_writer.hpp).
   std::optional<BackgroundIndex> index;
   if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);

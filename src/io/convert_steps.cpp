@@ -39,14 +39,20 @@ void copy_companion(const fs::path& from, Destination& out, const std::string& r
 // determine the plan), the output shards' and companions' sizes, the
 // config's and index's checksums. (`mx2nv verify` is the full proof.)
 std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window,
-                                             OverSpanChoice choice) {
+                                             OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes) {
   const FinishedRecord& f = *dst.finished();
-  if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", f.tool_version);
-  if (!mode_matches(f.window, window, choice)) return fmt::format("it was converted under window {}", f.window);
+  if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", printable(f.tool_version));
+  if (!mode_matches(f.window, window, choice)) {
+    return fmt::format("it was converted under window {}, not {}{}", printable(f.window), window_name(window),
+                       choice == OverSpanChoice::Fail ? "" : fmt::format(" with --overspan {}", overspan_name(choice)));
+  }
   if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
     const ShardRecord& r = f.shards[s];
-    if (!r.same_source(source_identity(ck, s))) return fmt::format("SRC's {} changed since", ck.shards[s].file);
+    if (!r.same_source(source_identity(ck, s))) return fmt::format("SRC's {} changed since", printable(ck.shards[s].file));
+    if (plan_hashes && (s >= plan_hashes->size() || (*plan_hashes)[s] != r.plan_hash)) {
+      return fmt::format("its {} was written under another plan", printable(r.shard));
+    }
     const auto stamp = dst.stamp(r.shard);
     if (!stamp || stamp->size != r.output_size) return fmt::format("DST's {} changed since", r.shard);
   }
@@ -224,10 +230,21 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   out.finish(finished, index.file);
 }
 
+std::vector<ShardRecord> source_identities(const Checkpoint& ck) {
+  std::vector<ShardRecord> out;
+  out.reserve(ck.shards.size());
+  for (std::size_t s = 0; s < ck.shards.size(); ++s) out.push_back(source_identity(ck, s));
+  return out;
+}
+
+ConversionIdentity conversion_identity(const std::vector<ShardRecord>& identities, const Plan& plan) {
+  return {MX2NV_VERSION, plan_mode_name(plan), identities.size(), source_digest(identities)};
+}
+
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
-                     OverSpanChoice choice) {
+                     OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes) {
   if (dst.state() != DestinationState::Finished) return false;
-  if (const auto why = finished_mismatch(dst, source, window, choice)) {
+  if (const auto why = finished_mismatch(dst, source, window, choice, plan_hashes)) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
          dst.root().string(), *why);
   }

@@ -62,8 +62,16 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
 // naming what differs when it is another; false when DST is not finished.
 // `choice` (convert --overspan) also accepts a DST whose refused modules were
 // rewritten that way (finished.json mode "<window>+<choice>").
+// `plan_hashes` (a planned step: its plan's per-shard fingerprints) also
+// requires every finished shard to have been written under exactly that plan.
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
-                     OverSpanChoice choice = OverSpanChoice::Fail);
+                     OverSpanChoice choice = OverSpanChoice::Fail,
+                     const std::vector<std::uint64_t>* plan_hashes = nullptr);
+
+// SRC's shard identities (source_identity), in order.
+std::vector<ShardRecord> source_identities(const Checkpoint& ck);
+// Which conversion `plan` of the SRC with these shard identities is.
+ConversionIdentity conversion_identity(const std::vector<ShardRecord>& identities, const Plan& plan);
 
 // The plan step of convert and `mx2nv plan`: nullopt when there is nothing to
 // execute, either because DST already holds this conversion (answer_finished)

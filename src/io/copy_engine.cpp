@@ -166,7 +166,17 @@ void CopyEngine::transfer(const File& from, std::uint64_t src_offset, const File
 }
 
 void CopyEngine::require_sharing(const File& source, const fs::path& destination_dir) {
-  const int fd = ::open(destination_dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  const int dir = ::open(destination_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    fail(ErrorKind::Usage, "--copy reflink: cannot test sharing in {} ({}); use --copy auto", destination_dir.string(),
+         std::strerror(errno));
+  }
+  const UniqueFd owned(dir);
+  require_sharing(source, dir, destination_dir);
+}
+
+void CopyEngine::require_sharing(const File& source, int destination_dir_fd, const fs::path& destination_dir) {
+  const int fd = ::openat(destination_dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) {
     fail(ErrorKind::Usage, "--copy reflink: cannot test sharing in {} (unnamed temporary file: {}); use --copy auto",
          destination_dir.string(), std::strerror(errno));

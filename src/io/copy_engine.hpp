@@ -60,6 +60,8 @@ class CopyEngine {
   // the reason when they cannot. Uses an unnamed temporary file (O_TMPFILE),
   // so nothing is left behind.
   static void require_sharing(const File& source, const fs::path& destination_dir);
+  // The same for the directory open as `destination_dir_fd` (`shown` in messages).
+  static void require_sharing(const File& source, int destination_dir_fd, const fs::path& shown);
 
  private:
   // One attempt per method; false means "fall back" (the engine has moved on).

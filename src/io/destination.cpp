@@ -1,9 +1,11 @@
 #include "io/destination.hpp"
 
 #include "core/error.hpp"
+#include "core/plan_file.hpp"
 #include "core/printable.hpp"
 #include "core/shard_index.hpp"
 #include "io/cancel.hpp"
+#include "io/copy_engine.hpp"
 #include "io/stream_hash.hpp"
 
 #include <dirent.h>
@@ -72,6 +74,33 @@ std::pair<std::string, std::string> split(const std::string& relative) {
   return {relative.substr(0, slash), relative.substr(slash + 1)};
 }
 
+// DST's finished record, if it is finished: finished.json readable and its
+// commit point there. Opened relative to `root_fd`, never through a symlink.
+// Exit 2 when finished.json is there but unreadable.
+std::optional<FinishedRecord> finished_record_at(int root_fd, const fs::path& root) {
+  const int state = ::openat(root_fd, std::string(kStateDirName).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (state < 0) return std::nullopt;
+  const UniqueFd state_fd(state);
+  struct stat st {};
+  const std::string name(kFinishedFileName);
+  if (::fstatat(state, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+  std::optional<FinishedRecord> record;
+  try {
+    record = finished_record_from_text(
+        read_text_file(File::open_read_at(state, name, root / state_path(name)), kMaxFinishedRecordBytes));
+  } catch (const Error&) {
+  }
+  if (!record) {
+    fail(ErrorKind::Usage, "DST {}: {} is unreadable; refusing to guess what DST holds (check it with mx2nv verify)",
+         root.string(), state_path(name));
+  }
+  const std::string commit(record->index_hash != 0 ? kIndexFileName : kConfigFileName);
+  if (::fstatat(root_fd, commit.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+    return std::nullopt;  // finalize was interrupted before its commit point: not finished
+  }
+  return record;
+}
+
 }  // namespace
 
 Destination::Destination(const fs::path& source, fs::path root, bool resume) : root_(std::move(root)), resume_(resume) {
@@ -113,22 +142,17 @@ Destination::Destination(const fs::path& source, fs::path root, bool resume) : r
     fail(ErrorKind::Usage, "DST {}: {} is not a directory", root_.string(), kStateDirName);
   }
   state_ = DestinationState::Interrupted;
-  const fs::path finished_path = root_ / state_path(kFinishedFileName);
-  if (!fs::exists(fs::symlink_status(finished_path))) return;
-  std::optional<FinishedRecord> record;
-  try {
-    record = finished_record_from_text(read_text_file(finished_path, kMaxFinishedRecordBytes));
-  } catch (const Error&) {
-  }
-  if (!record) {
-    fail(ErrorKind::Usage, "DST {}: {} is unreadable; refusing to guess what DST holds (check it with mx2nv verify)",
-         root_.string(), state_path(kFinishedFileName));
-  }
-  const fs::path commit = root_ / (record->index_hash != 0 ? kIndexFileName : kConfigFileName);
-  if (fs::is_regular_file(fs::symlink_status(commit))) {
-    state_ = DestinationState::Finished;
-    finished_ = std::move(record);
-  }
+  finished_ = finished_now();
+  if (finished_) state_ = DestinationState::Finished;
+}
+
+std::optional<FinishedRecord> Destination::finished_now() const { return finished_record_at(root_fd_.get(), root_); }
+
+std::optional<FinishedRecord> Destination::finished_record(const fs::path& root) {
+  const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  const UniqueFd owned(fd);
+  return finished_record_at(fd, root);
 }
 
 Destination::~Destination() {
@@ -200,7 +224,7 @@ UniqueFd Destination::open_directory(const std::string& relative, bool create) {
   return dir;
 }
 
-void Destination::create_root_and_lock(int operation) {
+bool Destination::create_root_and_lock(int operation) {
   writing_ = true;
   if (!root_fd_) {
     if (::mkdir(root_.c_str(), 0755) == 0) {
@@ -221,12 +245,24 @@ void Destination::create_root_and_lock(int operation) {
   const UniqueFd state = open_directory(std::string(kStateDirName), false);
   const fs::path lock_path = root_ / state_path(kLockFileName);
   // Created exclusively when absent, so we know whether it is ours: a run
-  // that finished removed its lock file, and a run refused after creating a
-  // new one must not leave it in the finished state directory.
+  // refused after creating a new one must not leave it behind. A finished
+  // DST has no lock file (finish() removed it), so one that is missing is
+  // created only once DST is seen unfinished: a finished DST never gets one
+  // (but for a finalize completing in between, which the check under the
+  // lock below undoes).
   const std::string lock_name(kLockFileName);
-  int lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  created_lock_file_ = lfd >= 0;
-  if (lfd < 0 && errno == EEXIST) lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  int lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  for (int attempt = 0; lfd < 0 && errno == ENOENT && attempt < 8; ++attempt) {
+    if (auto record = finished_now()) {
+      state_ = DestinationState::Finished;
+      finished_ = std::move(record);
+      writing_ = false;
+      return false;
+    }
+    lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    created_lock_file_ = lfd >= 0;
+    if (lfd < 0 && errno == EEXIST) lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  }
   if (lfd < 0) fail_io(lock_path, "open lock", errno);
   UniqueFd lock(lfd);
   struct stat st {};
@@ -245,6 +281,16 @@ void Destination::create_root_and_lock(int operation) {
     }
     fail_io(lock_path, "lock", err);
   }
+  // Finished is decided here, under the lock that excludes finalize: a DST
+  // finished since it was opened is left exactly as finalize left it.
+  if (auto record = finished_now()) {
+    if (created_lock_file_) ::unlinkat(state.get(), lock_name.c_str(), 0);  // ours, created after finalize removed its own
+    created_lock_file_ = false;
+    state_ = DestinationState::Finished;
+    finished_ = std::move(record);
+    writing_ = false;
+    return false;
+  }
   if (operation == LOCK_EX) {
     const std::string me = std::to_string(::getpid());
     if (::ftruncate(lock.get(), 0) != 0 ||
@@ -253,12 +299,14 @@ void Destination::create_root_and_lock(int operation) {
     }
   }
   lock_fd_ = std::move(lock);
+  return true;
 }
 
-void Destination::open_for_shards() {
-  create_root_and_lock(LOCK_SH);
+bool Destination::open_for_shards() {
+  if (!create_root_and_lock(LOCK_SH)) return false;
   shared_ = true;
   check_tree();
+  return true;
 }
 
 Destination::ShardLock Destination::lock_shard(const std::string& shard) {
@@ -291,8 +339,11 @@ Destination::ShardLock Destination::lock_shard(const std::string& shard) {
   return ShardLock(std::move(lock));
 }
 
-void Destination::open_for_writing(const std::set<std::string>& expected) {
-  create_root_and_lock(LOCK_EX);
+bool Destination::open_for_writing(const std::set<std::string>& expected) {
+  if (!create_root_and_lock(LOCK_EX)) {
+    if (!resume_) fail(ErrorKind::Usage, "DST {} changed while planning; refusing to mix outputs", root_.string());
+    return false;
+  }
 
   // What we checked before planning may have changed; we hold the lock now.
   check_tree();
@@ -306,9 +357,9 @@ void Destination::open_for_writing(const std::set<std::string>& expected) {
     }
     if (rel == kStateDirName || it->is_directory()) continue;
     if (rel.starts_with(state_prefix)) {
-      // A fresh run's state directory holds our lock and nothing else: anything
-      // more is another run's state.
-      if (!resume_ && rel != state_path(kLockFileName)) {
+      // A fresh run's state directory holds our lock (and the identity we
+      // may have claimed) and nothing else: anything more is another run's state.
+      if (!resume_ && rel != state_path(kLockFileName) && !(created_identity_ && rel == state_path(kConversionFileName))) {
         fail(ErrorKind::Usage, "DST {} changed while planning; refusing to mix outputs", root_.string());
       }
       continue;
@@ -322,6 +373,84 @@ void Destination::open_for_writing(const std::set<std::string>& expected) {
     }
   }
   for (const auto& p : stale) fs::remove(p);
+  return true;
+}
+
+std::optional<ConversionIdentity> Destination::read_identity() const {
+  if (!root_fd_) return std::nullopt;  // DST does not exist yet
+  const std::string path = state_path(kConversionFileName);
+  struct stat st {};
+  if (::fstatat(root_fd_.get(), path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+    fail_io(root_ / path, "stat", errno);
+  }
+  std::optional<ConversionIdentity> found;
+  try {
+    found = conversion_identity_from_text(read_text_file(open_read(path), kMaxRecordBytes));
+  } catch (const Error&) {
+  }
+  if (!found) {
+    fail(ErrorKind::Usage, "DST {}: {} is unreadable; refusing to guess which conversion DST holds", root_.string(), path);
+  }
+  return found;
+}
+
+void Destination::check_identity(const ConversionIdentity& wanted) const {
+  const auto found = read_identity();
+  if (!found) return;
+  if (const auto why = identity_difference(*found, wanted)) {
+    fail(ErrorKind::Usage,
+         "DST {} holds part of another conversion: {}; refusing to mix conversions (finish that one with the "
+         "options it was started with, or use another DST)",
+         root_.string(), *why);
+  }
+}
+
+void Destination::claim_identity(const ConversionIdentity& wanted) {
+  check_identity(wanted);
+  if (read_identity()) return;
+  // Written under a temporary name and linked into place: link(2) never
+  // replaces, so of two workers claiming at once one records and the other
+  // finds the record (and is checked against it).
+  Pending p = begin(state_path(kConversionFileName));
+  const std::string text = conversion_identity_to_text(wanted);
+  p.file.write_at(0, std::as_bytes(std::span(text)));
+  p.file.sync();
+  p.file.close();
+  const bool linked = ::linkat(p.parent.get(), p.temp_name.c_str(), p.parent.get(), p.final_name.c_str(), 0) == 0;
+  const int err = errno;
+  drop(p);  // the temporary name either way
+  if (!linked && err != EEXIST) fail_io(root_ / p.relative, "link into place", err);
+  if (linked) {
+    std::lock_guard lock(mutex_);
+    created_identity_ = true;
+    unsynced_dirs_.insert(std::string(kStateDirName));
+  }
+  check_identity(wanted);
+}
+
+bool Destination::holds_plan() const {
+  if (!root_fd_) return false;
+  struct stat st {};
+  const std::string path = state_path(kPlanFileName);
+  return ::fstatat(root_fd_.get(), path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+void Destination::require_sharing(const File& source) const {
+  if (root_fd_) {
+    CopyEngine::require_sharing(source, root_fd_.get(), root_);
+    return;
+  }
+  // DST does not exist yet: the directory it will be created in (a new
+  // directory is on its parent's file system).
+  std::error_code ec;
+  fs::path dir = fs::absolute(root_, ec).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  dir = dir.parent_path();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_io(dir, "open directory", errno);
+  const UniqueFd owned(fd);
+  CopyEngine::require_sharing(source, owned.get(), dir);
 }
 
 Destination::Pending Destination::begin(const std::string& relative) {
@@ -479,6 +608,11 @@ void Destination::abandon() noexcept {
       ::unlinkat(dir.get(), name.c_str(), 0);
     }
     if (!committed_.empty() || shared_) return;  // finished files serve --resume; other workers' are theirs
+    if (lock_fd_ && created_identity_) {
+      // The identity we recorded for a conversion that wrote nothing.
+      const UniqueFd state = open_directory(std::string(kStateDirName), false);
+      ::unlinkat(state.get(), std::string(kConversionFileName).c_str(), 0);
+    }
     if (lock_fd_ && (created_state_dir_ || created_lock_file_)) {
       // Our own state directory or lock file: the lock goes with it.
       const UniqueFd state = open_directory(std::string(kStateDirName), false);

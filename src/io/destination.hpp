@@ -20,6 +20,13 @@
 // nothing leaves DST as it found it; finished shards and their records stay
 // for --resume. A conversion is complete once its commit point (the index, or
 // config.json for a single-file model) exists next to .mx2nv/finished.json.
+//
+// A finished DST is never written again. Finished is a final state, so a DST
+// seen finished at construction is; one seen unfinished may be finished by
+// another process (finalize) before this one locks it, so it is decided
+// again under the lock, which excludes finalize, and a writer that finds it
+// finished there writes nothing (open_for_writing/open_for_shards return
+// false).
 #pragma once
 
 #include "core/checkpoint_names.hpp"
@@ -51,6 +58,11 @@ class Destination {
   Destination(const Destination&) = delete;
   Destination& operator=(const Destination&) = delete;
 
+  // The finished record of the DST at `root` if it holds a finished
+  // conversion (without the checks of a Destination: for a step whose plan
+  // and SRC are gone); exit 2 for an unreadable record.
+  static std::optional<FinishedRecord> finished_record(const fs::path& root);
+
   DestinationState state() const { return state_; }
   const fs::path& root() const { return root_; }
   // The finished conversion's record (state() == Finished).
@@ -66,13 +78,34 @@ class Destination {
   // mx2nv holds it), re-checks that nothing appeared meanwhile (fresh runs),
   // refuses files a conversion would not write (resumed runs: `expected` lists
   // every file the conversion writes), removes stale temporary files.
-  void open_for_writing(const std::set<std::string>& expected);
+  // False, with nothing written and state() Finished, when DST turned out
+  // finished under the lock (a resumed run answers "already complete"; a
+  // fresh one is refused, exit 2, since DST is no longer empty).
+  [[nodiscard]] bool open_for_writing(const std::set<std::string>& expected);
 
   // The per-shard step of a planned conversion (`convert --plan P --shards
   // I/N`), which runs in many processes at once: a shared lock on DST (a
   // whole-DST writer or finalize holds it exclusively) and no tree-wide
-  // clean-up; each shard is then taken with lock_shard().
-  void open_for_shards();
+  // clean-up; each shard is then taken with lock_shard(). False as for
+  // open_for_writing.
+  [[nodiscard]] bool open_for_shards();
+
+  // Which conversion DST receives (shard_record.hpp). read_identity: nullopt
+  // when DST records none (new, or written by an earlier mx2nv); exit 2 when
+  // its record is unreadable. check_identity: exit 2 naming the difference
+  // when DST records another. claim_identity (lock held): check, then record
+  // `wanted` if DST records none yet (atomically: of two claimants only the
+  // first records, and the second is checked against it).
+  std::optional<ConversionIdentity> read_identity() const;
+  void check_identity(const ConversionIdentity& wanted) const;
+  void claim_identity(const ConversionIdentity& wanted);
+  // Whether DST holds a plan made by `mx2nv plan` (.mx2nv/plan.json).
+  bool holds_plan() const;
+
+  // `--copy reflink`, before anything is written: can files in DST (or, if
+  // it does not exist yet, in the directory it will be created in) share
+  // extents with `source`? Exit 2 naming why not.
+  void require_sharing(const File& source) const;
   class ShardLock {
    public:
     ShardLock() = default;
@@ -126,7 +159,10 @@ class Destination {
 
  private:
   UniqueFd open_directory(const std::string& relative, bool create);
-  void create_root_and_lock(int operation);
+  bool create_root_and_lock(int operation);
+  // The finished record if DST is finished now (read through root_fd_);
+  // exit 2 when finished.json is there but unreadable.
+  std::optional<FinishedRecord> finished_now() const;
   void check_tree() const;
   void abandon() noexcept;
   void commit(Pending& pending, bool sync_data);
@@ -138,6 +174,7 @@ class Destination {
   bool created_root_ = false;
   bool created_state_dir_ = false;
   bool created_lock_file_ = false;  // ours to remove if we give up (a lost race)
+  bool created_identity_ = false;   // likewise
   bool finalized_ = false;
   bool writing_ = false;
   bool shared_ = false;  // open_for_shards: many writers, each on its own shards

@@ -3,8 +3,14 @@
 #include "core/scale_scan.hpp"
 #include "io/batched_io.hpp"
 #include "io/parallel.hpp"
+#include "io/overspan.hpp"
+#include "core/error.hpp"
+#include "core/overspan.hpp"
+#include "core/printable.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <set>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -148,11 +154,13 @@ void scan_run(const SourceCheckpoint& source, std::span<const std::size_t> run, 
 
 }  // namespace
 
-ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::uint64_t histogram_budget) {
+ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::uint64_t histogram_budget,
+                        const std::vector<bool>* only) {
   const auto& modules = source.modules.modules;
   ScanResult result;
   result.facts.resize(modules.size());
-  const std::vector<std::size_t> order = modules_in_file_order(source.modules);
+  std::vector<std::size_t> order = modules_in_file_order(source.modules);
+  if (only) std::erase_if(order, [&](std::size_t i) { return !(*only)[i]; });
   // Runs of up to kModulesPerTask modules and kScaleBytesPerTask of scales:
   // small modules are batched, and a model of a few hundred large modules
   // still spreads over every worker.
@@ -196,6 +204,70 @@ Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Win
     return to_sparse(scanner.histogram());
   };
   return make_plan(source.modules, scan.facts, window, count_active, read_histogram);
+}
+
+namespace {
+
+bool same_row(const ModulePlan& a, const ModulePlan& b) {
+  return a.treatment == b.treatment && a.m == b.m &&
+         std::bit_cast<std::uint32_t>(a.divisor) == std::bit_cast<std::uint32_t>(b.divisor) &&
+         a.zero_scales == b.zero_scales && a.span == b.span && a.groups_outside == b.groups_outside &&
+         a.canonical_zero_groups == b.canonical_zero_groups && a.marlin_zeroed_groups == b.marlin_zeroed_groups;
+}
+
+std::string describe_row(const ModulePlan& p) {
+  return fmt::format("treatment {}, m {}, global divisor {}, zero scales {}, span {}, {} groups outside, {} zero "
+                     "groups canonicalised, {} Marlin-zeroed",
+                     static_cast<int>(p.treatment), p.m, p.divisor, p.zero_scales, p.span, p.groups_outside,
+                     p.canonical_zero_groups, p.marlin_zeroed_groups);
+}
+
+}  // namespace
+
+void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const std::vector<std::size_t>& shards,
+                        unsigned threads) {
+  const ModuleSet& set = source.modules;
+  std::vector<bool> selected(source.checkpoint.shards.size(), false);
+  for (const std::size_t s : shards) selected[s] = true;
+  std::vector<std::size_t> written;
+  for (std::size_t i = 0; i < set.modules.size(); ++i) {
+    if (selected[set.modules[i].packed_shard] || selected[set.modules[i].scale_shard]) written.push_back(i);
+  }
+  if (written.empty()) return;
+  // What decides the written modules' rows: their scale groups, and under
+  // --overspan bf16 every scale group of their MoE layers.
+  std::vector<bool> scan(set.modules.size(), false);
+  const auto add_group = [&](std::size_t sg) {
+    for (const std::size_t i : set.scale_groups[sg]) scan[i] = true;
+  };
+  for (const std::size_t i : written) add_group(set.modules[i].scale_group);
+  if (plan.overspan == OverSpanChoice::Bf16) {
+    std::set<std::string> layers;
+    for (const std::size_t i : written) layers.insert(moe_layer_of(set.modules[i].name));
+    for (std::size_t i = 0; i < set.modules.size(); ++i) {
+      if (!scan[i] && layers.contains(moe_layer_of(set.modules[i].name))) add_group(set.modules[i].scale_group);
+    }
+  }
+  Plan derived = plan_conversion(source, scan_modules(source, threads, kKeptHistogramBytes, &scan), plan.window);
+  apply_overspan(source, derived, plan.overspan, threads);
+  for (const std::size_t i : written) {
+    const ModulePlan& want = derived.modules[i];
+    const ModulePlan& have = plan.modules[i];
+    if (!same_row(want, have)) {
+      fail_input("the plan's row for module {} ({}) is not what SRC gives under window {} with --overspan {} ({}); "
+                 "the plan was edited, or SRC's data changed since it was planned: run mx2nv plan again",
+                 printable(set.modules[i].name), describe_row(have), window_name(plan.window),
+                 overspan_name(plan.overspan), describe_row(want));
+    }
+  }
+  if (derived.refused()) {
+    // Only modules outside the written ones can be left (the rows above
+    // matched): refused by SRC, planned as convertible.
+    const std::string what = !derived.over_span.empty() ? derived.over_span.front().module : derived.bad_globals.front();
+    fail_input("SRC's {} is refused under window {} with --overspan {}, but the plan converts it; the plan was edited, "
+               "or SRC's data changed since it was planned: run mx2nv plan again",
+               printable(what), window_name(plan.window), overspan_name(plan.overspan));
+  }
 }
 
 }  // namespace mx2nv

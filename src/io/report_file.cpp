@@ -27,7 +27,7 @@ bool under_device_or_proc(const fs::path& absolute) {
 }  // namespace
 
 ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protected_trees, std::string_view option)
-    : path_(path) {
+    : path_(path), option_(option) {
   if (path.empty()) fail(ErrorKind::Usage, "{}: empty path", option);
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec).lexically_normal();
@@ -52,6 +52,18 @@ ReportFile::ReportFile(const fs::path& path, const std::vector<fs::path>& protec
     if (!fs::is_directory(parent, ec)) {
       fail(ErrorKind::Usage, "{} {}: the directory {} does not exist", option, path.string(), parent.string());
     }
+  }
+}
+
+void ReportFile::refuse_same_file(const fs::path& other, std::string_view what) const {
+  if (other.empty() || write_through_) return;  // /dev/stdout twice appends twice: harmless
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(fs::absolute(other, ec).lexically_normal(), ec);
+  struct stat a {}, b {};
+  const bool same_inode = ::stat(resolved_.c_str(), &a) == 0 && ::stat(other.c_str(), &b) == 0 &&
+                          a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  if ((!ec && resolved == resolved_) || same_inode) {
+    fail(ErrorKind::Usage, "{} {}: is {}; refusing to replace it", option_, path_.string(), what);
   }
 }
 
@@ -93,6 +105,20 @@ void ReportFile::write(std::string_view text) const {
     fail_io(resolved_, "rename report into place", err);
   }
   fsync_directory(dir);
+}
+
+CommandOutputs check_command_outputs(const std::optional<fs::path>& report, const std::optional<fs::path>& html,
+                                     const std::vector<fs::path>& trees,
+                                     const std::vector<std::pair<fs::path, std::string>>& inputs) {
+  CommandOutputs out;
+  if (report) out.report.emplace(*report, trees, "--report");
+  if (html) out.html.emplace(*html, trees, "--html");
+  for (const auto& [path, what] : inputs) {
+    if (out.report) out.report->refuse_same_file(path, what);
+    if (out.html) out.html->refuse_same_file(path, what);
+  }
+  if (out.report && out.html) out.html->refuse_same_file(out.report->path(), "the --report file too");
+  return out;
 }
 
 }  // namespace mx2nv

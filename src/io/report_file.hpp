@@ -12,7 +12,10 @@
 
 #include "io/file.hpp"
 
+#include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mx2nv {
@@ -25,12 +28,31 @@ class ReportFile {
              std::string_view option = "--report");
   void write(std::string_view text) const;
   const fs::path& path() const { return path_; }
+  // Exit 2 when this path names the file `other` (another output, or an
+  // input such as the plan a step reads), described as `what`: two outputs
+  // into one file, or a report replacing an input, are never intended.
+  void refuse_same_file(const fs::path& other, std::string_view what) const;
 
  private:
   fs::path path_;      // as given
   fs::path resolved_;  // symlinks resolved: the file an atomic write replaces
   bool write_through_ = false;
+  std::string option_;
 };
+
+// The output files of one command (--report FILE, --html FILE), checked
+// together before any work: each against the SRC and DST the command uses
+// (`trees`; for a planned step the plan's, io/distributed.hpp
+// planned_paths), against the files it reads or writes otherwise (`inputs`:
+// the plan a step reads, the plan --plan-out writes, each with what it is),
+// and against each other. The CLI and the Python package both use this.
+struct CommandOutputs {
+  std::optional<ReportFile> report;
+  std::optional<ReportFile> html;
+};
+CommandOutputs check_command_outputs(const std::optional<fs::path>& report, const std::optional<fs::path>& html,
+                                     const std::vector<fs::path>& trees,
+                                     const std::vector<std::pair<fs::path, std::string>>& inputs = {});
 
 }  // namespace mx2nv
 

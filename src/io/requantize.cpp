@@ -307,7 +307,8 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   files.insert(std::string(kConfigFileName));
   if (ck.index) files.insert(std::string(kIndexFileName));
   for (const auto& s : ck.shards) files.insert(s.file);
-  out.open_for_writing(files);
+  // Without --resume, a DST finished meanwhile is refused (exit 2), never "opened".
+  if (!out.open_for_writing(files)) fail(ErrorKind::Usage, "DST {} changed meanwhile", options.target.string());
   std::vector<ErrorStats> stats(set.modules.size());
   std::vector<ShardOutcome> shards(ck.shards.size());
   parallel_for(ck.shards.size(), options.threads,

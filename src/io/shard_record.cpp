@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <bit>
+#include <charconv>
 #include <iterator>
 #include <xxhash.h>
 
@@ -113,6 +114,21 @@ ShardRecord source_identity(const Checkpoint& source, std::size_t shard) {
   return r;
 }
 
+std::optional<std::uint64_t> shard_header_hash(const fs::path& path) {
+  const File file = File::open_read(path);
+  std::byte prefix[8];
+  if (file.size() < sizeof prefix) return std::nullopt;
+  file.read_at(0, prefix);
+  std::uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | std::to_integer<std::uint64_t>(prefix[i]);
+  if (length > file.size() - sizeof prefix) return std::nullopt;
+  StreamHash hash;
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(sizeof prefix + length, 1 << 20)));
+  read_in_chunks(file, 0, sizeof prefix + length, buffer,
+                 [&](std::span<const std::byte> chunk, std::uint64_t) { hash.update(chunk); });
+  return hash.digest();
+}
+
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard) {
   return expected_record(source, plan, source.checkpoint.read_shard(shard));
 }
@@ -182,6 +198,53 @@ std::optional<FinishedRecord> finished_record_from_text(std::string_view text) {
     f.marlin_zeroed_groups = j.at("marlin_zeroed_groups").get<std::uint64_t>();
     return f;
   });
+}
+
+std::uint64_t source_digest(const std::vector<ShardRecord>& identities) {
+  // Length-prefixed fields: no two lists spell the same text.
+  std::string text;
+  for (const auto& r : identities) {
+    fmt::format_to(std::back_inserter(text), "{}:{}|{}|{}|{};", r.shard.size(), r.shard, r.source_size,
+                   r.source_mtime_ns, r.source_header_hash);
+  }
+  return XXH3_64bits(text.data(), text.size());
+}
+
+std::string conversion_identity_to_text(const ConversionIdentity& c) {
+  const Json j = {{"tool_version", c.tool_version},
+                  {"mode", c.mode},
+                  {"source_shards", c.source_shards},
+                  {"source_digest", fmt::format("{:016x}", c.source_digest)}};
+  return dump_json(j) + "\n";
+}
+
+std::optional<ConversionIdentity> conversion_identity_from_text(std::string_view text) {
+  return parse_record(text, [](const Json& j) -> std::optional<ConversionIdentity> {
+    ConversionIdentity c;
+    c.tool_version = j.at("tool_version").get<std::string>();
+    c.mode = j.at("mode").get<std::string>();
+    if (!j.at("source_shards").is_number_unsigned()) return std::nullopt;
+    c.source_shards = j.at("source_shards").get<std::uint64_t>();
+    const std::string digest = j.at("source_digest").get<std::string>();
+    const auto [end, ec] = std::from_chars(digest.data(), digest.data() + digest.size(), c.source_digest, 16);
+    if (ec != std::errc() || end != digest.data() + digest.size() || digest.size() != 16) return std::nullopt;
+    return c;
+  }).value_or(std::nullopt);
+}
+
+std::optional<std::string> identity_difference(const ConversionIdentity& found, const ConversionIdentity& wanted) {
+  if (found.tool_version != wanted.tool_version) {
+    return fmt::format("it is being written by mx2nv {}, this is mx2nv {}", printable(found.tool_version),
+                       printable(wanted.tool_version));
+  }
+  if (found.mode != wanted.mode) {
+    return fmt::format("it is being converted as {}, this conversion is {}", printable(found.mode),
+                       printable(wanted.mode));
+  }
+  if (found.source_shards != wanted.source_shards || found.source_digest != wanted.source_digest) {
+    return "it is being converted from another SRC (or SRC's shards changed since: names, sizes, mtimes or headers)";
+  }
+  return std::nullopt;
 }
 
 }  // namespace mx2nv

@@ -81,8 +81,34 @@ struct FinishedRecord {
   std::uint64_t marlin_zeroed_groups = 0;
 };
 
+// Which conversion an unfinished DST receives, fixed by its first writer
+// (DST/.mx2nv/conversion.json) so that no later command mixes another one
+// into it: a resumed convert, a plan, a planned step or finalize with other
+// options, another mx2nv or another SRC is refused (exit 2) instead of
+// redoing shards of one conversion under another's rules. `mode` is the
+// effective one (plan_mode_name: the window, and the --overspan rewrites the
+// plan needed), so an --overspan choice that changes nothing is no
+// difference.
+struct ConversionIdentity {
+  std::string tool_version;
+  std::string mode;
+  std::uint64_t source_shards = 0;
+  std::uint64_t source_digest = 0;  // source_digest() of SRC's shard identities
+};
+// XXH3-64 over the identity fields (name, size, mtime, header hash) of each
+// shard, in order.
+std::uint64_t source_digest(const std::vector<ShardRecord>& identities);
+std::string conversion_identity_to_text(const ConversionIdentity& identity);
+std::optional<ConversionIdentity> conversion_identity_from_text(std::string_view text);
+// nullopt when `found` is `wanted`; else what differs, for a message.
+std::optional<std::string> identity_difference(const ConversionIdentity& found, const ConversionIdentity& wanted);
+
 // The source shard's identity (no plan): name, size, mtime, header hash.
 ShardRecord source_identity(const Checkpoint& source, std::size_t shard);
+// The header hash source_identity() records, of any file that starts like a
+// safetensors shard (8-byte length, then the header); nullopt when it does
+// not (too short, or a length beyond the file).
+std::optional<std::uint64_t> shard_header_hash(const fs::path& file);
 // Identity plus the plan's fingerprint for this shard: every scale's global
 // exponent and mode, the window and the tool version.
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, std::size_t shard);

@@ -6,7 +6,9 @@
 // removed, finished shards are kept for resume, and the Python exception is
 // raised once the library has unwound. Results cross as JSON text, the
 // report contract, so the Python classes mirror the JSON report field for
-// field.
+// field. Where the report and the HTML page go is checked before any work,
+// against the SRC and DST the command uses (with a plan, the plan's), and
+// they are written here as the CLI writes them (io/report_file.hpp).
 #include "core/error.hpp"
 #include "core/overspan.hpp"
 #include "core/printable.hpp"
@@ -18,6 +20,7 @@
 #include "io/gate.hpp"
 #include "io/inspect.hpp"
 #include "io/progress.hpp"
+#include "io/report_file.hpp"
 #include "io/verify.hpp"
 #include "render/html_report.hpp"
 
@@ -129,83 +132,111 @@ CopyMode copy_of(const std::string& copy) {
   return *mode;
 }
 
+std::optional<fs::path> path_of(const std::optional<std::string>& p) {
+  return p ? std::optional<fs::path>(*p) : std::nullopt;
+}
+
+// Writes what a command produced to the output files it was given (checked
+// before the work), the report's JSON as the CLI writes it.
+Outcome written(const CommandOutputs& outputs, Outcome outcome) {
+  const auto& [code, text, page] = outcome;
+  if (outputs.report) outputs.report->write(text + "\n");
+  if (outputs.html && page) outputs.html->write(*page);
+  return outcome;
+}
+
 // The report the CLI writes for a failed command (the success path's report
-// with result "error"), with the error's exit code. Called inside a catch.
-Outcome error_outcome(const std::string& command, Window window, const std::string& src, const std::string* dst,
-                      bool html, unsigned threads) {
+// with result "error"), with the error's exit code, written to the output
+// files if they were checked already. Called inside a catch.
+Outcome error_outcome(const std::string& command, Window window, const fs::path& src, const fs::path* dst,
+                      const CommandOutputs& outputs, unsigned threads) {
   const Error e = current_exception_as_error();
   Report r;
   try {
-    const fs::path target = dst ? fs::path(*dst) : fs::path();
-    r = start_report(command, window, src, dst ? &target : nullptr);
+    r = start_report(command, window, src, dst);
   } catch (...) {  // SRC unusable even for provenance: the plain paths
     r.command = command;
     r.window = window;
-    r.provenance.source = src;
-    if (dst) r.provenance.target = *dst;
+    r.provenance.source = src.string();
+    if (dst) r.provenance.target = dst->string();
   }
   r.set_error(e);
   std::optional<std::string> page;
-  if (html) page = render_html_for(r, nullptr, threads);
-  return {r.exit_code(), dump_json(report_to_json(r)), page};
+  if (outputs.html) page = render_html_for(r, nullptr, threads);
+  Outcome outcome{r.exit_code(), dump_json(report_to_json(r)), page};
+  try {
+    return written(outputs, std::move(outcome));
+  } catch (...) {  // the error is the command's; a report that cannot be written is not a second one
+    return outcome;
+  }
 }
 
 Outcome convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
                 bool resume, const std::string& copy, const std::string& overspan, const nb::object& callback,
-                bool html) {
+                const std::optional<std::string>& report, const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   ConvertOptions o{src, dst, Window::Marlin, threads, resume};
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
       [&]() -> Outcome {
+        CommandOutputs outputs;
         try {
+          outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
           o.window = window_of(window);
           o.copy = copy_of(copy);
           o.overspan = overspan_of(overspan);
           const Report r = convert_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
-          return {r.exit_code(), dump_json(report_to_json(r)), page};
+          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_outcome("convert", o.window, src, &dst, html, threads);
+          return error_outcome("convert", o.window, o.source, &o.target, outputs, threads);
         }
       },
       callback, mailbox);
 }
 
 Outcome verify(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-               const nb::object& callback, bool html) {
+               const nb::object& callback, const std::optional<std::string>& report,
+               const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   VerifyOptions o{src, dst, Window::Marlin, threads, std::nullopt};
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
       [&]() -> Outcome {
+        CommandOutputs outputs;
         try {
+          outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
           o.window = window_of(window);
           const Report r = verify_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
-          return {r.exit_code(), dump_json(report_to_json(r)), page};
+          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_outcome("verify", o.window, src, &dst, html, threads);
+          return error_outcome("verify", o.window, o.source, &o.target, outputs, threads);
         }
       },
       callback, mailbox);
 }
 
-Outcome inspect(const std::string& src, const std::string& window, unsigned threads, bool html) {
+Outcome inspect(const std::string& src, const std::string& window, unsigned threads,
+                const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   Window w = Window::Marlin;
   return run_released(
       [&]() -> Outcome {
+        CommandOutputs outputs;
         try {
+          outputs = check_command_outputs(std::nullopt, path_of(html), {fs::path(src)});
           w = window_of(window);
           const Inspection in = inspect_checkpoint(src, w, threads);
           std::optional<std::string> page;
           if (html) page = render_html_for(in.report, &in, threads);
-          return {in.report.exit_code(), dump_json(inspection_to_json(in)), page};
+          Outcome outcome{in.report.exit_code(), dump_json(inspection_to_json(in)), page};
+          if (outputs.html) outputs.html->write(*page);
+          return outcome;
         } catch (...) {
-          return error_outcome("inspect", w, src, nullptr, html, threads);
+          return error_outcome("inspect", w, src, nullptr, outputs, threads);
         }
       },
       nb::none(), mailbox);
@@ -222,13 +253,13 @@ Outcome plan(const std::string& src, const std::string& dst, const std::string& 
         try {
           o.window = window_of(window);
           o.overspan = overspan_of(overspan);
-          fs::path written;
-          const Report r = plan_checkpoint(o, written);
+          fs::path written_to;
+          const Report r = plan_checkpoint(o, written_to);
           std::optional<std::string> plan_path;
-          if (!written.empty()) plan_path = written.string();
+          if (!written_to.empty()) plan_path = written_to.string();
           return {r.exit_code(), dump_json(report_to_json(r)), plan_path};
         } catch (...) {
-          return error_outcome("plan", o.window, src, &dst, false, threads);
+          return error_outcome("plan", o.window, o.source, &o.target, {}, threads);
         }
       },
       nb::none(), mailbox);
@@ -236,36 +267,54 @@ Outcome plan(const std::string& src, const std::string& dst, const std::string& 
 
 PlannedOptions planned_options(const std::string& plan_path, const std::optional<std::string>& src,
                                const std::optional<std::string>& dst, unsigned threads) {
-  PlannedOptions o{plan_path, std::nullopt, std::nullopt, threads, CopyMode::Auto, {}};
+  PlannedOptions o{plan_path, std::nullopt, std::nullopt, threads, CopyMode::Auto, {}, std::nullopt, std::nullopt};
   if (src) o.source = *src;
   if (dst) o.target = *dst;
   return o;
 }
 
-// The error report of a plan step: the plan's paths when given, else the plan's.
-Outcome planned_error(const std::string& plan_path, const std::optional<std::string>& src,
-                      const std::optional<std::string>& dst) {
-  const std::string target = dst.value_or("");
-  return error_outcome("convert", Window::Marlin, src.value_or(plan_path), dst ? &target : nullptr, false, 1);
+// A plan step's outputs, checked against the SRC and DST it uses (the
+// plan's unless given) and the plan itself; `paths` gets them for the error
+// report. A plan that cannot be read leaves them unknown: no output is
+// written then (it could not be checked).
+CommandOutputs planned_outputs(const PlannedOptions& o, const std::optional<std::string>& report,
+                               const std::optional<std::string>& html, PlannedPaths& paths) {
+  std::vector<fs::path> outputs;
+  if (report) outputs.emplace_back(*report);
+  if (html) outputs.emplace_back(*html);
+  paths = planned_paths(o, outputs);
+  return check_command_outputs(path_of(report), path_of(html),
+                               {paths.source.value_or(fs::path()), paths.target.value_or(fs::path())},
+                               {{o.plan, "the plan this step reads"}});
+}
+
+// The error report of a plan step: the paths it uses when known, else the plan's path.
+Outcome planned_error(const PlannedOptions& o, const PlannedPaths& paths, const CommandOutputs& outputs) {
+  const fs::path target = paths.target.value_or(fs::path());
+  return error_outcome("convert", Window::Marlin, paths.source.value_or(o.plan), paths.target ? &target : nullptr,
+                       outputs, o.threads);
 }
 
 // convert --plan P --shard I | --shards I/N: (exit code, report JSON, None).
 Outcome convert_shards(const std::string& plan_path, const std::string& selection, const std::optional<std::string>& src,
                        const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
-                       const nb::object& callback) {
+                       const nb::object& callback, const std::optional<std::string>& report) {
   ProgressMailbox mailbox;
   PlannedOptions o = planned_options(plan_path, src, dst, threads);
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
       [&]() -> Outcome {
+        PlannedPaths paths{o.plan, o.source, o.target};
+        CommandOutputs outputs;
         try {
           o.copy = copy_of(copy);
           const ShardSelection which = selection.find('/') == std::string::npos ? parse_shard_index(selection)
                                                                                  : parse_shard_selection(selection);
+          outputs = planned_outputs(o, report, std::nullopt, paths);
           const Report r = convert_planned_shards(o, which);
-          return {r.exit_code(), dump_json(report_to_json(r)), std::nullopt};
+          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), std::nullopt});
         } catch (...) {
-          return planned_error(plan_path, src, dst);
+          return planned_error(o, paths, outputs);
         }
       },
       callback, mailbox);
@@ -273,19 +322,23 @@ Outcome convert_shards(const std::string& plan_path, const std::string& selectio
 
 // convert --plan P --finalize: (exit code, report JSON, HTML page or None).
 Outcome finalize(const std::string& plan_path, const std::optional<std::string>& src,
-                 const std::optional<std::string>& dst, unsigned threads, const std::string& copy, bool html) {
+                 const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
+                 const std::optional<std::string>& report, const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   PlannedOptions o = planned_options(plan_path, src, dst, threads);
   return run_released(
       [&]() -> Outcome {
+        PlannedPaths paths{o.plan, o.source, o.target};
+        CommandOutputs outputs;
         try {
           o.copy = copy_of(copy);
+          outputs = planned_outputs(o, report, html, paths);
           const Report r = finalize_planned(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
-          return {r.exit_code(), dump_json(report_to_json(r)), page};
+          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return planned_error(plan_path, src, dst);
+          return planned_error(o, paths, outputs);
         }
       },
       nb::none(), mailbox);
@@ -334,19 +387,25 @@ NB_MODULE(_core, m) {
   m.doc() = "mx2nv's C++ library; use the mx2nv package, not this module.";
   m.def("version", [] { return std::string(MX2NV_VERSION); });
   m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
-        nb::arg("resume"), nb::arg("copy"), nb::arg("overspan"), nb::arg("progress").none(), nb::arg("html"),
-        "Convert; returns (exit code, report JSON, HTML page or None).");
+        nb::arg("resume"), nb::arg("copy"), nb::arg("overspan"), nb::arg("progress").none(), nb::arg("report").none(),
+        nb::arg("html").none(),
+        "Convert, writing the report / HTML page to the paths given (checked first); returns (exit code, report "
+        "JSON, HTML page or None).");
   m.def("verify", &verify, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
-        nb::arg("progress").none(), nb::arg("html"), "Verify; returns (exit code, report JSON, HTML page or None).");
-  m.def("inspect", &inspect, nb::arg("src"), nb::arg("window"), nb::arg("threads"), nb::arg("html"),
-        "Inspect; returns (exit code, inspection JSON, HTML page or None).");
+        nb::arg("progress").none(), nb::arg("report").none(), nb::arg("html").none(),
+        "Verify, as convert; returns (exit code, report JSON, HTML page or None).");
+  m.def("inspect", &inspect, nb::arg("src"), nb::arg("window"), nb::arg("threads"), nb::arg("html").none(),
+        "Inspect, writing the HTML page to the path given; returns (exit code, inspection JSON, HTML page or None).");
   m.def("plan", &plan, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
         nb::arg("plan_out").none(), nb::arg("overspan"), "Plan; returns (exit code, report JSON, plan file written or None).");
   m.def("convert_shards", &convert_shards, nb::arg("plan"), nb::arg("selection"), nb::arg("src").none(),
         nb::arg("dst").none(), nb::arg("threads"), nb::arg("copy"), nb::arg("progress").none(),
-        "Convert shards of a plan (selection \"I\" or \"I/N\"); returns (exit code, report JSON, None).");
+        nb::arg("report").none(),
+        "Convert shards of a plan (selection \"I\" or \"I/N\"), writing the report to the path given (checked "
+        "first against the plan's SRC and DST); returns (exit code, report JSON, None).");
   m.def("finalize", &finalize, nb::arg("plan"), nb::arg("src").none(), nb::arg("dst").none(), nb::arg("threads"),
-        nb::arg("copy"), nb::arg("html"), "Finalize a plan; returns (exit code, report JSON, HTML page or None).");
+        nb::arg("copy"), nb::arg("report").none(), nb::arg("html").none(),
+        "Finalize a plan, as convert_shards; returns (exit code, report JSON, HTML page or None).");
   m.def("gate", &gate, nb::arg("checkpoint"), nb::arg("runtime"), nb::arg("tp"), nb::arg("dtype"), nb::arg("threads"),
         nb::arg("python").none(), nb::arg("ask_timeout"),
         "Gate; returns (exit code, gate JSON or {result: error, error}, None).");

@@ -33,7 +33,7 @@ std::set<std::string> names_in(const fs::path& dir) {
 TEST(CommitQueue, CommitsEveryFileFromManyWorkersThenRunsItsCallback) {
   Scratch s;
   Destination d(s / "src", s / "dst", false);
-  d.open_for_writing({});
+  ASSERT_TRUE(d.open_for_writing({}));
   std::atomic<int> after{0};
   {
     CommitQueue q(d, 2);
@@ -61,7 +61,7 @@ TEST(CommitQueue, CommitsEveryFileFromManyWorkersThenRunsItsCallback) {
 TEST(CommitQueue, ACallbackErrorReachesFinishAndTheNextPush) {
   Scratch s;
   Destination d(s / "src", s / "dst", false);
-  d.open_for_writing({});
+  ASSERT_TRUE(d.open_for_writing({}));
   CommitQueue q(d, 1);
   q.push(written(d, "a"), [] { fail(ErrorKind::Io, "disk on fire"); });
   try {
@@ -78,7 +78,7 @@ TEST(CommitQueue, WhatIsQueuedWhenARunFailsIsNeverCommitted) {
   Scratch s;
   {
     Destination d(s / "src", s / "dst", false);
-    d.open_for_writing({});
+    ASSERT_TRUE(d.open_for_writing({}));
     std::atomic<bool> started{false}, release{false};
     // Destroyed after the queue: lets the first callback go only once the
     // queue's destructor (a run failing elsewhere) has begun.

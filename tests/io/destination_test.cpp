@@ -38,7 +38,7 @@ TEST(Destination, AnAbandonedRunThatFinishedNothingLeavesNothing) {
     Destination d(s / "src", s / "dst", false);
     EXPECT_EQ(d.state(), DestinationState::Empty);
     EXPECT_FALSE(fs::exists(s / "dst"));  // checking writes nothing
-    d.open_for_writing({});
+    ASSERT_TRUE(d.open_for_writing({}));
     Destination::Pending p = d.begin("sub/dir/file.bin");
     p.file.write_at(0, std::as_bytes(std::span("abc", 3)));
   }
@@ -49,7 +49,7 @@ TEST(Destination, CommittedFilesStayTemporariesGo) {
   Scratch s;
   {
     Destination d(s / "src", s / "dst", false);
-    d.open_for_writing({});
+    ASSERT_TRUE(d.open_for_writing({}));
     d.write_file("a.txt", "hello");
     Destination::Pending p = d.begin("b.txt");
   }
@@ -93,7 +93,7 @@ TEST(Destination, RecordsSurviveAnInterruptedRunAndFinishKeepsOnlyTheFinishedRec
   r.output_size = 5;
   {
     Destination d(s / "src", s / "dst", false);
-    d.open_for_writing({});
+    ASSERT_TRUE(d.open_for_writing({}));
     d.write_file(r.shard, "bytes");
     d.write_record(r);
   }
@@ -105,7 +105,7 @@ TEST(Destination, RecordsSurviveAnInterruptedRunAndFinishKeepsOnlyTheFinishedRec
   EXPECT_EQ(back->plan_hash, 7u);
   EXPECT_FALSE(again.read_record("another").has_value());
 
-  again.open_for_writing({r.shard, "config.json", "model.safetensors.index.json"});
+  ASSERT_TRUE(again.open_for_writing({r.shard, "config.json", "model.safetensors.index.json"}));
   FinishedRecord f;
   f.tool_version = "test";
   f.window = "marlin";
@@ -129,21 +129,21 @@ TEST(Destination, ForeignFilesRefuseAResume) {
   Scratch s;
   {
     Destination d(s / "src", s / "dst", false);
-    d.open_for_writing({});
+    ASSERT_TRUE(d.open_for_writing({}));
     d.write_file("mine.safetensors", "x");
   }
   std::ofstream(s / "dst/theirs.safetensors") << "y";
   Destination d(s / "src", s / "dst", true);
-  EXPECT_EQ(kind_of([&] { d.open_for_writing({"mine.safetensors"}); }), ErrorKind::Usage);
+  EXPECT_EQ(kind_of([&] { static_cast<void>(d.open_for_writing({"mine.safetensors"})); }), ErrorKind::Usage);
   EXPECT_EQ(slurp(s / "dst/theirs.safetensors"), "y");
 }
 
 TEST(Destination, OneWriterAtATime) {
   Scratch s;
   Destination a(s / "src", s / "dst", false);
-  a.open_for_writing({});
+  ASSERT_TRUE(a.open_for_writing({}));
   Destination b(s / "src", s / "dst", true);
-  EXPECT_EQ(kind_of([&] { b.open_for_writing({}); }), ErrorKind::Usage);
+  EXPECT_EQ(kind_of([&] { static_cast<void>(b.open_for_writing({})); }), ErrorKind::Usage);
 }
 
 // A converter that lost a race to one that finished (the winner removes its
@@ -157,7 +157,7 @@ TEST(Destination, ALoserOfARaceLeavesTheWinnersStateAsItWas) {
     fs::create_directories(s / "dst/.mx2nv");
     std::ofstream(s / "dst/.mx2nv/finished.json") << "{}";
     std::ofstream(s / "dst/model.safetensors.index.json") << "{}";
-    EXPECT_EQ(kind_of([&] { late.open_for_writing({}); }), ErrorKind::Usage);
+    EXPECT_EQ(kind_of([&] { static_cast<void>(late.open_for_writing({})); }), ErrorKind::Usage);
   }
   std::vector<std::string> state;
   for (const auto& e : fs::directory_iterator(s / "dst/.mx2nv")) state.push_back(e.path().filename().string());
@@ -168,7 +168,7 @@ TEST(Destination, ALoserOfARaceLeavesTheWinnersStateAsItWas) {
 TEST(Destination, RelativePathsThatEscapeAreRefused) {
   Scratch s;
   Destination d(s / "src", s / "dst", false);
-  d.open_for_writing({});
+  ASSERT_TRUE(d.open_for_writing({}));
   EXPECT_EQ(kind_of([&] { d.write_file("../escape.txt", "x"); }), ErrorKind::InvalidInput);
   EXPECT_EQ(kind_of([&] { d.write_file("a//b.txt", "x"); }), ErrorKind::InvalidInput);
   EXPECT_FALSE(fs::exists(s / "escape.txt"));
@@ -191,7 +191,7 @@ TEST(Destination, TakingAShardRemovesOnlyItsOwnTemporaries) {
     std::ofstream(s / "dst" / name) << "x";
   }
   Destination d(s / "src", s / "dst", true);
-  d.open_for_shards();
+  ASSERT_TRUE(d.open_for_shards());
   {
     const Destination::ShardLock lock = d.lock_shard("b.safetensors");
   }

@@ -132,6 +132,9 @@ TEST(OverSpanChoice, ThePlanFileCarriesTheChoiceAndEachTreatment) {
   f.tool_version = "t";
   f.window = plan.window;
   f.overspan = plan.overspan;
+  f.source = "/src";
+  f.target = "/dst";
+  f.shards.push_back({"model.safetensors", 1, 2, 3, 4, 5, 6});
   for (const auto& m : set.modules) f.module_names.emplace_back(m.name);
   f.modules = plan.modules;
   const std::string text = plan_file_to_text(f);

@@ -1,0 +1,98 @@
+// Fuzz target: plan files (`mx2nv plan`, read by every planned step from
+// shared storage). Properties: no crash, and a plan accepted is one a step
+// can act on as written: SRC and DST absolute and byte-exact (they survive
+// writing the plan again), shard names confined to the checkpoint and
+// unique, every row's global consistent with its m, treatment and the
+// plan's --overspan choice; writing an accepted plan again gives a plan that
+// reads back to the same values and checksum.
+#include "core/error.hpp"
+#include "core/numerics.hpp"
+#include "core/plan_file.hpp"
+#include "core/shard_index.hpp"
+
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+namespace {
+
+using namespace mx2nv;
+
+bool same_rows(const PlanFile& a, const PlanFile& b) {
+  if (a.modules.size() != b.modules.size() || a.module_names != b.module_names) return false;
+  for (std::size_t i = 0; i < a.modules.size(); ++i) {
+    const ModulePlan& x = a.modules[i];
+    const ModulePlan& y = b.modules[i];
+    if (x.treatment != y.treatment || x.m != y.m ||
+        std::bit_cast<std::uint32_t>(x.divisor) != std::bit_cast<std::uint32_t>(y.divisor) ||
+        x.zero_scales != y.zero_scales || x.span != y.span || x.groups_outside != y.groups_outside ||
+        x.canonical_zero_groups != y.canonical_zero_groups || x.marlin_zeroed_groups != y.marlin_zeroed_groups) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool same_shards(const PlanFile& a, const PlanFile& b) {
+  if (a.shards.size() != b.shards.size()) return false;
+  for (std::size_t s = 0; s < a.shards.size(); ++s) {
+    const PlannedShard& x = a.shards[s];
+    const PlannedShard& y = b.shards[s];
+    if (x.file != y.file || x.source_size != y.source_size || x.source_mtime_ns != y.source_mtime_ns ||
+        x.source_header_hash != y.source_header_hash || x.plan_hash != y.plan_hash ||
+        x.output_data_bytes != y.output_data_bytes || x.output_tensors != y.output_tensors) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  PlanFile plan;
+  try {
+    plan = plan_file_from_text({reinterpret_cast<const char*>(data), size}, "fuzz");
+  } catch (const Error&) {
+    return 0;  // refused: the only other outcome allowed
+  }
+  for (const std::string* path : {&plan.source, &plan.target}) {
+    if (path->empty() || path->front() != '/' || path->find('\0') != std::string::npos) std::abort();
+  }
+  std::set<std::string> files;
+  for (const auto& s : plan.shards) {
+    if (!is_confined_relative_path(s.file) || !files.insert(s.file).second) std::abort();
+  }
+  if (plan.shards.empty() || plan.module_names.size() != plan.modules.size()) std::abort();
+  for (const auto& m : plan.modules) {
+    switch (m.treatment) {
+      case Treatment::Exact: {
+        const auto divisor = global_divisor_for(m.m);
+        if (!divisor || std::bit_cast<std::uint32_t>(*divisor) != std::bit_cast<std::uint32_t>(m.divisor)) std::abort();
+        break;
+      }
+      case Treatment::Requantized:
+        if (plan.overspan != OverSpanChoice::Requantize || !(m.divisor > 0)) std::abort();
+        break;
+      case Treatment::Bf16:
+        if (plan.overspan != OverSpanChoice::Bf16) std::abort();
+        break;
+    }
+  }
+  // Written again (always in the current format), it reads back the same.
+  PlanFile again = plan;
+  const std::string text = plan_file_to_text(again);
+  try {
+    const PlanFile back = plan_file_from_text(text, "again");
+    if (back.source != plan.source || back.target != plan.target || back.tool_version != plan.tool_version ||
+        back.window != plan.window || back.overspan != plan.overspan || !same_shards(back, plan) ||
+        !same_rows(back, plan) || back.fingerprint != again.fingerprint) {
+      std::abort();
+    }
+  } catch (const Error&) {
+    std::abort();
+  }
+  return 0;
+}
