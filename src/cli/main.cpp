@@ -732,7 +732,6 @@ int main(int argc, char** argv) {
                          report_file, html_file);
     }
     if (*verify) {
-      std::optional<ShardSelection> selection;
       if (!verify_shards.empty()) {
         selection = parse_shard_selection(verify_shards);
         verify_subset = fmt::format("{}/{}", selection->index, selection->stride);
