@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -41,22 +42,43 @@ class Run:
     rss_kib: int
 
 
+# mx2nv is started by a small launcher that reports its peak RSS (wait4): a
+# child forked straight from this test process would count this process's own
+# RSS (hundreds of MB once the conformance suite has imported torch), since
+# the kernel records the pre-exec high-water mark too.
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+os.write(int(sys.argv[1]), f"{status} {usage.ru_maxrss}".encode())
+"""
+
+
 def run(*args, cwd=None) -> Run:
-    """One mx2nv run: exit code, output, and its own peak RSS (wait4)."""
+    """One mx2nv run: exit code, output, and its own peak RSS."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([os.fsencode(MX2NV), *[os.fsencode(a) for a in args]], stdout=out, stderr=err,
-                             stdin=subprocess.DEVNULL, cwd=cwd)
-        timer = threading.Timer(TIMEOUT_S, p.kill)
+        report_r, report_w = os.pipe()
+        p = subprocess.Popen([sys.executable, "-I", "-c", LAUNCHER, str(report_w), os.fsencode(MX2NV),
+                              *[os.fsencode(a) for a in args]],
+                             stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                             pass_fds=(report_w,))
+        os.close(report_w)
+        timer = threading.Timer(TIMEOUT_S, lambda: os.killpg(p.pid, 9))
         timer.start()
         try:
-            _, status, usage = os.wait4(p.pid, 0)
+            p.wait()
         finally:
             timer.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)
+        with os.fdopen(report_r, "rb") as f:
+            said = f.read().split()
+        # A launcher killed at the timeout said nothing: report a SIGKILL.
+        status, rss = (int(x) for x in said) if said else (9, 0)
         out.seek(0)
         err.seek(0)
-        return Run(p.returncode, out.read().decode("utf-8", "surrogateescape"),
-                   err.read().decode("utf-8", "surrogateescape"), usage.ru_maxrss)
+        return Run(os.waitstatus_to_exitcode(status), out.read().decode("utf-8", "surrogateescape"),
+                   err.read().decode("utf-8", "surrogateescape"), rss)
 
 
 def tree(root: Path) -> dict:
