@@ -1,7 +1,7 @@
 """Checkpoints at the metadata caps, for measuring peak memory (benchmark.py --capped).
 
-mx2nv refuses an index or shard header past its caps (src/core/shard_index.hpp,
-src/core/safetensors.hpp); below them, memory must stay within the 256 MiB goal
+mx2nv refuses an index or shard header past its caps (src/safetensors/index.hpp,
+src/safetensors/header.hpp); below them, memory must stay within the 256 MiB goal
 whatever the input. `mx2nv generate` covers "most modules" (K3 layout, many
 experts); this script covers the other corners, built on a tiny generated
 checkpoint (one MXFP4 module pair per shard) with pass-through tensors added:

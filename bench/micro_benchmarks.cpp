@@ -2,10 +2,10 @@
 // data each one touches: active-group detection (packed bytes), the
 // E8M0 -> E4M3 scale map (source scale bytes), and verify's value
 // comparison (packed bytes of one side).
-#include "core/numerics.hpp"
-#include "core/scale_map.hpp"
-#include "core/scale_scan.hpp"
-#include "core/value_compare.hpp"
+#include "convert/scale_map.hpp"
+#include "model/scale_scan.hpp"
+#include "numerics/formats.hpp"
+#include "verify/value_compare.hpp"
 
 #include <benchmark/benchmark.h>
 

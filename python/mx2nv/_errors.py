@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional, Union
 if TYPE_CHECKING:
     from ._report import Inspection, Report
 
-# What a terminal acts on, as the command line escapes it (core/printable.hpp):
+# What a terminal acts on, as the command line escapes it (common/printable.hpp):
 # C0 controls and DEL as \xNN; C1 controls, the bidirectional controls and the
 # line and paragraph separators as \uXXXX; and lone surrogates (a path decoded
 # with surrogateescape), which cannot even be printed, as \uXXXX too.

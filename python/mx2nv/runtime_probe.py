@@ -6,7 +6,7 @@ runtime's own code instead: its CompressedTensorsConfig parses the
 checkpoint's quantization_config (`from_config`) and its real selection entry
 point, `CompressedTensorsConfig.get_quant_method(layer, prefix)`, picks the
 method for one routed-expert layer of the checkpoint. gate compares that
-answer with its own scheme rule (core/runtime_opinion.cpp).
+answer with its own scheme rule (gate/opinion.cpp).
 
 Only the constructors of the runtime's MoE methods/schemes are replaced, by
 recorders, while the selector runs: they would select GPU kernels (vLLM's
@@ -37,7 +37,7 @@ import sys
 import traceback
 
 PROTOCOL = 1
-# The releases gate's rules were read from (core/runtime_rules.cpp).
+# The releases gate's rules were read from (gate/rules.cpp).
 PINNED = {"vllm": "0.33.0", "sglang": "0.5.23"}
 RUNTIMES = ("vllm", "sglang")
 _MAX_TEXT = 2000  # characters of any message kept in the answer
@@ -62,7 +62,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def find_quantization_config(config: dict):
-    """As gate finds it (core/runtime_rules.cpp quantization_config_of): the
+    """As gate finds it (gate/rules.cpp quantization_config_of): the
     top-level one, else the one of the last nested object, in key order, that
     holds one (e.g. text_config)."""
     if not isinstance(config, dict):

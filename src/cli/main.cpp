@@ -1,22 +1,23 @@
 // The mx2nv command line: argument parsing, human summaries on stdout, errors
 // on stderr, JSON reports, exit codes. All work happens in the libraries.
+#include "checkpoint/reader.hpp"
 #include "cli/progress_line.hpp"
-#include "core/error.hpp"
-#include "core/printable.hpp"
-#include "core/report.hpp"
-#include "core/report_merge.hpp"
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
+#include "convert/convert.hpp"
+#include "convert/plan_command.hpp"
+#include "convert/planned.hpp"
+#include "convert/requantize_command.hpp"
 #include "fixture/fixture.hpp"
-#include "io/cancel.hpp"
-#include "io/checkpoint_reader.hpp"
-#include "io/convert.hpp"
-#include "io/distributed.hpp"
-#include "core/overspan.hpp"
-#include "io/gate.hpp"
-#include "io/inspect.hpp"
-#include "io/report_file.hpp"
-#include "io/requantize.hpp"
-#include "io/verify.hpp"
-#include "render/html_report.hpp"
+#include "gate/gate.hpp"
+#include "html/html_report.hpp"
+#include "inspect/inspect.hpp"
+#include "plan/overspan.hpp"
+#include "report/merge.hpp"
+#include "report/report.hpp"
+#include "report/report_file.hpp"
+#include "verify/verify.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -82,7 +83,7 @@ void print_counts(const Report& r) {
   }
 }
 
-// --html FILE: the same path rules as --report (io/report_file.hpp).
+// --html FILE: the same path rules as --report (report/report_file.hpp).
 void write_html(const std::optional<ReportFile>& file, const Report& report, const Inspection* inspection,
                 unsigned threads) {
   if (file) file->write(render_html_for(report, inspection, threads));
@@ -207,7 +208,7 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
 // How a failed command is told on stderr (the one format of every error).
 void print_error(const Error& e) { fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what())); }
 
-// verify --merge (core/report_merge.hpp): the parts are input. The report
+// verify --merge (report/merge.hpp): the parts are input. The report
 // may go anywhere but into the SRC and DST the parts name, and never over a
 // part; that is checked once the parts are read, before anything is printed
 // or written. A failed merge writes its error report only where every
@@ -685,7 +686,7 @@ int main(int argc, char** argv) {
       // Options a planned step does not use are refused, never ignored:
       // --resume (implied), --html on a shard step (a finalize writes the
       // conversion's page); --window and --overspan are checked against the
-      // plan (io/distributed.hpp).
+      // plan (convert/planned.hpp).
       if (resume) fail(ErrorKind::Usage, "--resume is implied with --plan");
       if (shard_text.empty() && shards_text.empty() && !finalize) {
         fail(ErrorKind::Usage, "--plan needs --shard I, --shards I/N or --finalize");

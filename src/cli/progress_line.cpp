@@ -1,7 +1,7 @@
 #include "cli/progress_line.hpp"
 
-#include "core/printable.hpp"
-#include "core/strict_json.hpp"
+#include "common/printable.hpp"
+#include "json/strict_json.hpp"
 
 #include <fmt/core.h>
 #include <sys/ioctl.h>
@@ -43,7 +43,7 @@ std::optional<ProgressMode> parse_progress_mode(const std::string& text) {
   if (text == "auto") return ProgressMode::Auto;
   if (text == "always") return ProgressMode::Always;
   if (text == "never") return ProgressMode::Never;
-  if (text == "json") return ProgressMode::Json;
+  if (text == "json") return ProgressMode::JsonLines;
   return std::nullopt;
 }
 
@@ -76,7 +76,7 @@ std::string format_progress_json(const Progress& p, double phase_seconds) {
 }
 
 ProgressLine::ProgressLine(ProgressMode mode, std::FILE* stream) : stream_(stream) {
-  json_ = mode == ProgressMode::Json;
+  json_ = mode == ProgressMode::JsonLines;
   live_ = mode == ProgressMode::Always || (mode == ProgressMode::Auto && isatty(fileno(stream)) == 1);
 }
 

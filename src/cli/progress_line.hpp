@@ -1,9 +1,9 @@
-// How the CLI shows io/progress.hpp updates on stderr: one live line on a
+// How the CLI shows common/progress.hpp updates on stderr: one live line on a
 // terminal, JSON lines for orchestrators, or nothing. The library never
 // prints; this is the only place that draws progress.
 #pragma once
 
-#include "io/progress.hpp"
+#include "common/progress.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -12,7 +12,7 @@
 
 namespace mx2nv {
 
-enum class ProgressMode { Auto, Always, Never, Json };
+enum class ProgressMode { Auto, Always, Never, JsonLines };
 std::optional<ProgressMode> parse_progress_mode(const std::string& text);
 
 class ProgressLine {

@@ -8,21 +8,22 @@
 // report contract, so the Python classes mirror the JSON report field for
 // field. Where the report and the HTML page go is checked before any work,
 // against the SRC and DST the command uses (with a plan, the plan's), and
-// they are written here as the CLI writes them (io/report_file.hpp).
-#include "core/error.hpp"
-#include "core/overspan.hpp"
-#include "core/printable.hpp"
-#include "core/report.hpp"
-#include "io/cancel.hpp"
-#include "io/checkpoint_reader.hpp"
-#include "io/convert.hpp"
-#include "io/distributed.hpp"
-#include "io/gate.hpp"
-#include "io/inspect.hpp"
-#include "io/progress.hpp"
-#include "io/report_file.hpp"
-#include "io/verify.hpp"
-#include "render/html_report.hpp"
+// they are written here as the CLI writes them (report/report_file.hpp).
+#include "checkpoint/reader.hpp"
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
+#include "common/progress.hpp"
+#include "convert/convert.hpp"
+#include "convert/plan_command.hpp"
+#include "convert/planned.hpp"
+#include "gate/gate.hpp"
+#include "html/html_report.hpp"
+#include "inspect/inspect.hpp"
+#include "plan/overspan.hpp"
+#include "report/report.hpp"
+#include "report/report_file.hpp"
+#include "verify/verify.hpp"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>

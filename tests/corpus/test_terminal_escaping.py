@@ -22,7 +22,7 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
 
-# Everything printable() escapes (core/printable.hpp), decoded with
+# Everything printable() escapes (common/printable.hpp), decoded with
 # surrogateescape so a byte that is not UTF-8 shows as a lone surrogate.
 UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\udc80-\udcff]")
 # A name with one of each: ESC and BEL (C0), DEL, CSI and NEL (C1), RLO and

@@ -1,14 +1,14 @@
 // End to end on generated checkpoints: convert -> verify in K3 and flat
 // layouts, single-file, determinism, windows, refusals, and verify catching a
 // flipped byte anywhere in the output.
-#include "core/error.hpp"
-#include "core/safetensors.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "convert/convert.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
-#include "io/convert.hpp"
-#include "io/inspect.hpp"
-#include "io/verify.hpp"
+#include "inspect/inspect.hpp"
+#include "safetensors/header.hpp"
+#include "safetensors/index.hpp"
+#include "verify/verify.hpp"
 
 #include <nlohmann/json.hpp>
 

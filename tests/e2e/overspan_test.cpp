@@ -5,15 +5,15 @@
 // BF16 weight listed in the config's ignore; verify checks both and catches a
 // changed byte; inspect predicts what convert then reports; the planned,
 // per-shard path writes the single-process bytes.
-#include "core/error.hpp"
-#include "core/overspan.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "convert/convert.hpp"
+#include "convert/requantize_command.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
-#include "io/convert.hpp"
-#include "io/inspect.hpp"
-#include "io/requantize.hpp"
-#include "io/verify.hpp"
+#include "inspect/inspect.hpp"
+#include "plan/overspan.hpp"
+#include "safetensors/index.hpp"
+#include "verify/verify.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -9,15 +9,15 @@
 // "internal error".
 #include "e2e_support.hpp"
 
-#include "core/error.hpp"
-#include "core/numerics.hpp"
-#include "core/plan_file.hpp"
-#include "core/target_layout.hpp"
-#include "io/checkpoint_reader.hpp"
-#include "io/convert.hpp"
-#include "io/destination.hpp"
-#include "io/distributed.hpp"
-#include "io/shard_record.hpp"
+#include "checkpoint/reader.hpp"
+#include "common/error.hpp"
+#include "convert/convert.hpp"
+#include "convert/planned.hpp"
+#include "destination/destination.hpp"
+#include "destination/records.hpp"
+#include "numerics/formats.hpp"
+#include "plan/plan_file.hpp"
+#include "plan/target_layout.hpp"
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>

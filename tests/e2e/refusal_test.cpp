@@ -1,10 +1,10 @@
 // Malformed checkpoints at the directory level: each refused as invalid input
 // (exit 3) with a message naming the problem, and nothing written to DST.
-#include "core/error.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "convert/convert.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
-#include "io/convert.hpp"
+#include "safetensors/index.hpp"
 
 #include <nlohmann/json.hpp>
 

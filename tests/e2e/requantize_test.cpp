@@ -4,12 +4,12 @@
 // covers every module, over-span modules are accepted, and NaN scales are
 // refused before anything is written. (Bit-exactness against
 // compressed-tensors is the conformance suite's job.)
-#include "core/error.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "convert/convert.hpp"
+#include "convert/requantize_command.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
-#include "io/convert.hpp"
-#include "io/requantize.hpp"
+#include "safetensors/index.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,12 +1,12 @@
 // Resources that must not grow with the checkpoint: open files. (Memory at
 // Kimi K3's structure is measured by bench/benchmark.py; a test would need a
 // timed or RSS assertion on a shared machine.)
+#include "checkpoint/reader.hpp"
+#include "common/error.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
-#include "core/error.hpp"
-#include "core/shard_index.hpp"
-#include "io/checkpoint_reader.hpp"
-#include "io/planner.hpp"
+#include "safetensors/index.hpp"
+#include "scan/planner.hpp"
 
 namespace mx2nv::e2e {
 namespace {

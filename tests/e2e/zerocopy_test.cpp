@@ -5,10 +5,10 @@
 // reflink file systems the unchanged bytes shared and DST's real disk use a
 // fraction of SRC's. Skipped, with the reason, where mounting is not allowed
 // or mkfs is missing.
-#include "core/error.hpp"
+#include "common/error.hpp"
+#include "convert/convert.hpp"
 #include "e2e_support.hpp"
-#include "io/convert.hpp"
-#include "io/verify.hpp"
+#include "verify/verify.hpp"
 
 #include <sys/statvfs.h>
 #include <unistd.h>

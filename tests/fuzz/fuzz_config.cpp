@@ -1,8 +1,8 @@
 // Fuzz target: config.json. Property: no crash; an accepted MXFP4 config
 // rewrites to text that parses strictly, holds the NVFP4 quantization_config
 // where the source had it, and is unchanged everywhere else.
-#include "core/error.hpp"
-#include "core/quant_config.hpp"
+#include "common/error.hpp"
+#include "model/quant_config.hpp"
 
 #include <cstdint>
 #include <cstdlib>

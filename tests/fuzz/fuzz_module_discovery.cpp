@@ -5,10 +5,10 @@
 // an accepted set has named modules sorted and found by name, every module
 // in exactly one scale group, and only P.w1/P.w3 or P.gate_proj/P.up_proj
 // with the same non-empty parent P share one.
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/modules.hpp"
-#include "core/strict_json.hpp"
+#include "common/checked.hpp"
+#include "common/error.hpp"
+#include "json/strict_json.hpp"
+#include "model/modules.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -5,10 +5,10 @@
 // unique, every row's global consistent with its m, treatment and the
 // plan's --overspan choice; writing an accepted plan again gives a plan that
 // reads back to the same values and checksum.
-#include "core/error.hpp"
-#include "core/numerics.hpp"
-#include "core/plan_file.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "numerics/formats.hpp"
+#include "plan/plan_file.hpp"
+#include "safetensors/index.hpp"
 
 #include <bit>
 #include <cstdint>

@@ -8,9 +8,9 @@
 // - an accepted config rewrites to a DST config that verify's check accepts
 //   with no difference (convert and verify agree on every accepted shape);
 // - verify's check of the mutated text as a DST config never throws.
-#include "core/error.hpp"
-#include "core/quant_config.hpp"
-#include "core/target_config_check.hpp"
+#include "common/error.hpp"
+#include "model/quant_config.hpp"
+#include "verify/config_check.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -1,11 +1,11 @@
-// Fuzz target: verify --merge's parts (core/report_merge.hpp). The input is
+// Fuzz target: verify --merge's parts (report/merge.hpp). The input is
 // one or more parts separated by NUL bytes (which no JSON text holds).
 // Properties: no crash and no exception but mx2nv::Error; a merged report
 // tells one story (result, exit code, mismatches, differences), serialises
 // to strict JSON, and merges alone into itself, since it is a whole report.
-#include "core/error.hpp"
-#include "core/printable.hpp"
-#include "core/report_merge.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
+#include "report/merge.hpp"
 
 #include <cstdint>
 #include <cstdlib>

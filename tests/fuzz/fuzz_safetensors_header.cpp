@@ -1,8 +1,8 @@
 // Fuzz target: a whole safetensors file's first bytes. Property: parsing
 // never crashes or leaks; what parses re-serialises to a header that parses
 // back to the same tensors.
-#include "core/error.hpp"
-#include "core/safetensors.hpp"
+#include "common/error.hpp"
+#include "safetensors/header.hpp"
 
 #include <cstdint>
 #include <cstdlib>

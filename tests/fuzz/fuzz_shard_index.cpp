@@ -1,8 +1,8 @@
 // Fuzz target: model.safetensors.index.json. Property: no crash; every shard
 // name accepted is confined to the checkpoint; a parsed index re-renders to
 // one that parses to the same weight_map.
-#include "core/error.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "safetensors/index.hpp"
 
 #include <cstdint>
 #include <cstdlib>

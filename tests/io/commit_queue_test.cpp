@@ -2,9 +2,9 @@
 // place with their callbacks run once finish() returns; a failure reaches the
 // caller; what was still queued when a run fails is left to the
 // destination's clean-up, never committed.
-#include "io/commit_queue.hpp"
+#include "destination/commit_queue.hpp"
 
-#include "core/error.hpp"
+#include "common/error.hpp"
 #include "scratch.hpp"
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 // The destination module on its own: states, atomic writes, abandon, lock,
 // records, finish. (End-to-end behaviour through the CLI is in tests/e2e.)
-#include "io/destination.hpp"
+#include "destination/destination.hpp"
 
-#include "core/error.hpp"
+#include "common/error.hpp"
 #include "scratch.hpp"
 
 #include <gtest/gtest.h>

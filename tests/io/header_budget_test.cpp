@@ -1,5 +1,5 @@
-// The process-wide budget of shard headers held at once (io/header_budget.hpp).
-#include "io/header_budget.hpp"
+// The process-wide budget of shard headers held at once (checkpoint/header_budget.hpp).
+#include "checkpoint/header_budget.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Resume records round-trip and never throw on damaged text; the JSON report
 // matches a checked-in golden file field for field.
-#include "core/report.hpp"
-#include "io/shard_record.hpp"
+#include "destination/records.hpp"
+#include "report/report.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // source a Destination is checked against); removed with everything in it.
 #pragma once
 
-#include "io/file.hpp"
+#include "sys/file.hpp"
 
 #include <cstdlib>
 #include <filesystem>

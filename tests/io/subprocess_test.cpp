@@ -1,9 +1,9 @@
-// Running another program is bounded in every way (io/subprocess.hpp), and
+// Running another program is bounded in every way (sys/subprocess.hpp), and
 // gate's runtime asking turns every way it can fail into a "could not ask"
-// opinion (io/runtime_ask.hpp). Programs here are /bin/sh one-liners and
+// opinion (gate/ask.hpp). Programs here are /bin/sh one-liners and
 // small scripts standing in for an interpreter.
-#include "io/runtime_ask.hpp"
-#include "io/subprocess.hpp"
+#include "gate/ask.hpp"
+#include "sys/subprocess.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

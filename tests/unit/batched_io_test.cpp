@@ -2,7 +2,7 @@
 // whatever the order and spacing of the requests, the number of system calls
 // drops where requests are dense, and gaps are read only within the rule
 // (never more than about twice the requested bytes).
-#include "io/batched_io.hpp"
+#include "sys/batched_io.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // method, the tally accounts for every byte, fallbacks happen where a file
 // system refuses, and --copy reflink refuses up front where sharing cannot
 // work. Sharing itself is exercised on XFS/btrfs loop mounts in the e2e suite.
-#include "core/error.hpp"
-#include "io/copy_engine.hpp"
+#include "common/error.hpp"
+#include "sys/copy_engine.hpp"
 
 #include <gtest/gtest.h>
 

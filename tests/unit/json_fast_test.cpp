@@ -2,11 +2,11 @@
 // the streaming nlohmann parser would produce the very same SAX events; every
 // refusal must come from the streaming parser. Compared event by event on
 // edge cases and on thousands of mutations of a real header.
-#include "core/error.hpp"
-#include "core/json_fast.hpp"
-#include "core/json_stream.hpp"
-#include "core/safetensors.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "json/json_fast.hpp"
+#include "json/json_stream.hpp"
+#include "safetensors/header.hpp"
+#include "safetensors/index.hpp"
 
 #include <gtest/gtest.h>
 

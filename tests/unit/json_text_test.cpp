@@ -1,7 +1,7 @@
 // json_text writes what Json::dump() writes, byte for byte: the index and
 // headers it builds must not change when the fast path is taken or not.
-#include "core/json_text.hpp"
-#include "core/strict_json.hpp"
+#include "json/json_writer.hpp"
+#include "json/strict_json.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Interned names: the arena's length prefixes and pages, the table's lookups,
 // and its bulk loading (names appended unchecked, then indexed at once with
 // their duplicates found).
-#include "core/name_table.hpp"
+#include "safetensors/name_table.hpp"
 
 #include <gtest/gtest.h>
 

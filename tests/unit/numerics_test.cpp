@@ -1,8 +1,8 @@
 // Exhaustive numerics: every E8M0 byte, every E2M1 code, every E4M3 byte,
 // and every scale byte through the transcode under both windows.
-#include "core/numerics.hpp"
-#include "core/plan.hpp"
-#include "core/scale_map.hpp"
+#include "convert/scale_map.hpp"
+#include "numerics/formats.hpp"
+#include "plan/plan.hpp"
 
 #include <gtest/gtest.h>
 

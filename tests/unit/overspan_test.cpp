@@ -1,8 +1,8 @@
 // core/overspan: which modules each --overspan choice rewrites, how the plan
 // file carries it, and the size arithmetic of BF16 layers.
-#include "core/error.hpp"
-#include "core/overspan.hpp"
-#include "core/plan_file.hpp"
+#include "common/error.hpp"
+#include "plan/overspan.hpp"
+#include "plan/plan_file.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
 // Module discovery, the scale scanner (against brute force), and planning:
 // shared gate/up globals, over-span reporting, zero groups, NaN refusal.
-#include "core/error.hpp"
-#include "core/modules.hpp"
-#include "core/plan.hpp"
-#include "core/scale_scan.hpp"
+#include "common/error.hpp"
+#include "model/modules.hpp"
+#include "model/scale_scan.hpp"
+#include "plan/plan.hpp"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 // every bidirectional control and line separator, and every byte that is not
 // UTF-8 is escaped, each form saying what it stands for (\xNN one byte,
 // \uXXXX one character), and valid text passes unchanged.
-#include "core/printable.hpp"
-#include "core/strict_json.hpp"
+#include "common/printable.hpp"
+#include "json/strict_json.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

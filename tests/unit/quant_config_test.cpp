@@ -1,6 +1,6 @@
-#include "core/config_splice.hpp"
-#include "core/error.hpp"
-#include "core/quant_config.hpp"
+#include "common/error.hpp"
+#include "json/config_splice.hpp"
+#include "model/quant_config.hpp"
 
 #include <gtest/gtest.h>
 

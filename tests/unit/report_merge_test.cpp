@@ -1,11 +1,11 @@
-// verify --merge's parts are input, not trusted state (core/report_merge.hpp):
+// verify --merge's parts are input, not trusted state (report/merge.hpp):
 // every key the merge reads is checked for type and range (exit 3 naming the
 // part and the key), a part that contradicts itself is refused, parts that
 // do not make one whole are a usage error (exit 2), memory follows what the
 // parts hold, never what they claim, and the result is ok only when every
 // part is ok and the set is complete.
-#include "core/error.hpp"
-#include "core/report_merge.hpp"
+#include "common/error.hpp"
+#include "report/merge.hpp"
 
 #include <gtest/gtest.h>
 

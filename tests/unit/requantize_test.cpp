@@ -1,8 +1,8 @@
 // The requantization numerics and the exact BF16 encoding, exhaustively where
 // the domain is small (every E4M3 byte, every E2M1 code, every E8M0 byte).
-#include "core/bf16.hpp"
-#include "core/numerics.hpp"
-#include "core/requantize.hpp"
+#include "numerics/bf16.hpp"
+#include "numerics/formats.hpp"
+#include "numerics/nvfp4_quantizer.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The runtime probe's answer is another program's output: only the
 // protocol is accepted, every string is capped, and agreement with gate's
 // scheme rule is decided for every combination.
-#include "core/error.hpp"
-#include "core/runtime_opinion.hpp"
+#include "common/error.hpp"
+#include "gate/opinion.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // humming-kernels 0.1.19): block scales never block, the global's range
 // depends on whether a layer's gate and up globals agree (one FP32 multiplier
 // per expert) or not (per channel in the activation dtype).
-#include "core/runtime_rules.hpp"
+#include "gate/rules.hpp"
 
 #include <gtest/gtest.h>
 

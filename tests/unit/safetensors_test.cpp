@@ -1,7 +1,7 @@
 // The safetensors validator: one test per corruption class.
-#include "core/error.hpp"
-#include "core/json_stream.hpp"
-#include "core/safetensors.hpp"
+#include "common/error.hpp"
+#include "json/json_stream.hpp"
+#include "safetensors/header.hpp"
 
 #include <gtest/gtest.h>
 

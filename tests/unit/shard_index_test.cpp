@@ -1,6 +1,6 @@
-#include "core/error.hpp"
-#include "core/json_stream.hpp"
-#include "core/shard_index.hpp"
+#include "common/error.hpp"
+#include "json/json_stream.hpp"
+#include "safetensors/index.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-#include "core/error.hpp"
-#include "core/strict_json.hpp"
+#include "common/error.hpp"
+#include "json/strict_json.hpp"
 
 #include <gtest/gtest.h>
 
@@ -59,7 +59,7 @@ TEST(StrictJson, MessageNamesFileAndOffset) {
 }  // namespace
 }  // namespace mx2nv
 
-#include "core/printable.hpp"
+#include "common/printable.hpp"
 
 namespace mx2nv {
 namespace {

@@ -1,9 +1,9 @@
-// The zero-copy layout rule (core/target_layout.hpp): every unchanged tensor
+// The zero-copy layout rule (plan/target_layout.hpp): every unchanged tensor
 // at its source offset modulo kShareBlock where the rules allow, the header
 // padded with spaces only, the documented order, a valid safetensors file.
-#include "core/error.hpp"
-#include "core/shard_index.hpp"
-#include "core/target_layout.hpp"
+#include "common/error.hpp"
+#include "plan/target_layout.hpp"
+#include "safetensors/index.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-#include "core/numerics.hpp"
-#include "core/value_compare.hpp"
+#include "numerics/formats.hpp"
+#include "verify/value_compare.hpp"
 
 #include <gtest/gtest.h>
 

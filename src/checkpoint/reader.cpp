@@ -1,0 +1,287 @@
+#include "checkpoint/reader.hpp"
+
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "safetensors/file_names.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace mx2nv {
+namespace {
+
+// A ticket for the header of `file` (its length prefix, validated), taken
+// before the header is parsed.
+HeaderTicket header_ticket(const File& file, std::string_view what) {
+  std::byte first8[kHeaderLengthBytes] = {};
+  const std::uint64_t size = file.size();
+  if (size >= kHeaderLengthBytes) file.read_at(0, first8);
+  return HeaderTicket(ShardHeader::parse_header_length(first8, size, what));
+}
+
+ShardSummary summarise(std::string file, std::uint64_t size, const ShardHeader& h) {
+  return {std::move(file), size, h.data_start(), h.data_size(), h.tensors().size()};
+}
+
+// Every regular file below root except the ones named in `skip`, following
+// symlinks to files; a .git folder (a local clone's history) is not a
+// companion, nor is a converted checkpoint's .mx2nv folder (mx2nv's own
+// record of the run). Directory symlinks are followed with a depth cap
+// against loops. A source may not hold names mx2nv reserves.
+std::vector<std::string> list_companions(const fs::path& root, const std::set<std::string>& skip,
+                                         CheckpointRole role) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
+  if (ec) fail(ErrorKind::Io, "{}: list directory: {}", root.string(), ec.message());
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) fail(ErrorKind::Io, "{}: list directory: {}", root.string(), ec.message());
+    if (it.depth() > 16) fail_input("{}: directories nest deeper than 16 levels (symlink loop?)", root.string());
+    const fs::path rel = it->path().lexically_relative(root);
+    if (it->is_directory(ec)) {
+      if (rel == ".git" || (role == CheckpointRole::Target && rel == kStateDirName)) {
+        it.disable_recursion_pending();
+        continue;
+      }
+    }
+    const std::string name = rel.generic_string();
+    if (role == CheckpointRole::Source && is_reserved_name(name)) {
+      fail_input("{}: names starting with \"{}\" are reserved for mx2nv's state and temporary files; SRC may not "
+                 "hold them (a temporary file of an interrupted mx2nv run means SRC is not a finished checkpoint)",
+                 name, kStateDirName);
+    }
+    if (it->is_directory(ec)) continue;
+    if (!it->is_regular_file(ec)) {
+      fail_input("{}: not a regular file (device, socket or dangling link)", it->path().string());
+    }
+    if (name.find(kTempPrefix) != std::string::npos) {
+      fail_input("{}: a temporary file of an interrupted mx2nv run; the checkpoint is not finished", name);
+    }
+    if (!skip.count(name)) out.push_back(name);
+    if (out.size() > kMaxCompanionFiles) fail_input("{}: more than {} files", root.string(), kMaxCompanionFiles);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+ShardFiles::ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity)
+    : root_(std::move(root)), files_(std::move(files)), capacity_(std::max<std::size_t>(1, capacity)) {}
+
+std::shared_ptr<const File> ShardFiles::open(std::size_t shard) const {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = recent_.begin(); it != recent_.end(); ++it) {
+      if (it->first == shard) {
+        recent_.splice(recent_.begin(), recent_, it);
+        return it->second;
+      }
+    }
+  }
+  auto file = std::make_shared<const File>(File::open_read(root_ / files_[shard]));
+  std::lock_guard lock(mutex_);
+  recent_.emplace_front(shard, file);
+  if (recent_.size() > capacity_) recent_.pop_back();
+  return file;
+}
+
+std::uint64_t Checkpoint::tensor_bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& s : shards) total += s.data_size;
+  return total;
+}
+
+std::uint64_t Checkpoint::tensor_count() const {
+  std::uint64_t total = 0;
+  for (const auto& s : shards) total += s.tensors;
+  return total;
+}
+
+OpenShard Checkpoint::read_shard(std::size_t shard) const {
+  const ShardSummary& s = shards[shard];
+  OpenShard o{{}, &s, File::open_read(root / s.file), {}};
+  o.ticket = header_ticket(o.handle, s.file);
+  o.header = ShardHeader::read(FileSource(o.handle), o.handle.size(), s.file);
+  if (o.handle.size() != s.size || o.header.data_start() != s.data_start || o.header.tensors().size() != s.tensors) {
+    fail_input("{}: changed while mx2nv was reading it", s.file);
+  }
+  return o;
+}
+
+Checkpoint open_checkpoint(const fs::path& root, CheckpointRole role, unsigned threads, const ShardVisitor& visit,
+                           const std::function<void(const ShardIndex&)>& on_index) {
+  Checkpoint c;
+  c.root = root;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) fail(ErrorKind::Usage, "{}: not a directory", root.string());
+  const fs::path config = root / std::string(kConfigFileName);
+  if (!fs::exists(config, ec)) fail_input("{}: no config.json", root.string());
+  c.config_text = read_text_file(config, kMaxConfigBytes);
+
+  std::set<std::string> structural{std::string(kConfigFileName)};
+  const fs::path index_path = root / std::string(kIndexFileName);
+  std::vector<std::string> files;
+  if (fs::exists(index_path, ec)) {
+    const File index_file = File::open_read(index_path);
+    const std::uint64_t size = index_file.size();
+    if (size > kMaxIndexBytes) fail_input("{}: {} bytes exceeds the {} byte limit", kIndexFileName, size, kMaxIndexBytes);
+    c.index = read_shard_index(FileSource(index_file), size, kIndexFileName);
+    if (role == CheckpointRole::Source) {
+      // Every module's packed tensor is indexed (the coverage check), so
+      // counting a global per packed tensor bounds the converted index:
+      // refuse now, before reading any header, a source whose converted
+      // index could not be read back.
+      std::uint64_t packed = 0, name_bytes = c.index->tensors.name_bytes();
+      for (std::size_t i = 0; i < c.index->tensors.size(); ++i) {
+        const std::string_view name = c.index->tensors.name(static_cast<NameTable::Id>(i));
+        if (!name.ends_with(kPackedSuffix)) continue;
+        ++packed;
+        name_bytes += name.size() - kPackedSuffix.size() + kGlobalSuffix.size();
+      }
+      check_converted_index_caps(c.index->tensors.size() + packed, name_bytes);
+    }
+    if (on_index) on_index(*c.index);
+    structural.insert(std::string(kIndexFileName));
+      files = c.index->shard_files;
+    for (const auto& file : files) {
+      if (!fs::exists(root / file, ec)) fail_input("{}: shard \"{}\" does not exist", kIndexFileName, file);
+    }
+  } else if (fs::exists(root / std::string(kSingleShardName), ec)) {
+    files.emplace_back(kSingleShardName);
+  } else {
+    fail_input("{}: neither {} nor {}", root.string(), kIndexFileName, kSingleShardName);
+  }
+  structural.insert(files.begin(), files.end());
+
+  // One pass over the headers, a shard per worker; each header is dropped
+  // once checked against the index and shown to the visitor.
+  std::optional<IndexCoverage> coverage;
+  if (c.index) coverage.emplace(*c.index);
+  c.shards.resize(files.size());
+  std::mutex mutex;
+  parallel_for(files.size(), threads, [&](std::size_t s) {
+    const File handle = File::open_read(root / files[s]);
+    const std::uint64_t size = handle.size();
+    const HeaderTicket ticket = header_ticket(handle, files[s]);
+    const ShardHeader header = ShardHeader::read(FileSource(handle), size, files[s]);
+    if (coverage) coverage->add_shard(s, header);  // index lookups, in parallel
+    std::lock_guard lock(mutex);
+    if (visit) visit(s, files[s], header);
+    c.shards[s] = summarise(files[s], size, header);
+  });
+  if (coverage) coverage->finish();
+  // Every later use reads the index's names by id (convert writes DST's
+  // index from them); no name is looked up again.
+  if (c.index) c.index->tensors.drop_lookup();
+  c.companions = list_companions(root, structural, role);
+  c.files = std::make_unique<ShardFiles>(root, std::move(files));
+  return c;
+}
+
+SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads, IndexNames index_names) {
+  ModuleCollector collector;
+  const auto collect = [&](std::size_t shard, std::string_view file, const ShardHeader& header) {
+    collector.add_shard(shard, file, header);
+  };
+  // Every module's packed tensor is indexed, so the index's count is what
+  // the collector will hold (bounded by the converted-index cap checked before).
+  const auto reserve = [&](const ShardIndex& index) {
+    std::size_t packed = 0;
+    for (std::size_t i = 0; i < index.tensors.size(); ++i) {
+      packed += index.tensors.name(static_cast<NameTable::Id>(i)).ends_with(kPackedSuffix) ? 1u : 0u;
+    }
+    collector.reserve(packed);
+  };
+  SourceCheckpoint s{open_checkpoint(root, CheckpointRole::Source, threads, collect, reserve), {}, {}};
+  if (s.checkpoint.index) {
+    const NameTable& names = s.checkpoint.index->tensors;
+    const bool small = names.size() <= kKeptIndexTensors && names.name_bytes() <= kKeptIndexNameBytes;
+    if (index_names == IndexNames::Drop || (index_names == IndexNames::KeepIfSmall && !small)) {
+      s.checkpoint.index->forget_tensors();
+    }
+  }
+  s.quant = read_source_quant_config(s.checkpoint.config_text);
+  s.modules = std::move(collector).finish();
+  if (s.modules.modules.empty()) fail_input("{}: no quantized modules (*.weight_packed + *.weight_scale)", root.string());
+  return s;
+}
+
+void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
+                         const TextSink& sink) {
+  // convert drops the index's names while it writes shards (~100 MB at the
+  // caps) and reads them again here, checking they are the ones it planned from.
+  std::optional<ShardIndex> reread;
+  if (source.checkpoint.index.value().tensors.size() == 0) {
+    const File file = File::open_read(source.checkpoint.root / std::string(kIndexFileName));
+    if (file.size() > kMaxIndexBytes) fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
+    reread = read_shard_index(FileSource(file), file.size(), kIndexFileName, IndexParser::Streaming);
+    reread->tensors.drop_lookup();
+    if (reread->fingerprint != source.checkpoint.index->fingerprint ||
+        reread->shard_files != source.checkpoint.index->shard_files) {
+      fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
+    }
+  }
+  const ShardIndex& index = reread ? *reread : source.checkpoint.index.value();
+  const auto& set = source.modules;
+  const auto& modules = set.modules;
+  const std::size_t indexed = index.tensors.size();
+  const auto bf16 = [&](std::size_t m) { return !plan.empty() && plan[m].treatment == Treatment::Bf16; };
+  bool any_bf16 = false;
+  for (std::size_t m = 0; m < modules.size(); ++m) any_bf16 = any_bf16 || bf16(m);
+  // The sort in render_shard_index asks for an entry O(n log n) times, so an
+  // entry is never a name lookup: the BF16 fate of each indexed tensor is
+  // worked out once here (a bit per tensor), and only when some module is BF16.
+  std::vector<bool> packed_of_bf16(any_bf16 ? indexed : 0), scale_of_bf16(any_bf16 ? indexed : 0);
+  for (std::size_t i = 0; any_bf16 && i < indexed; ++i) {
+    const std::string_view name = index.tensors.name(static_cast<NameTable::Id>(i));
+    if (const auto m = set.module_of(name, kPackedSuffix); m && bf16(*m)) packed_of_bf16[i] = true;
+    if (const auto m = set.module_of(name, kScaleSuffix); m && bf16(*m)) scale_of_bf16[i] = true;
+  }
+  const auto entry = [&](std::size_t i) -> IndexEntry {
+    if (i < indexed) {
+      const auto id = static_cast<NameTable::Id>(i);
+      const std::string_view name = index.tensors.name(id);
+      const std::string_view shard = index.shard_files[index.shard_of[id]];
+      // A BF16 module's packed tensor becomes its weight, under the module's name.
+      if (any_bf16 && packed_of_bf16[i]) return {name.substr(0, name.size() - kPackedSuffix.size()), kBf16WeightSuffix, shard};
+      return {name, {}, shard};
+    }
+    const QuantModule& m = modules[i - indexed];
+    return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
+  };
+  // The entries, the index's (those kept) then the globals (of modules kept),
+  // merged by name: an index written sorted (transformers sorts its keys)
+  // and the name-sorted module table then need n comparisons, not n log n
+  // (render_shard_index sorts only what is not yet sorted).
+  std::vector<std::uint32_t> kept;
+  kept.reserve(indexed + modules.size());
+  for (std::size_t i = 0; i < indexed; ++i) {
+    if (!any_bf16 || !scale_of_bf16[i]) kept.push_back(static_cast<std::uint32_t>(i));
+  }
+  const auto from_index = static_cast<std::ptrdiff_t>(kept.size());
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (!bf16(m)) kept.push_back(static_cast<std::uint32_t>(indexed + m));
+  }
+  std::inplace_merge(kept.begin(), kept.begin() + from_index, kept.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); });
+  render_shard_index(index.other, kept.size(), [&](std::size_t k) { return entry(kept[k]); }, total_size, sink);
+}
+
+Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target) {
+  Report r;
+  r.command = std::move(command);
+  r.window = window;
+  // An empty path is one the command does not know (a planned step whose
+  // plan is gone and which was given no SRC): left empty in the report.
+  if (!source.empty()) {
+    r.provenance.source = fs::absolute(source).lexically_normal().string();
+    r.provenance.revision = hf_snapshot_revision(r.provenance.source);
+  }
+  if (target != nullptr && !target->empty()) r.provenance.target = fs::absolute(*target).lexically_normal().string();
+  return r;
+}
+
+}  // namespace mx2nv

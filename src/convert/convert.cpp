@@ -1,0 +1,96 @@
+#include "convert/convert.hpp"
+
+#include "checkpoint/reader.hpp"
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "convert/steps.hpp"
+#include "destination/destination.hpp"
+#include "destination/index_writer.hpp"
+#include "scan/planner.hpp"
+
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+namespace mx2nv {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A DST holding a plan is a planned conversion's: its steps continue it
+// (convert --plan P --shards/--finalize). A whole-DST run would finish it
+// under its own options and remove the plan, and the plan's later steps
+// would then answer for a conversion they did not plan.
+void refuse_planned_destination(const Destination& out) {
+  if (out.holds_plan()) {
+    fail(ErrorKind::Usage,
+         "DST {} holds a plan made by mx2nv plan ({}/plan.json); continue it with mx2nv convert --plan ... --shards "
+         "I/N and --finalize, or convert into another DST",
+         out.root().string(), (out.root() / kStateDirName).string());
+  }
+}
+
+}  // namespace
+
+Report convert_checkpoint(const ConvertOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  Destination out(options.source, options.target, options.resume);
+  Report report = start_report("convert", options.window, options.source, &options.target);
+  report.copy_mode = std::string(copy_mode_name(options.copy));
+  ProgressTracker progress("convert", "shards", options.progress);
+  progress.phase(ProgressPhase::Plan);
+
+  // --- plan: nothing is written until every module has been decided.
+  // The index's names go into DST's index at the end: kept for an index of
+  // K3's size, read again then (render_target_index) for a larger one rather
+  // than held while modules are scanned and shards written (~110 MB for an
+  // index at the caps).
+  // A planned conversion's DST is refused before the plan step's scan.
+  refuse_planned_destination(out);
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
+  const Checkpoint& ck = source.checkpoint;
+  add_source_counts(report, source);
+  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.overspan);
+  if (!planned) {
+    report.seconds = seconds_since(started);
+    return report;
+  }
+  const Plan& plan = *planned;
+  // Which conversion this is; DST must be receiving no other (checked here
+  // to refuse before any write, and again under the lock).
+  const ConversionIdentity identity = conversion_identity(source_identities(ck), plan);
+  out.check_identity(identity);
+  // --copy reflink is refused before anything is written.
+  if (options.copy == CopyMode::Reflink && !ck.shards.empty()) out.require_sharing(*ck.files->open(0));
+  throw_if_stopped();
+  progress.phase(ProgressPhase::Shards, report.source_tensor_bytes, ck.shards.size());
+
+  // --- execute every shard, then finalize.
+  if (!out.open_for_writing(files_written(ck))) {
+    // Finished by another process since DST was opened: answered, not redone.
+    answer_finished(report, out, ck, options.window, options.overspan);
+    report.seconds = seconds_since(started);
+    return report;
+  }
+  refuse_planned_destination(out);
+  out.claim_identity(identity);
+  CopyEngine engine(options.copy);
+  // DST's index does not depend on the shards: written meanwhile (destination/index_writer.hpp).
+  std::optional<BackgroundIndex> index;
+  if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);
+  std::vector<std::size_t> all(ck.shards.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::vector<ShardRecord> records =
+      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards, &engine, &progress);
+  add_shard_counts(report, records);
+  progress.phase(ProgressPhase::Finalize);
+  finalize_conversion(source, plan, report, std::move(records), out, &engine,
+                      index ? std::optional<WrittenIndex>(index->take()) : std::nullopt);
+  report.seconds = seconds_since(started);
+  progress.done();
+  return report;
+}
+
+}  // namespace mx2nv

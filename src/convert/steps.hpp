@@ -1,0 +1,91 @@
+// The steps of a conversion, shared by `mx2nv convert` (plan, every shard and
+// finalize in one process) and the planned, per-shard commands that
+// schedulers run on many machines (`mx2nv plan`, `convert --plan P --shards
+// I/N`, `convert --plan P --finalize`). Each output shard is a pure function
+// of (source shard, plan), so every way of running them writes the same bytes.
+#pragma once
+
+#include "checkpoint/reader.hpp"
+#include "common/progress.hpp"
+#include "destination/destination.hpp"
+#include "destination/index_writer.hpp"
+#include "destination/records.hpp"
+#include "plan/plan.hpp"
+#include "plan/plan_file.hpp"
+#include "report/report.hpp"
+#include "sys/copy_engine.hpp"
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+// Every file a conversion of `ck` writes, relative to DST.
+std::set<std::string> files_written(const Checkpoint& ck);
+
+// Counts a report gets from the source alone.
+void add_source_counts(Report& report, const SourceCheckpoint& source);
+// Counts a report gets from the plan (canonicalised and Marlin-zeroed groups).
+void add_plan_counts(Report& report, const Plan& plan);
+// Counts a report gets from finished shards.
+void add_shard_counts(Report& report, const std::vector<ShardRecord>& records);
+
+// Execute: the given shards, independently and in parallel; a shard whose
+// record still matches (and whose output is intact) is reused when `reuse`.
+// Returns their records, in the order of `shards`. Unchanged bytes go through
+// `engine` (nullptr: one with --copy auto).
+std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
+                                        const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
+                                        std::uint64_t& reused, CopyEngine* engine = nullptr,
+                                        ProgressTracker* progress = nullptr);
+
+// The record of an earlier run's shard, if it still describes this shard of
+// this plan and the output file on disk (shard_record.hpp says why the
+// output's identity and the bytes mx2nv wrote itself are enough to check).
+// `layout` is the shard's target layout (make_target_layout).
+std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
+                                           const TargetLayout& layout);
+
+// Finalize: companions, config, then the finished record and the commit point
+// (the index; for a single-file model config.json). Adds the bytes it writes
+// and copies to the report. `early`: the index written while the shards were
+// (destination/index_writer.hpp); used if its total size is the shards', else
+// dropped and written again.
+void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Report& report,
+                         std::vector<ShardRecord> records, Destination& out, CopyEngine* engine = nullptr,
+                         std::optional<WrittenIndex> early = std::nullopt);
+
+// A retried command (Slurm --requeue, a Kubernetes Job retry) on a DST that
+// already holds a finished conversion: true, with `report` filled as "already
+// complete", when it is this conversion of SRC under `window`; Error(Usage)
+// naming what differs when it is another; false when DST is not finished.
+// `choice` (convert --overspan) also accepts a DST whose refused modules were
+// rewritten that way (finished.json mode "<window>+<choice>").
+// `plan_hashes` (a planned step: its plan's per-shard fingerprints) also
+// requires every finished shard to have been written under exactly that plan.
+bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
+                     OverSpanChoice choice = OverSpanChoice::Fail,
+                     const std::vector<std::uint64_t>* plan_hashes = nullptr);
+
+// SRC's shard identities (source_identity), in order.
+std::vector<ShardRecord> source_identities(const Checkpoint& ck);
+// Which conversion `plan` of the SRC with these shard identities is.
+ConversionIdentity conversion_identity(const std::vector<ShardRecord>& identities, const Plan& plan);
+// The same for a plan file, from the shard identities it records (equal to
+// SRC's once a step has checked them).
+ConversionIdentity conversion_identity(const PlanFile& file, const Plan& plan);
+
+// The plan step of convert and `mx2nv plan`: nullopt when there is nothing to
+// execute, either because DST already holds this conversion (answer_finished)
+// or because the window refuses a module (report_refusal).
+// With `choice` other than fail, refused scale groups are resolved that way
+// (scan/overspan_values.hpp) and the report gets the over-span section.
+std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
+                              unsigned threads, OverSpanChoice choice = OverSpanChoice::Fail);
+
+// True, with the refusal in `report`, when the plan refuses a module.
+bool report_refusal(Report& report, const Plan& plan);
+
+}  // namespace mx2nv

@@ -1,0 +1,395 @@
+#include "gate/gate.hpp"
+
+#include "checkpoint/reader.hpp"
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "common/printable.hpp"
+#include "model/modules.hpp"
+#include "numerics/formats.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <span>
+#include <unordered_map>
+
+namespace mx2nv {
+namespace {
+
+constexpr std::uint64_t kChunkRows = 1024;  // rows of scales (and packed bytes) read at a time
+constexpr std::size_t kNamedExamples = 5;
+
+enum Role { W1, W3, W2 };
+
+// Where one tensor of an NVFP4 module lives; headers are dropped after the
+// scan, so this keeps only what gate reads later.
+struct Located {
+  std::size_t shard = 0;
+  const std::string* file = nullptr;  // the shard's file, for errors
+  std::uint64_t start = 0;            // absolute offset in the shard file
+  Dtype dtype = Dtype::U8;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t nbytes = 0;
+  std::string name;
+};
+
+struct Reader {
+  const Checkpoint* ck = nullptr;
+  void read(const Located& t, std::uint64_t offset, std::span<std::byte> out) const {
+    ck->files->open(t.shard)->read_at(t.start + offset, out);
+  }
+};
+
+struct ExpertModule {
+  std::string name;
+  std::size_t layer = 0;
+  Role role = W1;
+  Located packed, scale, global;
+  std::uint64_t rows = 0, blocks = 0;  // N, K/16
+  // Filled by the scan.
+  float global_value = 0;
+  double max_scale = 0;
+  std::uint64_t suspects = 0;  // blocks with 0 < scale < 2^-6 (active or not)
+  std::uint64_t negative = 0;
+};
+
+struct Layer {
+  std::string prefix;
+  std::array<std::string, 3> names;  // the checkpoint's gate, up, down projection names
+  std::map<std::uint64_t, std::array<std::ptrdiff_t, 3>> experts;  // expert -> module index per role
+};
+
+double e4m3_scale(std::uint8_t b) { return e4m3_value(b); }
+
+bool block_active(const std::byte* p) {  // 8 packed bytes = 16 E2M1 codes
+  for (int i = 0; i < 8; ++i) {
+    const auto v = std::to_integer<std::uint8_t>(p[i]);
+    if ((v & 0x07) != 0 || (v & 0x70) != 0) return true;
+  }
+  return false;
+}
+
+// Pass 1 over a module's block scales: the largest, the suspects, NaN refused.
+void scan_scales(ExpertModule& m, const Reader& io) {
+  std::vector<std::byte> buf(static_cast<std::size_t>(std::min(m.rows, kChunkRows) * m.blocks));
+  for (std::uint64_t row = 0; row < m.rows; row += kChunkRows) {
+    const std::uint64_t n = std::min(kChunkRows, m.rows - row);
+    const auto bytes = static_cast<std::size_t>(n * m.blocks);
+    io.read(m.scale, row * m.blocks, {buf.data(), bytes});
+    for (std::size_t i = 0; i < bytes; ++i) {
+      const auto b = std::to_integer<std::uint8_t>(buf[i]);
+      if ((b & 0x7F) == 0x7F) {
+        fail_input("{}: tensor \"{}\" row {} block {}: block scale is NaN", *m.scale.file, m.scale.name,
+                   row + i / m.blocks, i % m.blocks);
+      }
+      const double v = e4m3_scale(b);
+      if (v < 0) ++m.negative;
+      m.max_scale = std::max(m.max_scale, v);
+      if (v > 0 && v < std::ldexp(1.0, kE4M3MinNormalPow2)) ++m.suspects;
+    }
+  }
+}
+
+// Pass 2, only for modules with suspects: which suspect blocks are active,
+// below 2^-6 (fp16) and below 2^-6 / sf (bf16).
+std::pair<std::uint64_t, std::uint64_t> count_active_small(const ExpertModule& m, double sf, const Reader& io) {
+  std::uint64_t fp16 = 0, bf16 = 0;
+  const std::uint64_t rows = std::min(m.rows, kChunkRows);
+  std::vector<std::byte> scales(static_cast<std::size_t>(rows * m.blocks));
+  std::vector<std::byte> packed(static_cast<std::size_t>(rows * m.blocks * 8));
+  for (std::uint64_t row = 0; row < m.rows; row += kChunkRows) {
+    const std::uint64_t n = std::min(kChunkRows, m.rows - row);
+    const auto ns = static_cast<std::size_t>(n * m.blocks);
+    io.read(m.scale, row * m.blocks, {scales.data(), ns});
+    io.read(m.packed, row * m.blocks * 8, {packed.data(), ns * 8});
+    for (std::size_t i = 0; i < ns; ++i) {
+      const double v = e4m3_scale(std::to_integer<std::uint8_t>(scales[i]));
+      if (v <= 0 || v >= std::ldexp(1.0, kE4M3MinNormalPow2) || !block_active(&packed[i * 8])) continue;
+      ++fp16;
+      if (v * sf < std::ldexp(1.0, kE4M3MinNormalPow2)) ++bf16;
+    }
+  }
+  return {fp16, bf16};
+}
+
+// vLLM's bf16 rescale for one bank (marlin_utils_fp4.py:38-57, :419-421).
+double bank_scale_factor(double max_scale) {
+  if (max_scale <= 0 || max_scale >= 448) return 1.0;
+  return std::exp2(std::floor(std::log2(448.0 / max_scale)));
+}
+
+// The runtimes' own selectors on the first MoE layer (every layer has the
+// same scheme in the checkpoints gate judges: one shape, one config group).
+void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<Layer>& layers, GateResult& r) {
+  if (!o.ask.enabled) {
+    r.not_asked = "asking the runtimes was turned off";
+    return;
+  }
+  if (layers.empty()) {
+    r.not_asked = "no routed experts to ask about";
+    return;
+  }
+  std::vector<std::string> runtimes;
+  for (const auto& v : r.verdicts) {
+    const std::string name(v.backend->runtime);
+    if (std::find(runtimes.begin(), runtimes.end(), name) == runtimes.end()) runtimes.push_back(name);
+  }
+  r.expert_layer = layers.front().prefix;
+  r.asked = ask_runtimes(o.ask, *quantization_config_of(config), r.expert_layer, layers.front().names, runtimes);
+  for (auto& opinion : r.asked.opinions) {
+    RuntimeCheck c;
+    // The scheme rule is per runtime: every backend and dtype of it agrees.
+    for (const auto& v : r.verdicts) {
+      if (v.backend->runtime == opinion.runtime) c.gate_selects = v.scheme_selected;
+    }
+    c.agreement = agreement(opinion, c.gate_selects);
+    c.opinion = std::move(opinion);
+    r.checks.push_back(std::move(c));
+  }
+  r.asked.opinions.clear();  // moved into checks
+}
+
+}  // namespace
+
+bool GateResult::disagreed() const {
+  return std::any_of(checks.begin(), checks.end(), [](const RuntimeCheck& c) { return c.agreement == Agreement::Disagrees; });
+}
+
+int GateResult::exit_code() const { return blocked() || disagreed() ? kExitRefusedOrMismatch : kExitOk; }
+
+bool GateResult::blocked() const {
+  return std::any_of(verdicts.begin(), verdicts.end(), [](const Verdict& v) { return v.kind == Verdict::Blocked; });
+}
+
+GateResult run_gate(const GateOptions& o) {
+  GateResult result;
+  result.checkpoint = fs::absolute(o.checkpoint).lexically_normal().string();
+  // Only the NVFP4 modules' tensors are kept from each header as it streams
+  // by, so memory follows the module count, not the checkpoint's size.
+  std::unordered_map<std::string, Located> tensors;
+  const auto keep = [&](std::size_t shard, std::string_view, const ShardHeader& header) {
+    for (const auto& t : header.tensors()) {
+      if (!t.name.ends_with(kPackedSuffix) && !t.name.ends_with(kScaleSuffix) && !t.name.ends_with(kGlobalSuffix)) continue;
+      tensors.emplace(t.name, Located{shard, nullptr, header.data_start() + t.begin, t.dtype, t.shape, t.nbytes(), t.name});
+    }
+  };
+  const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
+  for (auto& [name, t] : tensors) t.file = &ck.shards[t.shard].file;
+  const Reader io{&ck};
+  const Json config = parse_strict_json(ck.config_text, "config.json").value;
+  const std::vector<SchemeFacts> schemes = scheme_facts(config);
+
+  std::vector<ExpertModule> modules;
+  std::vector<Layer> layers;
+  std::map<std::string, std::size_t> layer_index;
+  for (const auto& [name, located] : tensors) {
+    if (!name.ends_with(kPackedSuffix)) continue;
+    const std::string base = name.substr(0, name.size() - kPackedSuffix.size());
+    const auto parsed = parse_expert_module(base);
+    if (!parsed) continue;
+    const std::string& prefix = parsed->layer;
+    const std::uint64_t expert = parsed->expert;
+    const Role role = parsed->role == 0 ? W1 : parsed->role == 1 ? W3 : W2;
+    ExpertModule m;
+    m.name = base;
+    m.role = role;
+    m.packed = located;
+    const auto s = tensors.find(base + std::string(kScaleSuffix));
+    const auto g = tensors.find(base + std::string(kGlobalSuffix));
+    if (s == tensors.end() || g == tensors.end()) {
+      fail_input("\"{}\": an NVFP4 module needs weight_packed, weight_scale and weight_global_scale", base);
+    }
+    m.scale = s->second;
+    m.global = g->second;
+    const auto& ps = m.packed.shape;
+    const auto& ss = m.scale.shape;
+    if (m.packed.dtype != Dtype::U8 || ps.size() != 2 || m.scale.dtype != Dtype::F8_E4M3 || ss.size() != 2 ||
+        ss[0] != ps[0] || ps[1] % 8 != 0 || ss[1] != ps[1] / 8 || m.global.dtype != Dtype::F32 ||
+        m.global.nbytes != 4) {
+      fail_input("\"{}\": not NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 [N, K/16], "
+                 "weight_global_scale F32 with one value)", base);
+    }
+    m.rows = ps[0];
+    m.blocks = ss[1];
+    auto [it, fresh] = layer_index.emplace(prefix, layers.size());
+    if (fresh) layers.push_back({prefix, {}, {}});
+    m.layer = it->second;
+    layers[m.layer].names[role] = base.substr(base.rfind('.') + 1);
+    auto& slots = layers[m.layer].experts.emplace(expert, std::array<std::ptrdiff_t, 3>{-1, -1, -1}).first->second;
+    slots[role] = static_cast<std::ptrdiff_t>(modules.size());
+    modules.push_back(std::move(m));
+  }
+  std::sort(layers.begin(), layers.end(), [](const Layer& a, const Layer& b) { return a.prefix < b.prefix; });
+
+  // Dimensions: one shape for every layer and expert.
+  MoeDims& dims = result.dims;
+  dims.layers = layers.size();
+  for (const auto& layer : layers) {
+    for (const auto& [e, slots] : layer.experts) {
+      for (const Role r : {W1, W3, W2}) {
+        if (slots[r] < 0) fail_input("{}.{}: expert without its {}", layer.prefix, e, r == W1 ? "w1" : r == W3 ? "w3" : "w2");
+      }
+      const ExpertModule& w1 = modules[static_cast<std::size_t>(slots[W1])];
+      const ExpertModule& w3 = modules[static_cast<std::size_t>(slots[W3])];
+      const ExpertModule& w2 = modules[static_cast<std::size_t>(slots[W2])];
+      const std::uint64_t n = w1.rows, k = w1.blocks * 16;
+      if (dims.hidden == 0) {
+        dims.hidden = k;
+        dims.intermediate = n;
+        dims.experts = layer.experts.size();
+      }
+      if (n != dims.intermediate || k != dims.hidden || w3.rows != n || w3.blocks * 16 != k || w2.rows != k ||
+          w2.blocks * 16 != n) {
+        fail_input("{}.{}: expert shapes differ from the first expert's (hidden {}, intermediate {})", layer.prefix, e,
+                   dims.hidden, dims.intermediate);
+      }
+    }
+  }
+
+  // Globals and block scales.
+  parallel_for(modules.size(), o.threads, [&](std::size_t i) {
+    ExpertModule& m = modules[i];
+    std::byte le[4];
+    io.read(m.global, 0, le);
+    std::memcpy(&m.global_value, le, 4);
+    scan_scales(m, io);
+  });
+  ScaleFacts& s = result.scales;
+  bool first = true;
+  for (const auto& m : modules) {
+    if (!std::isfinite(m.global_value) || m.global_value <= 0) {
+      fail_input("\"{}{}\" = {} is not a positive finite divisor", m.name, kGlobalSuffix, m.global_value);
+    }
+    const double g = 1.0 / static_cast<double>(m.global_value);
+    s.min_multiplier = first ? g : std::min(s.min_multiplier, g);
+    s.max_multiplier = first ? g : std::max(s.max_multiplier, g);
+    first = false;
+    int e = 0;
+    if (std::frexp(static_cast<double>(m.global_value), &e) != 0.5) {
+      ++s.modules_not_pow2;
+      if (s.multipliers_not_pow2.size() < kNamedExamples) s.multipliers_not_pow2.push_back(m.name);
+    }
+    s.negative_scales += m.negative;
+  }
+  for (const auto& layer : layers) {
+    for (const auto& [e, slots] : layer.experts) {
+      const float a = modules[static_cast<std::size_t>(slots[W1])].global_value;
+      const float b = modules[static_cast<std::size_t>(slots[W3])].global_value;
+      if (std::memcmp(&a, &b, 4) != 0) s.gate_up_differ.push_back(fmt::format("{}.{}", layer.prefix, e));
+    }
+  }
+  // Layers with a differing pair: their w1/w3 globals become per-channel scales under Humming.
+  std::vector<bool> mixed(layers.size(), false);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (const auto& [e, slots] : layers[l].experts) {
+      const float a = modules[static_cast<std::size_t>(slots[W1])].global_value;
+      const float b = modules[static_cast<std::size_t>(slots[W3])].global_value;
+      if (std::memcmp(&a, &b, 4) != 0) mixed[l] = true;
+    }
+  }
+  bool first_channel = true;
+  for (const auto& m : modules) {
+    if (m.role == W2 || !mixed[m.layer]) continue;
+    const double g = 1.0 / static_cast<double>(m.global_value);
+    s.channel_min_multiplier = first_channel ? g : std::min(s.channel_min_multiplier, g);
+    s.channel_max_multiplier = first_channel ? g : std::max(s.channel_max_multiplier, g);
+    first_channel = false;
+    int e = 0;
+    if (std::frexp(static_cast<double>(m.global_value), &e) != 0.5) {
+      if (s.channel_not_pow2++ == 0) s.channel_not_pow2_example = m.name;
+    }
+  }
+  // Banks: per layer, w13 (every expert's w1 and w3) and w2 share vLLM's bf16 rescale.
+  std::vector<double> bank_max(layers.size() * 2, 0.0);
+  for (const auto& m : modules) {
+    double& mx = bank_max[m.layer * 2 + (m.role == W2 ? 1 : 0)];
+    mx = std::max(mx, m.max_scale);
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> small(modules.size());
+  parallel_for(modules.size(), o.threads, [&](std::size_t i) {
+    const ExpertModule& m = modules[i];
+    if (m.suspects) small[i] = count_active_small(m, bank_scale_factor(bank_max[m.layer * 2 + (m.role == W2 ? 1 : 0)]), io);
+  });
+  for (const auto& [fp16, bf16] : small) {
+    s.active_below_fp16 += fp16;
+    s.active_below_bf16 += bf16;
+  }
+
+  for (const auto& b : runtime_backends()) {
+    if (o.runtime != "all" && o.runtime != b.runtime) continue;
+    for (const ActivationDtype d : o.dtypes) result.verdicts.push_back(judge_backend(b, d, o.tp, schemes, dims, s));
+  }
+  ask_own_selectors(o, config, layers, result);
+  return result;
+}
+
+Json gate_to_json(const GateResult& r) {
+  Json j;
+  // Every string that can hold a path, a name from the checkpoint or the
+  // probe's text goes through json_text(), as in every report.
+  const auto texts = [](const auto& strings) {
+    Json out = Json::array();
+    for (const auto& s : strings) out.push_back(json_text(s));
+    return out;
+  };
+  j["checkpoint"] = json_text(r.checkpoint);
+  j["result"] = r.blocked() ? "BLOCKED" : "RUN";
+  j["dims"] = {{"hidden", r.dims.hidden},
+               {"intermediate", r.dims.intermediate},
+               {"experts", r.dims.experts},
+               {"moe_layers", r.dims.layers}};
+  j["scales"] = {{"gate_up_globals_differ", r.scales.gate_up_differ.size()},
+                 {"gate_up_globals_differ_first",
+                  texts(std::span(r.scales.gate_up_differ.data(),
+                                  std::min(r.scales.gate_up_differ.size(), kNamedExamples)))},
+                 {"min_global_multiplier", r.scales.min_multiplier},
+                 {"max_global_multiplier", r.scales.max_multiplier},
+                 {"globals_not_power_of_two", r.scales.modules_not_pow2},
+                 {"per_channel_globals",  // w1/w3 of layers with a differing pair (Humming)
+                  {{"min_multiplier", r.scales.channel_min_multiplier},
+                   {"max_multiplier", r.scales.channel_max_multiplier},
+                   {"not_power_of_two", r.scales.channel_not_pow2}}},
+                 {"active_blocks_below_2^-6_fp16", r.scales.active_below_fp16},
+                 {"active_blocks_below_2^-6_bf16_after_rescale", r.scales.active_below_bf16},
+                 {"negative_block_scales", r.scales.negative_scales}};
+  j["verdicts"] = Json::array();
+  for (const auto& v : r.verdicts) {
+    j["verdicts"].push_back({{"runtime", v.backend->runtime},
+                             {"version", v.backend->version},
+                             {"backend", v.backend->backend},
+                             {"gpus", v.backend->gpus},
+                             {"dtype", activation_dtype_name(v.dtype)},
+                             {"tp", v.tp},
+                             {"verdict", verdict_name(v.kind)},
+                             {"reasons", texts(v.reasons)},
+                             {"notes", texts(v.notes)}});
+  }
+  j["tp_table"] = tp_table_json(r.dims);
+  Json asked = {{"asked", r.not_asked.empty()},
+                {"not_asked", json_text(r.not_asked)},
+                {"python", json_text(r.asked.python)},
+                {"python_version", json_text(r.asked.python_version)},
+                {"layer", json_text(r.expert_layer)},
+                {"disagreement", r.disagreed()},
+                {"runtimes", Json::array()}};
+  for (const auto& c : r.checks) {
+    const RuntimeOpinion& op = c.opinion;
+    asked["runtimes"].push_back({{"runtime", json_text(op.runtime)},
+                                 {"outcome", outcome_name(op.outcome)},
+                                 {"version", json_text(op.version)},
+                                 {"pinned", json_text(op.pinned)},
+                                 {"version_differs", op.version_differs()},
+                                 {"selected", json_text(op.selected)},
+                                 {"selects_nvfp4a16", op.selects_nvfp4a16},
+                                 {"gate_selects_nvfp4a16", c.gate_selects},
+                                 {"agreement", agreement_name(c.agreement)},
+                                 {"reason", json_text(op.reason)}});
+  }
+  j["runtime_selectors"] = std::move(asked);
+  j["exit_code"] = r.exit_code();
+  return j;
+}
+
+}  // namespace mx2nv

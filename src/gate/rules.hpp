@@ -1,0 +1,113 @@
+// Whether the pinned runtimes will run a compressed-tensors NVFP4A16 MoE
+// checkpoint exactly: the go/no-go behind `mx2nv gate` and inspect's TP table.
+// Pure logic over facts gathered elsewhere (src/gate/gate.cpp reads them).
+//
+// Every rule names the runtime code it comes from (vLLM 0.33.0 and SGLang
+// 0.5.23 wheels, vLLM's kernel sources); README "mx2nv gate" lists them.
+#pragma once
+
+#include "json/strict_json.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+enum class ActivationDtype { Fp16, Bf16 };
+std::string_view activation_dtype_name(ActivationDtype d);
+
+struct RuntimeBackend {
+  std::string_view runtime;  // "vllm" | "sglang"
+  std::string_view version;  // the pinned release the rules were read from
+  std::string_view backend;  // "marlin" | "humming"
+  std::string_view gpus;     // where it is selected
+  bool verified;             // value-exact rules established (judged by tests/conformance)
+};
+// vllm/marlin, vllm/humming, sglang/marlin.
+const std::vector<RuntimeBackend>& runtime_backends();
+
+// What the scheme selectors read from quantization_config (per config group).
+struct SchemeFacts {
+  bool compressed_tensors = false;
+  std::string format;  // the group's, else the global one
+  std::optional<int> num_bits, group_size;
+  std::string type, strategy;
+  bool symmetric = false;
+  bool input_activations_null = false;
+};
+// config.json's quantization_config: the top-level one, else that of the last
+// nested object (in key order) holding one (e.g. text_config); nullptr when
+// none. runtime_probe.py's find_quantization_config is the same rule.
+const Json* quantization_config_of(const Json& config);
+// Throws Error(InvalidInput) when config.json has no quantization_config.
+std::vector<SchemeFacts> scheme_facts(const Json& config);
+
+// The MoE layer shape: the same for every layer a checkpoint has.
+struct MoeDims {
+  std::uint64_t hidden = 0;        // K of w1/w3
+  std::uint64_t intermediate = 0;  // N of w1/w3 (full, before TP)
+  std::uint64_t experts = 0;       // per layer
+  std::uint64_t layers = 0;
+};
+
+// Scale and global facts of the checkpoint (gate/gate.cpp).
+struct ScaleFacts {
+  std::vector<std::string> gate_up_differ;  // experts whose w1 and w3 globals are not bit-equal
+  // The w1/w3 multipliers of layers holding such an expert (Humming moves
+  // every one of them into a per-channel scale of the activation dtype).
+  double channel_min_multiplier = 0, channel_max_multiplier = 0;
+  std::uint64_t channel_not_pow2 = 0;
+  std::string channel_not_pow2_example;
+  // Global multipliers g = 1 / weight_global_scale, over every expert module.
+  double min_multiplier = 0, max_multiplier = 0;
+  std::vector<std::string> multipliers_not_pow2;  // first few modules whose g is no power of two
+  std::uint64_t modules_not_pow2 = 0;
+  // Active 16-blocks whose block scale Marlin zeroes (vLLM) or bf16 misreads (SGLang).
+  std::uint64_t active_below_fp16 = 0;  // 0 < scale < 2^-6
+  std::uint64_t active_below_bf16 = 0;  // 0 < scale x sf < 2^-6, sf per layer bank (vLLM bf16 rescale)
+  std::uint64_t negative_scales = 0;
+};
+
+struct Verdict {
+  const RuntimeBackend* backend = nullptr;
+  ActivationDtype dtype = ActivationDtype::Bf16;
+  unsigned tp = 1;
+  enum Kind { Run, Blocked, Unverified } kind = Run;
+  bool scheme_selected = false;      // the scheme rule chose the NVFP4A16 MoE method
+  std::vector<std::string> reasons;  // why BLOCKED (every one) or why UNVERIFIED
+  std::vector<std::string> notes;    // facts that do not block
+};
+std::string_view verdict_name(Verdict::Kind k);
+
+// The layer-dimension rule of one backend at one TP degree: nullopt when it
+// runs, else why not.
+std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& dims, unsigned tp);
+
+Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned tp,
+                      const std::vector<SchemeFacts>& schemes, const MoeDims& dims, const ScaleFacts& scales);
+
+// "P.E.proj" with proj w1|w3|w2 or gate_proj|up_proj|down_proj and E a
+// number: a routed expert module of MoE layer P.
+struct ExpertModuleName {
+  std::string layer;
+  std::uint64_t expert = 0;
+  int role = 0;  // 0 gate (w1), 1 up (w3), 2 down (w2)
+};
+std::optional<ExpertModuleName> parse_expert_module(std::string_view module);
+
+// MoE dimensions from modules' (name, rows, K) — the first gate projection's
+// shape; nullopt when there is no routed expert.
+struct ModuleShape {
+  std::string_view name;
+  std::uint64_t rows = 0, k = 0;
+};
+std::optional<MoeDims> moe_dims_of(const std::vector<ModuleShape>& modules);
+
+// TP degrees for the feasibility table: 1, 2, 4, ..., 64.
+std::vector<unsigned> tp_degrees();
+Json tp_table_json(const MoeDims& dims);
+
+}  // namespace mx2nv

@@ -1,0 +1,434 @@
+#include "html/html_report.hpp"
+
+#include "common/error.hpp"
+#include "common/printable.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace mx2nv {
+namespace {
+
+constexpr std::size_t kMaxListedModules = 500;  // a table longer than this helps nobody; the count is shown
+constexpr const char* kAllZeroColor = "#d1d5db";
+constexpr const char* kConstrainedColor = "#f59e0b";
+constexpr const char* kRefusedColor = "#dc2626";
+
+// Names come from a hostile checkpoint: escape control bytes, then HTML.
+std::string esc(std::string_view raw) {
+  const std::string text = printable(raw);
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> parse_index(std::string_view s) {
+  std::uint64_t v = 0;
+  if (s.empty() || s.size() > 9) return std::nullopt;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Fits: light blue at span 0 to dark blue at the marlin limit.
+std::string fits_color(int span) {
+  const double t = std::clamp(static_cast<double>(span) / window_limits(Window::Marlin).max_span(), 0.0, 1.0);
+  const auto mix = [t](int a, int b) { return static_cast<int>(std::lround(a + (b - a) * t)); };
+  return fmt::format("#{:02x}{:02x}{:02x}", mix(219, 30), mix(234, 64), mix(254, 175));
+}
+
+std::string cell_color(SpanClass c, int span) {
+  switch (c) {
+    case SpanClass::AllZero: return kAllZeroColor;
+    case SpanClass::Constrained: return kConstrainedColor;
+    case SpanClass::Refused: return kRefusedColor;
+    case SpanClass::Fits: break;
+  }
+  return fits_color(span);
+}
+
+const char* class_name(SpanClass c) {
+  switch (c) {
+    case SpanClass::AllZero: return "all-zero";
+    case SpanClass::Fits: return "fits";
+    case SpanClass::Constrained: return "constrained";
+    case SpanClass::Refused: return "refused";
+  }
+  return "";
+}
+
+struct Cell {
+  const ModuleSummary* module;
+  SpanClass cls;
+};
+
+struct Heatmap {
+  std::uint64_t layers = 0, experts = 0;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, Cell> cells;  // (layer, expert)
+};
+
+// One SVG per module pattern; horizontal runs of identical cells share one
+// rect (and one tooltip), which keeps a 61 x 384 K3 map small.
+std::string heatmap_svg(const std::string& pattern, const Heatmap& h) {
+  const int cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(h.experts, 1), 2, 18));
+  const int ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(h.layers, 1), 3, 18));
+  const int left = 48, top = 18;
+  const int width = left + cw * static_cast<int>(h.experts) + 4;
+  const int height = top + ch * static_cast<int>(h.layers) + 4;
+  std::string svg = fmt::format(
+      "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\">"
+      "<title>{}: exponent span per layer (rows) and expert (columns)</title>",
+      width, height, width, height, esc(pattern), h.layers, h.experts, esc(pattern));
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"empty\"/>", left, top,
+                     cw * static_cast<int>(h.experts), ch * static_cast<int>(h.layers));
+  const std::uint64_t label_every_layer = std::max<std::uint64_t>(1, (h.layers + 15) / 16);
+  const std::uint64_t label_every_expert = std::max<std::uint64_t>(1, (h.experts * 8 + 479) / 480 * 4);
+  for (std::uint64_t e = 0; e < h.experts; e += label_every_expert) {
+    svg += fmt::format("<text x=\"{}\" y=\"12\" class=\"axis\">{}</text>", left + static_cast<int>(e) * cw, e);
+  }
+  for (std::uint64_t l = 0; l < h.layers; ++l) {
+    const int y = top + static_cast<int>(l) * ch;
+    if (l % label_every_layer == 0) {
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"axis\" text-anchor=\"end\">{}</text>", left - 4,
+                         y + std::min(ch, 10), l);
+    }
+    std::uint64_t e = 0;
+    while (e < h.experts) {
+      const auto it = h.cells.find({l, e});
+      if (it == h.cells.end()) {
+        ++e;
+        continue;
+      }
+      const Cell& c = it->second;
+      std::uint64_t end = e + 1;
+      for (;; ++end) {
+        const auto next = h.cells.find({l, end});
+        if (end >= h.experts || next == h.cells.end() || next->second.cls != c.cls ||
+            next->second.module->span != c.module->span) {
+          break;
+        }
+      }
+      const std::string experts = end - e == 1 ? fmt::format("expert {}", e) : fmt::format("experts {}-{}", e, end - 1);
+      const std::string what = c.cls == SpanClass::AllZero ? "all groups zero"
+                                                           : fmt::format("span {} ({})", c.module->span, class_name(c.cls));
+      svg += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" class=\"cell {}\"><title>layer {}, {}: {}{}</title></rect>",
+          left + static_cast<int>(e) * cw, y, cw * static_cast<int>(end - e), ch, cell_color(c.cls, c.module->span),
+          class_name(c.cls), l, experts, what, end - e == 1 ? "\n" + esc(c.module->name) : "");
+      e = end;
+    }
+  }
+  svg += "</svg>";
+  return svg;
+}
+
+std::string legend(Window window) {
+  std::string out = "<div class=\"legend\">";
+  for (int s = 0; s <= window_limits(Window::Marlin).max_span(); s += 2) {
+    out += fmt::format("<span><i style=\"background:{}\"></i>{}</span>", fits_color(s), s);
+  }
+  out += fmt::format("<span>span (fits)</span><span><i style=\"background:{}\"></i>constrained (span {}-{}: exact on disk, "
+                     "Marlin zeroes its smallest scales)</span>",
+                     kConstrainedColor, window_limits(Window::Marlin).max_span() + 1,
+                     window_limits(Window::E4M3).max_span());
+  out += fmt::format("<span><i style=\"background:{}\"></i>refused under window {} (span &gt; {})</span>", kRefusedColor,
+                     window_name(window), window_limits(window).max_span());
+  out += fmt::format("<span><i style=\"background:{}\"></i>all-zero module</span></div>", kAllZeroColor);
+  return out;
+}
+
+std::string row(std::initializer_list<std::string> cells) {
+  std::string out = "<tr>";
+  for (const auto& c : cells) out += "<td>" + c + "</td>";
+  return out + "</tr>";
+}
+
+}  // namespace
+
+std::optional<ExpertPosition> expert_position(const std::string& name) {
+  std::vector<std::string_view> parts;
+  std::string_view rest = name;
+  for (;;) {
+    const auto dot = rest.find('.');
+    parts.push_back(rest.substr(0, dot));
+    if (dot == std::string_view::npos) break;
+    rest.remove_prefix(dot + 1);
+  }
+  std::optional<std::uint64_t> layer, expert;
+  std::size_t layer_at = 0, expert_at = 0;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (!layer && (parts[i] == "layers" || parts[i] == "h" || parts[i] == "blocks")) {
+      if ((layer = parse_index(parts[i + 1]))) layer_at = i + 1;
+    } else if (layer && !expert && parts[i] == "experts") {
+      if ((expert = parse_index(parts[i + 1]))) expert_at = i + 1;
+    }
+  }
+  if (!layer || !expert) return std::nullopt;
+  ExpertPosition p{"", *layer, *expert};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i) p.pattern += '.';
+    p.pattern += (i == layer_at || i == expert_at) ? std::string_view("*") : parts[i];
+  }
+  return p;
+}
+
+SpanClass classify_span(const ModuleSummary& m, Window window) {
+  if (!m.k_max) return SpanClass::AllZero;
+  if (m.span > window_limits(window).max_span()) return SpanClass::Refused;
+  if (m.span > window_limits(Window::Marlin).max_span()) return SpanClass::Constrained;
+  return SpanClass::Fits;
+}
+
+std::string render_html_report(const HtmlReportInput& input) {
+  const Report& r = *input.report;
+  const Inspection* in = input.inspection;
+  std::string html = R"(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+)";
+  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(r.command), esc(outcome_name(r.result)));
+  html += R"(<style>
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;padding:0 16px;color:#111827;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
+h3{font-size:14px;margin:16px 0 6px;font-family:ui-monospace,monospace;font-weight:600}
+.badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600;color:#fff;vertical-align:middle}
+.ok{background:#15803d}.refused,.mismatch,.error{background:#b91c1c}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.card{border:1px solid #e5e7eb;border-radius:8px;padding:8px 12px;min-width:130px}
+.card b{display:block;font-size:18px}.card span{color:#6b7280;font-size:12px}
+table{border-collapse:collapse;width:100%;font-size:13px}td,th{border-bottom:1px solid #f3f4f6;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f9fafb}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
+.heatmap{max-width:100%;height:auto;display:block}.heatmap .axis{font:9px sans-serif;fill:#6b7280}.heatmap .empty{fill:#f9fafb}
+.heatmap .refused{stroke:#7f1d1d;stroke-width:.6}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;color:#374151;margin:6px 0 10px}.legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px;border-radius:2px}
+.note{background:#fffbeb;border:1px solid #fde68a;border-radius:6px;padding:8px 12px}
+.err{background:#fef2f2;border:1px solid #fecaca;border-radius:6px;padding:8px 12px;white-space:pre-wrap}
+</style></head><body>
+)";
+  html += fmt::format("<h1>mx2nv {} <span class=\"badge {}\">{}</span></h1>\n", esc(r.command), esc(outcome_name(r.result)), esc(outcome_name(r.result)));
+  html += fmt::format("<div class=\"mono\">{}{}</div>\n", esc(r.provenance.source),
+                      r.provenance.target.empty() ? "" : " &rarr; " + esc(r.provenance.target));
+  if (!r.error.empty()) html += fmt::format("<p class=\"err\">{}</p>\n", esc(r.error));
+
+  // --- summary cards
+  const auto card = [](const std::string& value, const std::string& label) {
+    return fmt::format("<div class=\"card\"><b>{}</b><span>{}</span></div>", value, label);
+  };
+  html += "<div class=\"cards\">";
+  html += card(esc(window_name(r.window)), fmt::format("window (span &le; {})", window_limits(r.window).max_span()));
+  html += card(fmt::format("{}", r.modules), "quantized modules");
+  html += card(fmt::format("{}", r.scale_groups), "global scales");
+  html += card(fmt::format("{}", r.shards), "shards");
+  if (in) html += card(fmt::format("{}", in->max_span), "widest span");
+  if (r.command == "verify") {
+    html += card(fmt::format("{}", r.values_compared), "values compared");
+    html += card(fmt::format("{}", r.mismatches), "value mismatches");
+  }
+  html += card(fmt::format("{:.2f} s", r.seconds), "wall time");
+  html += "</div>\n";
+
+  // --- heatmaps
+  html += "<h2>Exponent span per module</h2>\n";
+  std::vector<std::pair<const ModuleSummary*, SpanClass>> flagged, other;
+  if (!in) {
+    html += fmt::format("<p class=\"note\">Module spans are not available: {}</p>\n",
+                        esc(input.spans_unavailable.empty() ? "SRC was not inspected" : input.spans_unavailable));
+  } else {
+    html += fmt::format(
+        "<p>Each cell is one module: the span k<sub>max</sub> &minus; k<sub>min</sub> of its active groups' exponents "
+        "(k<sub>max</sub> of the global it shares), against the window limit {}. Hover a cell for the module.</p>\n",
+        window_limits(r.window).max_span());
+    html += legend(r.window);
+    std::map<std::string, Heatmap> maps;
+    for (const auto& m : in->modules) {
+      const SpanClass cls = classify_span(m, r.window);
+      if (cls == SpanClass::Refused || cls == SpanClass::Constrained) flagged.emplace_back(&m, cls);
+      const auto pos = expert_position(std::string(m.name));
+      if (!pos) {
+        other.emplace_back(&m, cls);
+        continue;
+      }
+      Heatmap& h = maps[pos->pattern];
+      h.layers = std::max(h.layers, pos->layer + 1);
+      h.experts = std::max(h.experts, pos->expert + 1);
+      h.cells.emplace(std::pair{pos->layer, pos->expert}, Cell{&m, cls});
+    }
+    if (maps.empty()) html += "<p class=\"note\">No module is named like <code>layers.L.….experts.E.…</code>.</p>\n";
+    for (const auto& [pattern, h] : maps) {
+      html += fmt::format("<h3>{}</h3>\n{}\n", esc(pattern), heatmap_svg(pattern, h));
+    }
+  }
+
+  // --- refused and constrained
+  html += "<h2>Refused and constrained modules</h2>\n";
+  if (!r.over_span.empty() || !r.unrepresentable_globals.empty() || !flagged.empty()) {
+    html += "<table><tr><th>module</th><th>span</th><th>limit</th><th>status</th><th>active groups outside</th></tr>";
+    std::set<std::string> listed;
+    std::size_t rows = 0;
+    for (const auto& o : r.over_span) {
+      if (rows++ >= kMaxListedModules) break;
+      listed.insert(o.module);
+      html += row({"<code>" + esc(o.module) + "</code>", fmt::format("{}", o.span), fmt::format("{}", o.limit),
+                   "<b style=\"color:#b91c1c\">refused</b>", fmt::format("{}", o.groups_outside)});
+    }
+    for (const auto& [m, cls] : flagged) {
+      if (listed.count(std::string(m->name))) continue;
+      if (rows++ >= kMaxListedModules) break;
+      html += row({"<code>" + esc(m->name) + "</code>", fmt::format("{}", m->span),
+                   fmt::format("{}", window_limits(r.window).max_span()),
+                   cls == SpanClass::Refused ? "<b style=\"color:#b91c1c\">refused</b>"
+                                             : "<b style=\"color:#b45309\">constrained</b>",
+                   ""});
+    }
+    html += "</table>\n";
+    const std::size_t total = std::max(r.over_span.size(), flagged.size());
+    if (total > kMaxListedModules) html += fmt::format("<p>… {} more not listed.</p>\n", total - kMaxListedModules);
+    for (const auto& g : r.unrepresentable_globals) {
+      html += fmt::format("<p>Global scale of <code>{}</code> would not be a normal FP32 number (refused).</p>\n", esc(g));
+    }
+  } else {
+    html += "<p>None: every module fits the marlin window.</p>\n";
+  }
+  if (in) {
+    html += "<h3>Outcome under each window</h3><table><tr><th>window</th><th>span limit</th><th>result</th>"
+            "<th>over-span modules</th><th>zero-group scales &rarr; 0x00</th><th>active groups Marlin zeroes</th></tr>";
+    for (const auto& o : in->outcomes) {
+      html += row({esc(window_name(o.window)) + (o.window == r.window ? " (selected)" : ""),
+                   fmt::format("{}", window_limits(o.window).max_span()), o.refused ? "refused" : "ok",
+                   fmt::format("{}", o.over_span.size()), fmt::format("{}", o.canonicalised_zero_groups),
+                   fmt::format("{}", o.marlin_zeroed_groups)});
+    }
+    html += "</table>\n";
+  }
+  if (!other.empty()) {
+    html += "<h3>Modules outside the layers &times; experts grid</h3><table><tr><th>module</th><th>span</th><th>status</th></tr>";
+    for (std::size_t i = 0; i < other.size() && i < kMaxListedModules; ++i) {
+      html += row({"<code>" + esc(other[i].first->name) + "</code>", fmt::format("{}", other[i].first->span),
+                   class_name(other[i].second)});
+    }
+    html += "</table>\n";
+    if (other.size() > kMaxListedModules) html += fmt::format("<p>… {} more.</p>\n", other.size() - kMaxListedModules);
+  }
+
+  // --- size
+  html += "<h2>Size</h2>\n";
+  if (r.source_tensor_bytes > 0) {
+    const double a = static_cast<double>(r.source_tensor_bytes);
+    const double b = static_cast<double>(r.target_tensor_bytes);
+    const double scale = 600.0 / std::max(a, b);
+    html += fmt::format(
+        "<svg class=\"size\" xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"50\" viewBox=\"0 0 760 50\">"
+        "<rect x=\"60\" y=\"4\" width=\"{:.1f}\" height=\"18\" fill=\"#9ca3af\"/><text x=\"0\" y=\"17\" font-size=\"12\">MXFP4</text>"
+        "<text x=\"{:.1f}\" y=\"17\" font-size=\"12\">{}</text>"
+        "<rect x=\"60\" y=\"28\" width=\"{:.1f}\" height=\"18\" fill=\"#2563eb\"/><text x=\"0\" y=\"41\" font-size=\"12\">NVFP4</text>"
+        "<text x=\"{:.1f}\" y=\"41\" font-size=\"12\">{}</text></svg>\n",
+        a * scale, 66 + a * scale, human_bytes(r.source_tensor_bytes), b * scale, 66 + b * scale,
+        r.target_tensor_bytes ? human_bytes(r.target_tensor_bytes) : "not written");
+    html += fmt::format("<p>Tensor data {} &rarr; {} ({:+.2f}%): FP8 block scales per 16 values instead of E8M0 per 32, "
+                        "plus one FP32 global per module; packed FP4 bytes are unchanged.</p>\n",
+                        human_bytes(r.source_tensor_bytes), human_bytes(r.target_tensor_bytes), r.size_change_percent());
+  }
+  html += "<table>";
+  html += row({"pass-through tensors copied", fmt::format("{}", r.passthrough_tensors)});
+  html += row({"companion files copied", fmt::format("{}", r.companion_files)});
+  if (r.active_groups + r.zero_groups) {
+    html += row({"active / all-zero 32-groups", fmt::format("{} / {}", r.active_groups, r.zero_groups)});
+  }
+  html += row({"zero-group scales canonicalised to 0x00", fmt::format("{}", r.canonicalised_zero_groups)});
+  html += row({"active groups Marlin would zero", fmt::format("{}", r.marlin_zeroed_groups)});
+  if (r.resumed_shards) html += row({"shards reused by --resume", fmt::format("{}", r.resumed_shards)});
+  html += "</table>\n";
+
+  if (!r.differences.empty()) {
+    html += "<h2>Differences</h2><ul>";
+    for (const auto& d : r.differences) html += "<li><code>" + esc(d) + "</code></li>";
+    html += "</ul>\n";
+  }
+
+  // --- runtime verdicts: only real ones, from mx2nv gate.
+  html += "<h2>Runtime verdicts</h2>\n";
+  if (const GateResult* g = input.gate) {
+    html += fmt::format("<p>From <code>mx2nv gate</code> on <code>{}</code> (TP 1; hidden {}, intermediate {}, {} experts "
+                        "&times; {} MoE layers): will the pinned runtimes run it exactly?</p>\n",
+                        esc(g->checkpoint), g->dims.hidden, g->dims.intermediate, g->dims.experts, g->dims.layers);
+    html += "<table class=\"gate\"><tr><th>runtime</th><th>backend</th><th>GPUs</th><th>activations</th>"
+            "<th>verdict</th><th>why</th></tr>";
+    for (const Verdict& v : g->verdicts) {
+      const char* color = v.kind == Verdict::Run ? "#15803d" : v.kind == Verdict::Blocked ? "#b91c1c" : "#b45309";
+      std::string why;
+      for (const auto& reason : v.reasons) why += (why.empty() ? "" : "<br>") + esc(reason);
+      html += row({esc(fmt::format("{} {}", v.backend->runtime, v.backend->version)), esc(v.backend->backend),
+                   esc(v.backend->gpus), esc(activation_dtype_name(v.dtype)),
+                   fmt::format("<b class=\"verdict\" style=\"color:{}\">{}</b>", color, esc(verdict_name(v.kind))), why});
+    }
+    html += "</table>\n";
+  } else {
+    html += fmt::format("<p class=\"note\">Not available: {} Nothing here is a runtime verdict.</p>\n",
+                        esc(input.gate_unavailable.empty() ? "no runtime was asked about this checkpoint."
+                                                           : input.gate_unavailable));
+  }
+
+  // --- provenance
+  html += "<h2>Provenance</h2><table>";
+  html += row({"tool", "mx2nv " + esc(r.provenance.tool_version)});
+  html += row({"command", esc(r.command)});
+  html += row({"window", esc(window_name(r.window))});
+  html += row({"source", "<code>" + esc(r.provenance.source) + "</code>"});
+  if (!r.provenance.target.empty()) html += row({"target", "<code>" + esc(r.provenance.target) + "</code>"});
+  html += row({"revision", r.provenance.revision ? "<code>" + esc(*r.provenance.revision) + "</code>" : "none (not a Hugging Face cache snapshot)"});
+  html += "</table>\n</body></html>\n";
+  return html;
+}
+
+std::string render_html_for(const Report& report, const Inspection* inspection, unsigned threads) {
+  std::optional<Inspection> inspected;
+  std::string unavailable;
+  if (inspection == nullptr) {
+    try {
+      inspected = inspect_checkpoint(report.provenance.source, report.window, threads);
+      inspection = &*inspected;
+    } catch (const Error& e) {
+      unavailable = e.what();
+    }
+  }
+  std::optional<GateResult> gate;
+  std::string gate_unavailable;
+  const bool output_finished = (report.command == "convert" || report.command == "verify") &&
+                               report.result == Outcome::Ok && !report.provenance.target.empty();
+  if (output_finished) {
+    try {
+      GateOptions options;
+      options.checkpoint = report.provenance.target;
+      options.threads = threads;
+      options.ask.enabled = false;  // the page shows gate's verdicts; asking a runtime may take a minute
+      gate = run_gate(options);
+    } catch (const Error& e) {
+      gate_unavailable = fmt::format("mx2nv gate could not judge {}: {}.", report.provenance.target, e.what());
+    }
+  } else if (report.command == "inspect") {
+    gate_unavailable = "inspect reads the MXFP4 source; the runtimes' rules judge the NVFP4 output. Convert it and run "
+                       "mx2nv gate on DST (or pass --html to convert or verify).";
+  } else {
+    gate_unavailable = "this command left no finished NVFP4 output to judge.";
+  }
+  return render_html_report({&report, inspection, unavailable, gate ? &*gate : nullptr, gate_unavailable});
+}
+
+}  // namespace mx2nv

@@ -1,0 +1,50 @@
+// `--html FILE`: one self-contained page (inline CSS and SVG, no script, no
+// network) rendered from the data of a run: the report, and, when SRC could
+// be inspected, every module's exponent span. A front-end helper shared by
+// the CLI and the Python package; it returns text and touches no files.
+#pragma once
+
+#include "gate/gate.hpp"
+#include "inspect/inspect.hpp"
+#include "report/report.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+// Where a module sits in a MoE model: "…layers.<L>.….experts.<E>.<rest>".
+// `pattern` is the name with L and E replaced by '*' (one heatmap each).
+struct ExpertPosition {
+  std::string pattern;
+  std::uint64_t layer = 0, expert = 0;
+};
+std::optional<ExpertPosition> expert_position(const std::string& module_name);
+
+// How a module's span stands against the windows.
+enum class SpanClass { AllZero, Fits, Constrained, Refused };
+// Constrained: fits the selected window only with spans above the marlin
+// window (exact on disk, but vLLM's Marlin path zeroes its smallest scales),
+// or would be refused under marlin while e4m3 takes it.
+SpanClass classify_span(const ModuleSummary& module, Window window);
+
+struct HtmlReportInput {
+  const Report* report = nullptr;           // required
+  const Inspection* inspection = nullptr;   // module spans and both windows' outcomes, when available
+  std::string spans_unavailable;            // why inspection is null (shown on the page)
+  const GateResult* gate = nullptr;         // `mx2nv gate` on the NVFP4 output, when there is one
+  std::string gate_unavailable;             // why gate is null (shown on the page)
+};
+
+std::string render_html_report(const HtmlReportInput& input);
+
+// The page for a finished command. Without `inspection` (convert, verify),
+// SRC is inspected for the module spans: one more pass over its headers and
+// scales; if that fails the page says why and shows the rest. When the
+// command leaves a finished NVFP4 DST (convert ok, verify ok), the runtime
+// verdicts come from `mx2nv gate` on DST (all runtimes, TP 1, fp16 and bf16):
+// one more pass over DST's headers and block scales.
+std::string render_html_for(const Report& report, const Inspection* inspection, unsigned threads);
+
+}  // namespace mx2nv

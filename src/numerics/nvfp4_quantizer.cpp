@@ -1,0 +1,170 @@
+#include "numerics/nvfp4_quantizer.hpp"
+
+#include "numerics/formats.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace mx2nv {
+namespace {
+
+// compressed-tensors' constants: FP8_E4M3_DATA.max, FP4_E2M1_DATA.max, and
+// _get_dtype_eps(float8_e4m3fn).
+constexpr float kE4M3Max = 448.0f;
+constexpr float kE2M1Max = 6.0f;
+constexpr float kE4M3Eps = 0.125f;
+
+std::uint8_t nibble(std::span<const std::byte, 16> packed, std::size_t i) {
+  const auto b = std::to_integer<std::uint8_t>(packed[i / 2]);
+  return static_cast<std::uint8_t>((i % 2 == 0) ? (b & 0xF) : (b >> 4));
+}
+
+// E2M1 magnitude code of |s| <= 6, nearest with ties to even (the even codes
+// 0, 2, 4, 6 are 0, 1, 2, 4): the same thresholds as compressed-tensors'
+// cast_to_fp4 (<= 0.25 -> 0, < 0.75 -> 0.5, <= 1.25 -> 1, < 1.75 -> 1.5,
+// <= 2.5 -> 2, < 3.5 -> 3, <= 5 -> 4, else 6).
+std::uint8_t e2m1_magnitude_code(float a) {
+  if (a <= 0.25f) return 0;
+  if (a < 0.75f) return 1;
+  if (a <= 1.25f) return 2;
+  if (a < 1.75f) return 3;
+  if (a <= 2.5f) return 4;
+  if (a < 3.5f) return 5;
+  if (a <= 5.0f) return 6;
+  return 7;
+}
+
+}  // namespace
+
+std::optional<float> mxfp4_value_f32(std::uint8_t code, int k) {
+  const auto v = std::ldexp(static_cast<float>(e2m1_value(code)), k);
+  if (!std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<float> mxfp4_group_amax(std::span<const std::byte, 16> packed, std::uint8_t e8m0) {
+  std::uint8_t top = 0;  // largest magnitude code: E2M1 magnitudes grow with the code
+  for (std::size_t i = 0; i < 32; ++i) top = std::max(top, static_cast<std::uint8_t>(nibble(packed, i) & 0x7));
+  return mxfp4_value_f32(top, e8m0_exponent(e8m0));
+}
+
+float nvfp4_global_scale(float amax) {
+  const float g = (kE4M3Max * kE2M1Max) / std::max(std::fabs(amax), std::numeric_limits<float>::min());
+  return std::isfinite(g) ? g : 1.0f;
+}
+
+std::uint8_t e4m3_round(float x) {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double a = std::fabs(static_cast<double>(x));
+  if (a < std::ldexp(1.0, kE4M3MinNormalPow2)) {
+    // Subnormal: multiples of 2^-9; a mantissa rounding up to 8 is 2^-6, byte 0x08.
+    const auto m = static_cast<std::uint8_t>(std::nearbyint(std::ldexp(a, 9)));
+    return static_cast<std::uint8_t>(sign | m);
+  }
+  int e = 0;
+  const double f = std::frexp(a, &e);  // a = f x 2^e, f in [0.5, 1)
+  int exponent = e - 1;                // a = (2f) x 2^exponent, 2f in [1, 2)
+  auto mantissa = static_cast<int>(std::nearbyint((2 * f - 1) * 8));
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++exponent;
+  }
+  return static_cast<std::uint8_t>(sign | ((exponent + 7) << 3) | mantissa);
+}
+
+BlockScale nvfp4_block_scale(float block_amax, float global) {
+  float s = global * (std::fabs(block_amax) / kE2M1Max);
+  s = std::clamp(s, -kE4M3Max, kE4M3Max);
+  const std::uint8_t byte = e4m3_round(s);
+  if ((byte & 0x7F) == 0) return {e4m3_round(kE4M3Eps), kE4M3Eps};
+  return {byte, static_cast<float>(e4m3_value(byte))};
+}
+
+std::uint8_t nvfp4_code(float x, float scale_value, float global) {
+  const float effective = scale_value / global;
+  const float s = std::clamp(x / effective, -kE2M1Max, kE2M1Max);
+  const std::uint8_t sign = s < 0 ? 0x8 : 0x0;  // cast_to_fp4 multiplies by sign(x): sign(-0.0) is +0
+  return static_cast<std::uint8_t>(sign | e2m1_magnitude_code(std::fabs(s)));
+}
+
+void ErrorStats::add(double reference, double quantized) {
+  const double d = quantized - reference;
+  sum_err2 += d * d;
+  sum_ref2 += reference * reference;
+  sum_q2 += quantized * quantized;
+  sum_dot += quantized * reference;
+  max_abs = std::max(max_abs, std::fabs(d));
+  ++values;
+}
+
+void ErrorStats::merge(const ErrorStats& o) {
+  sum_err2 += o.sum_err2;
+  sum_ref2 += o.sum_ref2;
+  sum_q2 += o.sum_q2;
+  sum_dot += o.sum_dot;
+  max_abs = std::max(max_abs, o.max_abs);
+  values += o.values;
+  marlin_zeroed_blocks += o.marlin_zeroed_blocks;
+}
+
+double ErrorStats::relative_rmse() const {
+  if (sum_err2 == 0) return 0;
+  if (sum_ref2 == 0) return std::numeric_limits<double>::infinity();
+  return std::sqrt(sum_err2 / sum_ref2);
+}
+
+double ErrorStats::cosine() const {
+  if (sum_ref2 == 0 && sum_q2 == 0) return 1;
+  if (sum_ref2 == 0 || sum_q2 == 0) return 0;
+  return sum_dot / std::sqrt(sum_ref2 * sum_q2);
+}
+
+bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+                      std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
+  const int k = e8m0_exponent(e8m0);
+  float values[32];
+  for (std::size_t i = 0; i < 32; ++i) {
+    const auto v = mxfp4_value_f32(nibble(packed, i), k);
+    if (!v) return false;
+    values[i] = *v;
+  }
+  std::uint8_t codes[32];
+  for (std::size_t block = 0; block < 2; ++block) {
+    const float* x = values + block * kNvBlock;
+    float amax = 0;
+    for (std::size_t i = 0; i < kNvBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const BlockScale scale = nvfp4_block_scale(amax, global);
+    out_scales[block] = scale.byte;
+    // An E4M3 subnormal block scale (below 2^-6): vLLM's Marlin path flushes it to zero.
+    if ((scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0) ++stats.marlin_zeroed_blocks;
+    for (std::size_t i = 0; i < kNvBlock; ++i) {
+      const std::uint8_t c = nvfp4_code(x[i], scale.value, global);
+      codes[block * kNvBlock + i] = c;
+      stats.add(static_cast<double>(x[i]),
+                e2m1_value(c) * static_cast<double>(scale.value) / static_cast<double>(global));
+    }
+  }
+  for (std::size_t j = 0; j < 16; ++j) {
+    out_packed[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  }
+  return true;
+}
+
+bool requantize_group_scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+                             std::span<std::uint8_t, 2> out_scales) {
+  for (std::size_t block = 0; block < 2; ++block) {
+    // The block's largest magnitude code gives its amax: E2M1 magnitudes grow with the code.
+    std::uint8_t top = 0;
+    for (std::size_t i = block * kNvBlock; i < (block + 1) * kNvBlock; ++i) {
+      top = std::max(top, static_cast<std::uint8_t>(nibble(packed, i) & 0x7));
+    }
+    const auto amax = mxfp4_value_f32(top, e8m0_exponent(e8m0));
+    if (!amax) return false;
+    out_scales[block] = nvfp4_block_scale(*amax, global).byte;
+  }
+  // A group is refused as a whole when any of its values is beyond float32, as in requantize_group.
+  return mxfp4_group_amax(packed, e8m0).has_value();
+}
+
+}  // namespace mx2nv

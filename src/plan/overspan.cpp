@@ -1,0 +1,152 @@
+#include "plan/overspan.hpp"
+
+#include "common/checked.hpp"
+#include "common/error.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace mx2nv {
+
+std::optional<OverSpanChoice> parse_overspan(std::string_view name) {
+  if (name == "fail") return OverSpanChoice::Fail;
+  if (name == "bf16") return OverSpanChoice::Bf16;
+  if (name == "requantize") return OverSpanChoice::Requantize;
+  return std::nullopt;
+}
+
+std::string_view overspan_name(OverSpanChoice choice) {
+  switch (choice) {
+    case OverSpanChoice::Bf16: return "bf16";
+    case OverSpanChoice::Requantize: return "requantize";
+    case OverSpanChoice::Fail: break;
+  }
+  return "fail";
+}
+
+std::string moe_layer_of(std::string_view module) {
+  constexpr std::string_view kExperts = ".experts.";
+  const auto at = module.rfind(kExperts);
+  if (at == std::string_view::npos) return std::string(module);
+  return std::string(module.substr(0, at + kExperts.size() - 1));
+}
+
+std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan) {
+  std::set<std::string_view> over;
+  for (const auto& o : plan.over_span) over.insert(o.module);
+  const std::set<std::string_view> bad(plan.bad_globals.begin(), plan.bad_globals.end());
+  std::vector<std::size_t> groups;
+  for (std::size_t sg = 0; sg < set.scale_groups.size(); ++sg) {
+    std::string joined;  // the plan names a group's global by its members joined with '+'
+    bool refused = false;
+    for (const std::size_t i : set.scale_groups[sg]) {
+      joined += (joined.empty() ? "" : "+") + std::string(set.modules[i].name);
+      refused = refused || over.contains(set.modules[i].name);
+    }
+    if (refused || bad.contains(joined)) groups.push_back(sg);
+  }
+  return groups;
+}
+
+void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
+                       const std::function<float(std::size_t scale_group)>& requantized_global) {
+  plan.overspan = choice;
+  if (choice == OverSpanChoice::Fail || !plan.refused()) return;
+  const std::vector<std::size_t> groups = refused_scale_groups(set, plan);
+  std::vector<std::string> still_bad;
+  const auto rewrite = [&](std::size_t i, Treatment t, float divisor) {
+    ModulePlan p;
+    p.treatment = t;
+    p.divisor = divisor;
+    p.span = plan.modules[i].span;
+    plan.modules[i] = p;
+  };
+  if (choice == OverSpanChoice::Requantize) {
+    for (const std::size_t sg : groups) {
+      const float global = requantized_global(sg);
+      std::string joined;
+      for (const std::size_t i : set.scale_groups[sg]) joined += (joined.empty() ? "" : "+") + std::string(set.modules[i].name);
+      if (!global_multiplier_fits(plan.window, 1.0 / static_cast<double>(global))) {
+        still_bad.push_back(joined + " (requantized global " + std::to_string(global) + " is outside the window's range)");
+        continue;
+      }
+      for (const std::size_t i : set.scale_groups[sg]) rewrite(i, Treatment::Requantized, global);
+    }
+  } else {
+    std::set<std::string> layers;
+    for (const std::size_t sg : groups) {
+      for (const std::size_t i : set.scale_groups[sg]) layers.insert(moe_layer_of(set.modules[i].name));
+    }
+    for (std::size_t i = 0; i < set.modules.size(); ++i) {
+      if (layers.contains(moe_layer_of(set.modules[i].name))) rewrite(i, Treatment::Bf16, 1.0f);
+    }
+  }
+  plan.resolved_over_span = std::move(plan.over_span);
+  plan.over_span.clear();
+  plan.resolved_globals = std::move(plan.bad_globals);
+  plan.bad_globals = std::move(still_bad);
+  // Conflicts of groups now rewritten are resolved too; only those still bad stay.
+  if (plan.bad_globals.empty()) plan.global_conflicts.clear();
+}
+
+std::string plan_mode_name(const Plan& plan) {
+  bool requantized = false, bf16 = false;
+  for (const auto& m : plan.modules) {
+    requantized = requantized || m.treatment == Treatment::Requantized;
+    bf16 = bf16 || m.treatment == Treatment::Bf16;
+  }
+  std::string mode(window_name(plan.window));
+  if (requantized) mode += "+requantize";
+  if (bf16) mode += "+bf16";
+  return mode;
+}
+
+bool mode_matches(std::string_view recorded, Window window, OverSpanChoice choice) {
+  const std::string exact(window_name(window));
+  if (recorded == exact) return true;  // nothing needed the choice
+  return choice != OverSpanChoice::Fail && recorded == exact + "+" + std::string(overspan_name(choice));
+}
+
+std::uint64_t bf16_weight_bytes(const QuantModule& m) {
+  // group_count() x 16 is the packed tensor's size, which fits its file.
+  const auto bytes = checked_mul(m.group_count(), 32 * 2);
+  if (!bytes) fail_input("{}: a BF16 weight of this size cannot be addressed", m.name);
+  return *bytes;
+}
+
+std::uint64_t nvfp4_module_bytes(const QuantModule& m) {
+  const std::uint64_t groups = m.group_count();
+  return groups * kGroupBytes + groups * kNvScalesPerMxScale + 4;
+}
+
+std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
+  std::set<std::string> refused;
+  for (const auto& o : plan.resolved_over_span) refused.insert(o.module);
+  for (const auto& g : plan.resolved_globals) {
+    std::string_view rest = g;
+    while (!rest.empty()) {
+      const auto plus = rest.find('+');
+      refused.insert(std::string(rest.substr(0, plus)));
+      rest = plus == std::string_view::npos ? std::string_view() : rest.substr(plus + 1);
+    }
+  }
+  std::map<std::string, Bf16Layer> layers;
+  for (std::size_t i = 0; i < set.modules.size(); ++i) {
+    if (plan.modules[i].treatment != Treatment::Bf16) continue;
+    const QuantModule& m = set.modules[i];
+    Bf16Layer& l = layers[moe_layer_of(m.name)];
+    l.modules.emplace_back(m.name);
+    if (refused.contains(std::string(m.name))) l.refused.emplace_back(m.name);
+    l.bf16_bytes += bf16_weight_bytes(m);
+    l.nvfp4_bytes += nvfp4_module_bytes(m);
+  }
+  std::vector<Bf16Layer> out;
+  for (auto& [name, l] : layers) {
+    l.layer = name;
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+}  // namespace mx2nv

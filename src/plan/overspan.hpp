@@ -1,0 +1,67 @@
+// What convert does with scale groups the window refuses (`--overspan`).
+//   fail        refuse the checkpoint (the default; nothing is written)
+//   bf16        lossless at a size cost: every module of an MoE layer that holds
+//               a refused scale group is written dequantized as a BF16 `weight`
+//               (vLLM needs one quantization scheme per MoE layer) and listed
+//               in the config's `ignore`
+//   requantize  lossy: only the refused scale groups (a gate/up pair together)
+//               are requantized from their decoded values exactly as
+//               compressed-tensors would (numerics/nvfp4_quantizer.hpp)
+// Pure logic over the plan; reading values happens in the callers.
+#pragma once
+
+#include "model/modules.hpp"
+#include "plan/plan.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+std::optional<OverSpanChoice> parse_overspan(std::string_view name);
+std::string_view overspan_name(OverSpanChoice choice);
+
+// The MoE layer a module belongs to: its name up to and including the last
+// ".experts" (model.layers.3.mlp.experts.5.down_proj -> model.layers.3.mlp.experts);
+// a module outside any experts list is its own layer.
+std::string moe_layer_of(std::string_view module);
+
+// Scale groups the plan refuses: a member over the span, or no global for the
+// group (plan.bad_globals). Ascending.
+std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan);
+
+// Resolves a refused plan with `choice` (not Fail): marks the modules it
+// rewrites (ModulePlan::treatment), moves the refusals into plan.resolved and
+// clears them. For requantize, `requantized_global(scale_group)` is
+// compressed-tensors' global for that group; a group whose requantized global
+// is itself outside the window's global range stays refused.
+void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
+                       const std::function<float(std::size_t scale_group)>& requantized_global);
+
+// The mode a finished DST records: the window, then "+requantize" and/or
+// "+bf16" when some module was rewritten that way.
+std::string plan_mode_name(const Plan& plan);
+// The modes a conversion under (window, choice) may have recorded.
+bool mode_matches(std::string_view recorded, Window window, OverSpanChoice choice);
+
+// The BF16 layers of a plan with why: every MoE layer with a Bf16 module, the
+// refused modules in it, and the size change (bytes of BF16 weights minus the
+// NVFP4 tensors they replace).
+struct Bf16Layer {
+  std::string layer;
+  std::vector<std::string> modules;     // every module written as BF16
+  std::vector<std::string> refused;     // why: the members of refused scale groups
+  std::uint64_t bf16_bytes = 0;         // the BF16 weights written
+  std::uint64_t nvfp4_bytes = 0;        // the packed, scale and global bytes they replace
+};
+std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan);
+
+// Bytes of a module written as BF16 `weight` [N, K], and as NVFP4 (packed,
+// block scales, global).
+std::uint64_t bf16_weight_bytes(const QuantModule& m);
+std::uint64_t nvfp4_module_bytes(const QuantModule& m);
+
+}  // namespace mx2nv

@@ -1,0 +1,63 @@
+// The plan as a file (`mx2nv plan`), so that the per-shard execute step can
+// run in other processes and on other machines: a pure function of (source
+// shard, plan). It holds the source's identity (per shard: size, mtime, header
+// hash), every module's global exponent and scale mode, each output shard's
+// size and plan fingerprint, the window and tool version, and a checksum over
+// all of it. Reading validates everything (the file may have been edited or
+// damaged on shared storage): anything off is invalid input (exit 3). SRC and
+// DST are recorded byte for byte (paths are bytes, not text); a plan in the
+// earlier format mx2nv-plan/2 (paths as text) is read when its paths are
+// unambiguous and refused (exit 2) otherwise.
+#pragma once
+
+#include "plan/plan.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+inline constexpr std::string_view kPlanFormat = "mx2nv-plan/3";
+inline constexpr std::string_view kPlanFileName = "plan.json";  // inside DST/.mx2nv/ by default
+inline constexpr std::uint64_t kMaxPlanFileBytes = 256 << 20;  // read cap: far above the plan of any checkpoint the caps admit
+
+struct PlannedShard {
+  std::string file;
+  std::uint64_t source_size = 0;
+  std::int64_t source_mtime_ns = 0;
+  std::uint64_t source_header_hash = 0;
+  std::uint64_t plan_hash = 0;          // the shard record's plan fingerprint
+  std::uint64_t output_data_bytes = 0;  // tensor data of the output shard
+  std::uint64_t output_tensors = 0;
+};
+
+struct PlanFile {
+  std::string tool_version;
+  Window window = Window::Marlin;
+  OverSpanChoice overspan = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)
+  // The absolute paths `mx2nv plan` was given, exactly (any bytes but NUL):
+  // what a step opens unless told otherwise (another machine may mount the
+  // storage elsewhere).
+  std::string source;
+  std::string target;
+  std::vector<PlannedShard> shards;         // in the source's shard order
+  std::vector<std::string> module_names;    // ModuleSet order
+  std::vector<ModulePlan> modules;          // parallel to module_names
+  std::uint64_t fingerprint = 0;            // XXH3-64 of the canonical text of everything above
+  // (Semantic checks on reading: each row's global agrees with its m, the
+  // window and the treatment with the --overspan choice; shard names are
+  // plain relative paths, each once. Whether the rows are SRC's is checked
+  // by the steps, convert/planned.cpp.)
+};
+
+std::string plan_file_to_text(PlanFile& plan);  // fills plan.fingerprint
+// Throws Error(InvalidInput) naming `what` and the field.
+PlanFile plan_file_from_text(std::string_view text, std::string_view what);
+
+// The plan for `modules` (ModuleSet order) from the file; throws
+// Error(Usage) when the file plans other modules (SRC changed since).
+Plan plan_for_modules(const PlanFile& file, const std::vector<std::string>& module_names);
+
+}  // namespace mx2nv

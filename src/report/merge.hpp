@@ -1,0 +1,124 @@
+// `mx2nv verify --merge`: joins the partial reports of `verify --shards I/N`
+// (run on many machines) into the report of one whole verify. Pure logic on
+// the reports' text; the parts are input, not trusted state: a part may be
+// damaged, truncated, from another conversion or another mx2nv, or written
+// by hand.
+//
+// Exit codes (the errors this throws; the CLI maps them):
+// - 3 (InvalidInput), naming the part and the key: a part that is not, on
+//   its own, a verify report of this version's schema: not JSON (or larger
+//   than kMaxMergePartBytes / kMaxMergePartValues), a missing or unknown key,
+//   a value of the wrong type or out of range, a shard_subset that is not
+//   I/N with N <= kMaxMergeParts, or a part that contradicts itself (result
+//   vs exit_code vs error vs mismatches vs differences vs max_abs_error,
+//   mismatches > values_compared, requantized rows vs the overspan summary).
+//   Also a set whose counts add up past 2^64 - 1, and a requantized module
+//   listed by two parts (a module belongs to the one part that holds its
+//   packed tensor's shard): no set of real parts does that.
+// - 2 (Usage): parts each valid that do not make one whole: another SRC,
+//   DST, window, tool version (or not this mx2nv's version), N, over-span
+//   choice or whole-checkpoint result (counts, sizes, global conflicts,
+//   over-span layers: the checks every part runs on the whole checkpoint);
+//   a part index given twice; parts missing (the first kMaxListedMissingParts
+//   listed, "and K more"). Also no parts, or more than kMaxMergeParts.
+// The merged result is ok only when every part is ok and the set is
+// complete and consistent; any part in error makes it an error (that part's
+// error, exit code and kind; the lowest part index wins), else any mismatch
+// makes it a mismatch.
+//
+// Memory is bounded by what the parts hold, never by what they claim: a
+// part is at most kMaxMergePartBytes of text and kMaxMergePartValues JSON
+// values, parsed one at a time and dropped; what is kept across parts is one
+// part's whole-checkpoint fields, the part indices (one per part), the
+// requantized rows (each module once) and at most kMaxReportedDifferences
+// differences.
+#pragma once
+
+#include "numerics/window.hpp"
+#include "report/report.hpp"
+#include "safetensors/index.hpp"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mx2nv {
+
+// A real part is a few MB at Kimi K3's scale (the over-span layers list
+// every module of an affected layer; ~300 bytes per requantized module).
+inline constexpr std::uint64_t kMaxMergePartBytes = 32 << 20;
+inline constexpr std::size_t kMaxMergePartValues = 1 << 20;
+// No checkpoint has more shards (safetensors/index.hpp), so no split needs more parts.
+inline constexpr std::size_t kMaxMergeParts = kMaxShards;
+inline constexpr std::size_t kMaxListedMissingParts = 10;
+
+class VerifyReportMerger {
+ public:
+  // `parts`: how many parts will be added. Throws Error(Usage) for none or
+  // more than kMaxMergeParts.
+  explicit VerifyReportMerger(std::size_t parts);
+
+  // One part's text; `name` (its file) names it in messages. Throws as
+  // described above; a part that throws leaves the merger unusable.
+  void add(std::string_view name, std::string_view text);
+
+  // The merged report. Throws Error(Usage) when parts are missing.
+  Json finish() const;
+
+  // Every SRC and DST named by the parts added so far (provenance source and
+  // target, each also with its \xNN escapes turned back into bytes): a
+  // report must stay out of all of them.
+  std::vector<std::string> named_trees() const;
+  // Whether every part was added and named its SRC and DST (so named_trees()
+  // is complete: an error report may be written where it allows).
+  bool all_parts_named() const { return named_parts_ == expected_parts_; }
+  // The first part's window and provenance, once one was read.
+  std::optional<Window> window() const { return window_; }
+  const std::string& source() const { return source_; }
+  const std::string& target() const { return target_; }
+
+ private:
+  void add_difference(std::uint64_t part, std::uint64_t position, const std::string& text);
+
+  std::size_t expected_parts_;
+  std::size_t named_parts_ = 0;
+  std::set<std::string> trees_;
+
+  // Identity: what every part shares (from the first part).
+  std::string first_name_;
+  std::optional<Window> window_;
+  std::string source_, target_;
+  Json provenance_;
+  std::uint64_t count_ = 0;  // N
+
+  // The whole-checkpoint fields, from the first part not in error (or the
+  // first part, until one arrives).
+  Json whole_;
+  std::string whole_name_;
+  bool whole_from_error_part_ = true;
+
+  std::map<std::uint64_t, std::string> seen_;  // part index I -> its name
+  std::uint64_t active_groups_ = 0, zero_groups_ = 0, marlin_zeroed_groups_ = 0, passthrough_tensors_ = 0;
+  std::uint64_t values_compared_ = 0, mismatches_ = 0, marlin_zeroed_blocks_ = 0;
+  double max_abs_error_ = 0;
+  bool max_abs_error_infinite_ = false;
+  bool any_mismatch_ = false;
+  std::optional<std::pair<std::uint64_t, Json>> error_;  // lowest part index in error -> {error, error_kind, exit_code}
+  double seconds_ = 0;
+  std::map<std::string, std::pair<Json, std::string>> requantized_;  // module -> row, the part that listed it
+
+  // The first kMaxReportedDifferences distinct differences in (part index,
+  // position) order; `omitted_` counts those that did not fit.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::string> differences_;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> difference_keys_;
+  std::uint64_t omitted_differences_ = 0;
+};
+
+// All parts at once (tests, the fuzz target): (name, text) pairs.
+Json merge_verify_reports(const std::vector<std::pair<std::string, std::string>>& parts);
+
+}  // namespace mx2nv

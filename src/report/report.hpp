@@ -1,0 +1,109 @@
+// The machine-readable account of a run (`--report FILE`, `inspect --json`).
+// Field names are a contract: scripts read them.
+#pragma once
+
+#include "common/error.hpp"
+#include "json/strict_json.hpp"
+#include "numerics/formats.hpp"
+#include "plan/overspan.hpp"
+#include "plan/plan.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+struct Provenance {
+  std::string tool_version = MX2NV_VERSION;
+  std::string source;
+  std::optional<std::string> revision;  // HF cache snapshot revision, when SRC is one
+  std::string target;
+};
+
+// "…/snapshots/<rev>/…" -> rev (the Hugging Face cache layout).
+std::optional<std::string> hf_snapshot_revision(const std::string& path);
+
+// One requantized module's error against its MXFP4 values (requantize,
+// convert --overspan requantize): the report's per-module error table.
+struct ModuleError {
+  std::string module;
+  float global_scale = 1.0f;  // the weight_global_scale written (shared by a gate/up pair)
+  std::uint64_t values = 0;
+  double relative_rmse = 0;
+  double cosine = 1;
+  double max_abs_error = 0;
+  // Block scales below 2^-6 (E4M3 subnormals): exact on disk, flushed to zero
+  // by vLLM's Marlin path (README "Windows"); the error above is on disk.
+  std::uint64_t marlin_zeroed_blocks = 0;
+};
+
+// verify lists the first this many differences, then "... and K more"
+// (`verify --merge` reads partial reports by the same rule).
+inline constexpr std::size_t kMaxReportedDifferences = 200;
+
+struct Report {
+  std::string command;
+  Outcome result = Outcome::Ok;
+  ErrorKind error_kind = ErrorKind::Io;  // when result == Outcome::Error
+  Window window = Window::Marlin;
+  Provenance provenance;
+
+  std::uint64_t modules = 0;
+  std::uint64_t scale_groups = 0;  // distinct global scales (gate/up pairs count once)
+  std::uint64_t active_groups = 0;
+  std::uint64_t zero_groups = 0;
+  std::uint64_t canonicalised_zero_groups = 0;
+  std::uint64_t marlin_zeroed_groups = 0;
+  std::uint64_t passthrough_tensors = 0;
+  std::uint64_t companion_files = 0;
+  std::uint64_t shards = 0;
+  std::uint64_t resumed_shards = 0;  // convert --resume: finished shards reused
+  std::string shard_subset;          // verify --shards I/N: the part this report covers ("" = all)
+  bool already_complete = false;     // convert --resume: DST already held this conversion; nothing was written
+
+  // 32-groups are counted only where mx2nv reads the packed bytes itself
+  // (verify; convert --copy copy): shared or kernel-copied bytes are not seen.
+  bool groups_counted = true;
+
+  // convert: how the output bytes came to be (README "Zero-copy output").
+  std::string copy_mode;            // auto | reflink | copy
+  std::uint64_t shared_bytes = 0;   // unchanged bytes shared with SRC (reflink): no new data blocks
+  std::uint64_t copied_bytes = 0;   // unchanged bytes copied (copy_file_range or read/write)
+  std::uint64_t written_bytes = 0;  // new bytes: shard headers, scales, globals, config, index
+
+  std::uint64_t source_tensor_bytes = 0;
+  std::uint64_t target_tensor_bytes = 0;
+
+  std::uint64_t values_compared = 0;
+  std::uint64_t mismatches = 0;
+  double max_abs_error = 0;
+
+  std::vector<OverSpan> over_span;
+  std::vector<std::string> unrepresentable_globals;  // scale groups no global exponent serves
+  std::vector<GlobalConflict> global_conflicts;      // the same, with the ranges that do not meet
+  std::uint64_t raised_globals = 0;  // scale groups whose global is above k_max - 8 (the window's global range)
+  std::vector<ModuleError> requantized;  // lossy modules, sorted by name
+  // convert --overspan (absent from the JSON for fail): the choice, the
+  // refusals it resolved (why), the BF16 layers with their size cost.
+  std::string overspan = "fail";
+  std::vector<OverSpan> resolved_over_span;
+  std::vector<Bf16Layer> bf16_layers;
+  std::uint64_t requantized_marlin_zeroed_blocks = 0;
+  std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
+  std::string error;                     // the error message when result == "error"
+  double seconds = 0;
+
+  double size_change_percent() const;
+  int exit_code() const { return mx2nv::exit_code(result, error_kind); }
+  // Records `error` as this run's outcome (the error path's report is the
+  // success path's report with result "error").
+  void set_error(const Error& error);
+};
+
+Json report_to_json(const Report& report);
+// [{scale_group, k_max, k_min, needed: [lo, hi], allowed: [lo, hi]}]: global exponents m.
+Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts);
+
+}  // namespace mx2nv

@@ -1,0 +1,191 @@
+#include "requantize/requantizer.hpp"
+
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "numerics/bf16.hpp"
+#include "numerics/formats.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace mx2nv {
+namespace {
+
+// Groups per read: 1 MiB of packed bytes and 64 KiB of scales.
+constexpr std::uint64_t kChunkGroups = kCopyBufferBytes / kGroupBytes;
+
+[[noreturn]] void group_failure(const QuantModule& m, std::uint64_t group, std::string_view why) {
+  fail(ErrorKind::InvalidInput, "{}: row {} group {}: {}", m.name, group / m.groups, group % m.groups, why);
+}
+
+// visit(packed, scales, first_group) over a module's groups in file order.
+template <typename Visit>
+void for_each_chunk(const SourceCheckpoint& source, const QuantModule& m, Visit&& visit) {
+  const Checkpoint& ck = source.checkpoint;
+  const auto packed_file = ck.files->open(m.packed_shard);
+  const auto scale_file = ck.files->open(m.scale_shard);
+  std::vector<std::byte> packed(kChunkGroups * kGroupBytes);
+  std::vector<std::byte> scales(kChunkGroups);
+  const std::uint64_t total = m.group_count();
+  for (std::uint64_t first = 0; first < total; first += kChunkGroups) {
+    const auto n = static_cast<std::size_t>(std::min(kChunkGroups, total - first));
+    packed_file->read_at(ck.shards[m.packed_shard].data_start + m.packed.begin + first * kGroupBytes,
+                         {packed.data(), n * kGroupBytes});
+    scale_file->read_at(ck.shards[m.scale_shard].data_start + m.scale.begin + first, {scales.data(), n});
+    visit(std::span<const std::byte>(packed.data(), n * kGroupBytes), std::span<const std::byte>(scales.data(), n), first);
+    throw_if_stopped();
+  }
+}
+
+std::span<const std::byte, 16> group_bytes(std::span<const std::byte> packed, std::size_t g) {
+  return std::span<const std::byte, 16>(packed.data() + g * kGroupBytes, 16);
+}
+
+// Requantizes every group of a module, handing each group's output to `out`.
+template <typename Out>
+void requantize_module(const SourceCheckpoint& source, std::size_t module, float global, ErrorStats& stats, Out&& out) {
+  const QuantModule& m = source.modules.modules[module];
+  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+    for (std::size_t g = 0; g < scales.size(); ++g) {
+      const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
+      if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
+      std::array<std::byte, 16> q{};
+      std::array<std::uint8_t, 2> s{};
+      if (!requantize_group(group_bytes(packed, g), e8m0, global, q, s, stats)) {
+        group_failure(m, first + g, "a value is beyond float32's range");
+      }
+      out(g, q, s);
+    }
+  });
+}
+
+// Output buffer that flushes to `emit` in chunks of at most 1 MiB.
+class ChunkedEmit {
+ public:
+  explicit ChunkedEmit(const TensorEmit& emit) : emit_(emit) { buffer_.reserve(kCopyBufferBytes); }
+  void add(std::span<const std::byte> bytes) {
+    if (buffer_.size() + bytes.size() > kCopyBufferBytes) flush();
+    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+  }
+  void flush() {
+    if (buffer_.empty()) return;
+    emit_(offset_, buffer_);
+    offset_ += buffer_.size();
+    buffer_.clear();
+  }
+
+ private:
+  const TensorEmit& emit_;
+  std::vector<std::byte> buffer_;
+  std::uint64_t offset_ = 0;
+};
+
+}  // namespace
+
+float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group) {
+  float amax = 0;
+  for (const std::size_t module : source.modules.scale_groups[scale_group]) {
+    const QuantModule& m = source.modules.modules[module];
+    for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+      for (std::size_t g = 0; g < scales.size(); ++g) {
+        const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
+        if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
+        const auto a = mxfp4_group_amax(group_bytes(packed, g), e8m0);
+        if (!a) group_failure(m, first + g, "a value is beyond float32's range");
+        amax = std::max(amax, *a);
+      }
+    });
+  }
+  return amax;
+}
+
+void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit,
+                               ErrorStats& stats) {
+  ChunkedEmit sink(emit);
+  requantize_module(source, module, global, stats,
+                    [&](std::size_t, const std::array<std::byte, 16>& q, const std::array<std::uint8_t, 2>&) {
+                      sink.add(q);
+                    });
+  sink.flush();
+}
+
+void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit) {
+  ChunkedEmit sink(emit);
+  const QuantModule& m = source.modules.modules[module];
+  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+    for (std::size_t g = 0; g < scales.size(); ++g) {
+      const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
+      if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
+      std::array<std::uint8_t, 2> s{};
+      if (!requantize_group_scales(group_bytes(packed, g), e8m0, global, s)) {
+        group_failure(m, first + g, "a value is beyond float32's range");
+      }
+      sink.add(std::as_bytes(std::span(s)));
+    }
+  });
+  sink.flush();
+}
+
+namespace {
+
+// The BF16 bytes of one decoded 32-group (64 bytes, little-endian).
+void bf16_group(const QuantModule& m, std::uint64_t group, std::span<const std::byte, 16> packed, std::uint8_t e8m0,
+                std::span<std::byte, 64> out) {
+  if (e8m0 == kE8M0NaN) group_failure(m, group, "NaN scale (E8M0 0xFF)");
+  const int k = e8m0_exponent(e8m0);
+  for (std::size_t i = 0; i < 32; ++i) {
+    const auto b = std::to_integer<std::uint8_t>(packed[i / 2]);
+    const auto code = static_cast<std::uint8_t>(i % 2 == 0 ? (b & 0xF) : (b >> 4));
+    const auto bits = bf16_exact(std::ldexp(e2m1_value(code), k));
+    if (!bits) group_failure(m, group, "a value is beyond BF16's range");
+    out[2 * i] = static_cast<std::byte>(*bits & 0xFF);
+    out[2 * i + 1] = static_cast<std::byte>(*bits >> 8);
+  }
+}
+
+}  // namespace
+
+void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, const TensorEmit& emit) {
+  ChunkedEmit sink(emit);
+  const QuantModule& m = source.modules.modules[module];
+  std::array<std::byte, 64> values{};
+  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+    for (std::size_t g = 0; g < scales.size(); ++g) {
+      bf16_group(m, first + g, group_bytes(packed, g), std::to_integer<std::uint8_t>(scales[g]), values);
+      sink.add(values);
+    }
+  });
+  sink.flush();
+}
+
+RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, float global,
+                                   const TensorRead& read_packed, const TensorRead& read_scales) {
+  RequantizedCheck check;
+  std::vector<std::byte> theirs;
+  const auto compare = [&](const TensorRead& read, std::uint64_t& differing) {
+    return TensorEmit([&](std::uint64_t offset, std::span<const std::byte> ours) {
+      theirs.resize(ours.size());
+      read(offset, theirs);
+      for (std::size_t i = 0; i < ours.size(); ++i) differing += ours[i] != theirs[i] ? 1u : 0u;
+    });
+  };
+  stream_requantized_packed(source, module, global, compare(read_packed, check.packed_bytes_differing), check.error);
+  stream_requantized_scales(source, module, global, compare(read_scales, check.scale_bytes_differing));
+  return check;
+}
+
+std::uint64_t count_bf16_differences(const SourceCheckpoint& source, std::size_t module, const TensorRead& read_weight) {
+  std::uint64_t differing = 0;
+  std::vector<std::byte> theirs;
+  stream_bf16_weight(source, module, [&](std::uint64_t offset, std::span<const std::byte> ours) {
+    theirs.resize(ours.size());
+    read_weight(offset, theirs);
+    for (std::size_t i = 0; i + 1 < ours.size(); i += 2) {
+      differing += (ours[i] != theirs[i] || ours[i + 1] != theirs[i + 1]) ? 1u : 0u;
+    }
+  });
+  return differing;
+}
+
+}  // namespace mx2nv

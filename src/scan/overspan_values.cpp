@@ -1,0 +1,61 @@
+#include "scan/overspan_values.hpp"
+
+#include "common/cancel.hpp"
+#include "common/parallel.hpp"
+#include "requantize/requantizer.hpp"
+
+#include <algorithm>
+
+namespace mx2nv {
+
+void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice choice, unsigned threads) {
+  const ModuleSet& set = source.modules;
+  plan.overspan = choice;
+  if (choice == OverSpanChoice::Fail || !plan.refused()) return;
+  // compressed-tensors' global for each refused group, read before the plan changes.
+  const std::vector<std::size_t> groups = refused_scale_groups(set, plan);
+  std::vector<float> globals(set.scale_groups.size(), 1.0f);
+  if (choice == OverSpanChoice::Requantize) {
+    parallel_for(groups.size(), threads,
+                 [&](std::size_t g) { globals[groups[g]] = nvfp4_global_scale(scale_group_amax(source, groups[g])); });
+    throw_if_stopped();
+  }
+  resolve_over_span(set, plan, choice, [&](std::size_t sg) { return globals[sg]; });
+  if (choice == OverSpanChoice::Bf16) {
+    // Every value of every BF16 module must be representable: refuse before writing.
+    std::vector<std::size_t> bf16_groups;
+    for (std::size_t sg = 0; sg < set.scale_groups.size(); ++sg) {
+      if (plan.modules[set.scale_groups[sg][0]].treatment == Treatment::Bf16) bf16_groups.push_back(sg);
+    }
+    parallel_for(bf16_groups.size(), threads, [&](std::size_t g) { scale_group_amax(source, bf16_groups[g]); });
+    throw_if_stopped();
+  }
+}
+
+std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, const Plan& plan, unsigned threads) {
+  const ModuleSet& set = source.modules;
+  std::vector<std::size_t> modules;
+  for (std::size_t i = 0; i < set.modules.size(); ++i) {
+    if (plan.modules[i].treatment == Treatment::Requantized) modules.push_back(i);
+  }
+  std::vector<ModuleError> rows(modules.size());
+  const TensorEmit discard = [](std::uint64_t, std::span<const std::byte>) { throw_if_stopped(); };
+  parallel_for(modules.size(), threads, [&](std::size_t r) {
+    const std::size_t i = modules[r];
+    ErrorStats stats;
+    stream_requantized_packed(source, i, plan.modules[i].divisor, discard, stats);
+    rows[r] = {std::string(set.modules[i].name), plan.modules[i].divisor, stats.values, stats.relative_rmse(), stats.cosine(),
+               stats.max_abs, stats.marlin_zeroed_blocks};
+  });
+  return rows;  // module indices ascend, and modules are sorted by name
+}
+
+void add_overspan_report(Report& report, const SourceCheckpoint& source, const Plan& plan, unsigned threads) {
+  report.overspan = std::string(overspan_name(plan.overspan));
+  report.requantized = measure_requantized(source, plan, threads);
+  for (const auto& m : report.requantized) report.requantized_marlin_zeroed_blocks += m.marlin_zeroed_blocks;
+  report.bf16_layers = bf16_layers(source.modules, plan);
+  report.resolved_over_span = plan.resolved_over_span;
+}
+
+}  // namespace mx2nv

@@ -1,0 +1,45 @@
+// Plan step of a conversion, over files: scan every module's scales (in
+// parallel), then decide globals and refusals with the core planner.
+#pragma once
+
+#include "checkpoint/reader.hpp"
+#include "numerics/formats.hpp"
+#include "plan/plan.hpp"
+
+#include <vector>
+
+namespace mx2nv {
+
+// Bytes of scale histograms a scan keeps for planning; beyond it, the plan
+// reads a module's scales again (never at K3's structure: ~25 bytes a module
+// there; a real checkpoint uses a few dozen exponents, 9 bytes each).
+inline constexpr std::uint64_t kKeptHistogramBytes = 48ull << 20;
+
+struct ScanResult {
+  std::vector<ModuleFacts> facts;  // parallel to modules
+  std::uint64_t probes = 0;        // packed groups read to decide activity
+  std::uint64_t fully_classified = 0;  // modules whose packed bytes were read in full
+};
+
+// `histogram_budget`: bytes of histograms kept (tests force it down).
+// `only` (parallel to the modules): scan those alone; the facts of the others
+// stay empty (no active group).
+ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads,
+                        std::uint64_t histogram_budget = kKeptHistogramBytes, const std::vector<bool>* only = nullptr);
+
+Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window);
+
+// A plan from a file (`mx2nv plan`, read by a planned step) against SRC: the
+// rows of every module whose tensors are in `shards` (the ones a step writes)
+// are derived again from SRC, with the same scan and rules as mx2nv plan
+// (plan_conversion, then apply_overspan with the plan's choice), restricted
+// to those modules' scale groups, which decide a global together, and under
+// --overspan bf16 to every scale group of their MoE layers, which decide
+// BF16 together. Throws Error(InvalidInput) naming the first module whose
+// planned row differs from SRC's, or which SRC refuses under the plan's
+// window and choice: a step writes nothing `mx2nv plan` would not have
+// planned, whatever the file says.
+void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const std::vector<std::size_t>& shards,
+                        unsigned threads);
+
+}  // namespace mx2nv

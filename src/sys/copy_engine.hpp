@@ -1,0 +1,82 @@
+// Moving unchanged bytes from a source shard into an output file, cheapest
+// first: share them (FICLONERANGE: the output's blocks become references to
+// the source's extents on XFS, btrfs, bcachefs, ZFS >= 2.2, ...), let the
+// kernel copy them (copy_file_range: server-side on NFS 4.2 and SMB, in-kernel
+// elsewhere, and itself a reflink on some file systems), or stream them
+// through a buffer. Every method leaves the same bytes in the output.
+//
+// Sharing works on whole file-system blocks whose source and destination
+// offsets agree modulo the block size (plan/target_layout.hpp arranges that);
+// the partial blocks at either end of a range are copied.
+#pragma once
+
+#include "sys/file.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace mx2nv {
+
+// `--copy`: auto = the best the file systems offer; reflink = share or fail
+// (exit 2, checked before anything is written); copy = read and write every
+// byte through mx2nv, never sharing (like `cp --reflink=never`).
+enum class CopyMode { Auto, Reflink, Copy };
+std::optional<CopyMode> parse_copy_mode(std::string_view text);
+std::string_view copy_mode_name(CopyMode mode);
+
+// The methods, best first. An engine starts at the best its mode allows and
+// falls back for good when the file system refuses one (Auto only).
+enum class CopyMethod { Clone, KernelCopy, Stream };
+std::string_view copy_method_name(CopyMethod method);
+
+// Where the bytes of a transfer went.
+struct TransferTally {
+  std::uint64_t shared = 0;  // cloned: no new data blocks
+  std::uint64_t copied = 0;  // duplicated by the kernel or through mx2nv's buffer
+};
+
+class CopyEngine {
+ public:
+  explicit CopyEngine(CopyMode mode);
+  // Starts at `best`; with `require_clone` a failed clone is an error
+  // instead of a fallback (CopyMode::Reflink). Tests force each method here.
+  CopyEngine(CopyMethod best, bool require_clone);
+
+  // Copies [src_offset, src_offset + length) of `from` to `dst_offset` of
+  // `to`, sharing what can be shared. `buffer` serves the streaming copy.
+  // Thread-safe; one engine serves every shard of a conversion (one
+  // destination file system).
+  void transfer(const File& from, std::uint64_t src_offset, const File& to, std::uint64_t dst_offset,
+                std::uint64_t length, std::span<std::byte> buffer, TransferTally& tally);
+
+  // The best method still in use (after any fallback).
+  CopyMethod method() const { return method_.load(std::memory_order_relaxed); }
+
+  // For CopyMode::Reflink, before anything is written: can files in
+  // `destination_dir` share extents with `source`? Throws Error(Usage) naming
+  // the reason when they cannot. Uses an unnamed temporary file (O_TMPFILE),
+  // so nothing is left behind.
+  static void require_sharing(const File& source, const fs::path& destination_dir);
+  // The same for the directory open as `destination_dir_fd` (`shown` in messages).
+  static void require_sharing(const File& source, int destination_dir_fd, const fs::path& shown);
+
+ private:
+  // One attempt per method; false means "fall back" (the engine has moved on).
+  bool clone(const File& from, std::uint64_t src_offset, const File& to, std::uint64_t dst_offset,
+             std::uint64_t length, TransferTally& tally);
+  bool kernel_copy(const File& from, std::uint64_t src_offset, const File& to, std::uint64_t dst_offset,
+                   std::uint64_t length, TransferTally& tally);
+  void fall_back(CopyMethod from);
+
+  std::atomic<CopyMethod> method_;
+  bool require_clone_ = false;
+  std::atomic<std::uint64_t> granularity_{0};  // of the destination; 0 until the first transfer
+};
+
+// The block size sharing must respect for files on `file`'s file system.
+std::uint64_t share_granularity(const File& file);
+
+}  // namespace mx2nv

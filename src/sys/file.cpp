@@ -1,0 +1,174 @@
+#include "sys/file.hpp"
+
+#include "common/error.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mx2nv {
+
+void fail_io(const fs::path& path, const char* operation, int error_number) {
+  fail(ErrorKind::Io, "{}: {}: {}", path.string(), operation, std::strerror(error_number));
+}
+
+File File::open_read(const fs::path& path) {
+  // O_NONBLOCK: a FIFO planted in a hostile checkpoint must not block the
+  // open; it is refused below. Regular files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail_io(path, "open for reading", errno);
+  File f(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_io(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::InvalidInput, "{}: not a regular file", path.string());
+  return f;
+}
+
+File File::create_new(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io(path, "create", errno);
+  return File(fd, path);
+}
+
+namespace {
+
+File checked_regular(File f, const fs::path& path) {
+  struct stat st {};
+  if (::fstat(f.fd(), &st) != 0) fail_io(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::InvalidInput, "{}: not a regular file", path.string());
+  return f;
+}
+
+}  // namespace
+
+File File::open_read_at(int directory_fd, const std::string& name, fs::path display) {
+  const int fd = ::openat(directory_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) fail_io(display, errno == ELOOP ? "open for reading (a symbolic link)" : "open for reading", errno);
+  return checked_regular(File(fd, display), display);
+}
+
+File File::create_new_at(int directory_fd, const std::string& name, fs::path display) {
+  const int fd = ::openat(directory_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io(display, "create", errno);
+  return File(fd, std::move(display));
+}
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::uint64_t File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail_io(path_, "stat", errno);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+void File::read_at(std::uint64_t offset, std::span<std::byte> out) const {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_io(path_, "read", errno);
+    }
+    if (n == 0) {
+      // Sizes were validated against the file when it was opened: it shrank.
+      fail(ErrorKind::Io, "{}: unexpected end of file at byte {} (file changed while reading?)", path_.string(),
+           offset + done);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void File::write_at(std::uint64_t offset, std::span<const std::byte> data) const {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_io(path_, "write", errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void File::start_writeback(std::uint64_t offset, std::uint64_t length) const {
+  (void)::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
+}
+
+void File::set_size(std::uint64_t size) const {
+  while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    if (errno != EINTR) fail_io(path_, "set size", errno);
+  }
+}
+
+void File::sync() const {
+  if (::fsync(fd_) != 0) fail_io(path_, "fsync", errno);
+}
+
+void File::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail_io(path_, "close", errno);
+}
+
+void File::advise_sequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
+
+std::string read_text_file(const fs::path& path, std::uint64_t max_bytes) {
+  return read_text_file(File::open_read(path), max_bytes);
+}
+
+std::string read_text_file(const File& f, std::uint64_t max_bytes) {
+  const std::uint64_t size = f.size();
+  if (size > max_bytes) {
+    fail(ErrorKind::InvalidInput, "{}: {} bytes exceeds the {} byte limit for this file", f.path().string(), size,
+         max_bytes);
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  f.read_at(0, std::as_writable_bytes(std::span(text)));
+  return text;
+}
+
+void fsync_directory(int directory_fd, const fs::path& display) {
+  if (::fsync(directory_fd) != 0) fail_io(display, "fsync directory", errno);
+}
+
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_io(dir, "open directory", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail_io(dir, "fsync directory", err);
+}
+
+}  // namespace mx2nv

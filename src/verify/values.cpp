@@ -1,0 +1,98 @@
+// verify: every value of every module, decoded on both sides with the general
+// bit-field decoders (value_compare.hpp), in chunks of groups.
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "numerics/formats.hpp"
+#include "verify/checks.hpp"
+
+#include <algorithm>
+
+namespace mx2nv {
+namespace {
+
+constexpr std::uint64_t kCompareGroups = 1 << 16;  // 32-groups per chunk: 1 MiB packed per side
+
+void compare_module(const VerifyContext& ctx, std::size_t i, CompareTally& tally) {
+  const QuantModule& m = ctx.source.modules.modules[i];
+  const TargetModule& t = ctx.modules[i];
+  if (!ctx.selected[m.packed_shard]) return;  // another part's (verify --shards), not in this part's totals
+  std::uint64_t counted = 0;  // bytes already reported to ctx.progress
+  const auto finished = [&] {
+    if (ctx.progress) ctx.progress->unit_done(module_compare_bytes(m) - counted);
+  };
+  if (ctx.treatment(i) != Treatment::Exact) return finished();  // check_rewritten_values
+  if (!t.global || !t.packed_offset || !t.scale_offset) return finished();  // reported by the shard pass
+  const Checkpoint& src = ctx.source.checkpoint;
+  const auto sp = src.files->open(m.packed_shard);
+  const auto ss = src.files->open(m.scale_shard);
+  const auto dp = ctx.target.files->open(t.packed_shard);
+  const auto ds = ctx.target.files->open(t.scale_shard);
+  const std::uint64_t src_packed = src.shards[m.packed_shard].data_start + m.packed.begin;
+  const std::uint64_t src_scale = src.shards[m.scale_shard].data_start + m.scale.begin;
+
+  const std::uint64_t total = m.group_count();
+  const std::uint64_t chunk = std::min(total, kCompareGroups);
+  std::vector<std::byte> a_packed(static_cast<std::size_t>(chunk * kGroupBytes)), b_packed(a_packed.size());
+  std::vector<std::byte> a_scale(static_cast<std::size_t>(chunk));
+  std::vector<std::byte> b_scale(static_cast<std::size_t>(chunk * kNvScalesPerMxScale));
+  for (std::uint64_t start = 0; start < total; start += chunk) {
+    const std::uint64_t n = std::min(chunk, total - start);
+    const auto np = static_cast<std::size_t>(n * kGroupBytes);
+    const auto ns = static_cast<std::size_t>(n);
+    const auto nt = static_cast<std::size_t>(n * kNvScalesPerMxScale);
+    sp->read_at(src_packed + start * kGroupBytes, {a_packed.data(), np});
+    ss->read_at(src_scale + start, {a_scale.data(), ns});
+    dp->read_at(*t.packed_offset + start * kGroupBytes, {b_packed.data(), np});
+    ds->read_at(*t.scale_offset + start * kNvScalesPerMxScale, {b_scale.data(), nt});
+    for (std::size_t k = 0; k < ns; ++k) {
+      if (std::to_integer<std::uint8_t>(a_scale[k]) == kE8M0NaN) {
+        fail_input("{}: tensor \"{}\" row {} group {}: scale byte 0xFF is NaN in E8M0", src.shards[m.scale_shard].file,
+                   m.scale_name(), (start + k) / m.groups, (start + k) % m.groups);
+      }
+    }
+    compare_groups({a_packed.data(), np}, {a_scale.data(), ns}, {b_packed.data(), np}, {b_scale.data(), nt},
+                   static_cast<double>(*t.global), start, m.groups, tally);
+    counted += 2 * np + 3 * ns;
+    if (ctx.progress) ctx.progress->add_bytes(2 * np + 3 * ns);
+    throw_if_stopped();
+  }
+  finished();
+}
+
+}  // namespace
+
+void check_values(const VerifyContext& ctx, Report& report) {
+  const auto& modules = ctx.source.modules.modules;
+  const Checkpoint& src = ctx.source.checkpoint;
+  std::vector<CompareTally> tallies(modules.size());
+  parallel_for(modules.size(), ctx.options.threads, [&](std::size_t i) { compare_module(ctx, i, tallies[i]); });
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    const CompareTally& t = tallies[i];
+    const QuantModule& m = modules[i];
+    report.values_compared += t.values;
+    report.mismatches += t.mismatches;
+    report.active_groups += t.active_groups;
+    report.zero_groups += t.zero_groups;
+    report.marlin_zeroed_groups += t.marlin_zeroed_groups;
+    report.max_abs_error = std::max(report.max_abs_error, t.max_abs_error);
+    if (t.packed_bytes_differing) {
+      ctx.diff.add("{}: \"{}\": {} packed bytes differ from SRC", src.shards[m.packed_shard].file, m.packed_name(),
+                   t.packed_bytes_differing);
+    }
+    for (const auto& v : t.first_mismatches) {
+      ctx.diff.add("{}: \"{}\" row {} group {} element {}: SRC {} DST {}", src.shards[m.scale_shard].file, m.name,
+                   v.row, v.group, v.element, v.expected, v.actual);
+    }
+    if (t.mismatches > t.first_mismatches.size()) {
+      ctx.diff.add("\"{}\": {} more value mismatches", m.name, t.mismatches - t.first_mismatches.size());
+    }
+    if (ctx.options.window == Window::Marlin && t.marlin_zeroed_groups) {
+      ctx.diff.add("\"{}\": {} active groups have block scales below 2^-6, which vLLM's Marlin path flushes to zero "
+                   "(outside the marlin window)",
+                   m.name, t.marlin_zeroed_groups);
+    }
+  }
+}
+
+}  // namespace mx2nv

@@ -1,0 +1,80 @@
+#include "verify/verify.hpp"
+
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "verify/checks.hpp"
+#include "verify/config_check.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+namespace mx2nv {
+
+Report verify_checkpoint(const VerifyOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  Report report = start_report("verify", options.window, options.source, &options.target);
+  ProgressTracker progress("verify", "modules", options.progress);
+  progress.phase(ProgressPhase::Plan);
+  Differences diff;
+
+  // Memory at K3's scale: each index is checked against its shards when it
+  // is opened and its names (~60-100 MB) are dropped right after; DST is
+  // opened first, so its names never coexist with SRC's module table (the
+  // largest thing verify keeps). Where a tensor DST lacks went is looked up
+  // again in DST's index (check_shards). SRC's errors still come first: an
+  // error opening DST waits until SRC has opened.
+  std::optional<Checkpoint> opened;
+  std::exception_ptr target_error;
+  try {
+    opened = open_checkpoint(options.target, CheckpointRole::Target, options.threads);
+    if (opened->index) opened->index->forget_tensors();
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::InvalidInput) {
+      diff.add("DST is not a valid checkpoint: {}", e.what());
+    } else {
+      target_error = std::current_exception();
+    }
+  }
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
+  if (target_error) std::rethrow_exception(target_error);
+  const Checkpoint& src = source.checkpoint;
+  report.shards = src.shards.size();
+  std::vector<bool> selected(src.shards.size(), true);
+  if (options.shards) {
+    std::fill(selected.begin(), selected.end(), false);
+    for (const std::size_t s : selected_shards(*options.shards, src.shards.size())) selected[s] = true;
+    report.shard_subset = options.shards->stride == 0
+                              ? fmt::format("{}", options.shards->index)
+                              : fmt::format("{}/{}", options.shards->index, options.shards->stride);
+  }
+  report.modules = source.modules.modules.size();
+  report.scale_groups = source.modules.scale_groups.size();
+  report.companion_files = src.companions.size();
+  report.source_tensor_bytes = src.tensor_bytes();
+
+  if (opened) {
+    VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}, &progress, {}, {}};
+    const VerifyWork work = verify_work(source, selected);
+    throw_if_stopped();
+    progress.phase(ProgressPhase::Shards, work.bytes, work.modules);
+    report.target_tensor_bytes = opened->tensor_bytes();
+    check_files(ctx);
+    check_shards(ctx);
+    check_overspan(ctx, report);
+    for (const auto& d : check_target_config(source.quant, opened->config_text, ctx.bf16_modules, ctx.requantized_modules)) diff.add("{}", d);
+    report.passthrough_tensors = ctx.passthrough_tensors;
+    check_globals(ctx);
+    check_values(ctx, report);
+    check_rewritten_values(ctx, report);
+    progress.phase(ProgressPhase::Finalize);
+  }
+
+  report.differences = diff.take();
+  if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  progress.done();
+  return report;
+}
+
+}  // namespace mx2nv
