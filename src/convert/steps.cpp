@@ -278,17 +278,17 @@ std::optional<Plan> plan_step(Report& report, const Destination& dst, const Sour
   apply_overspan(source, plan, choice, threads);
   if (choice != OverSpanChoice::Fail) add_overspan_report(report, source, plan, threads);
   add_plan_counts(report, plan);
-  if (report_refusal(report, plan)) return std::nullopt;
+  if (report_refusal(report, source.modules, plan)) return std::nullopt;
   throw_if_stopped();
   return plan;
 }
 
-bool report_refusal(Report& report, const Plan& plan) {
+bool report_refusal(Report& report, const ModuleSet& set, const Plan& plan) {
   if (!plan.refused()) return false;
   report.result = Outcome::Refused;
   report.over_span = plan.over_span;
-  report.unrepresentable_globals = plan.bad_globals;
-  report.global_conflicts = plan.global_conflicts;
+  report.unrepresentable_globals = bad_global_names(set, plan);
+  report.global_conflicts = named_global_conflicts(set, plan);
   return true;
 }
 

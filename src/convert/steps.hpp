@@ -86,6 +86,6 @@ std::optional<Plan> plan_step(Report& report, const Destination& dst, const Sour
                               unsigned threads, OverSpanChoice choice = OverSpanChoice::Fail);
 
 // True, with the refusal in `report`, when the plan refuses a module.
-bool report_refusal(Report& report, const Plan& plan);
+bool report_refusal(Report& report, const ModuleSet& set, const Plan& plan);
 
 }  // namespace mx2nv

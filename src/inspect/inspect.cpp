@@ -38,7 +38,8 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   for (const WindowInfo& spec : windows()) {
     const Window w = spec.window;
     const Plan plan = plan_conversion(source, scan, w);
-    WindowOutcome o{w, plan.refused(), plan.over_span, plan.bad_globals, plan.global_conflicts, plan.raised_globals, 0, 0};
+    WindowOutcome o{w, plan.refused(), plan.over_span, bad_global_names(source.modules, plan),
+                    named_global_conflicts(source.modules, plan), plan.raised_globals, 0, 0};
     for (const auto& mp : plan.modules) {
       o.canonicalised_zero_groups += mp.canonical_zero_groups;
       o.marlin_zeroed_groups += mp.marlin_zeroed_groups;
@@ -46,8 +47,8 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
     if (w == window) {
       r.result = plan.refused() ? Outcome::Refused : Outcome::Ok;
       r.over_span = plan.over_span;
-      r.unrepresentable_globals = plan.bad_globals;
-      r.global_conflicts = plan.global_conflicts;
+      r.unrepresentable_globals = o.unrepresentable_globals;
+      r.global_conflicts = o.global_conflicts;
       r.raised_globals = plan.raised_globals;
       r.canonicalised_zero_groups = o.canonicalised_zero_groups;
       r.marlin_zeroed_groups = o.marlin_zeroed_groups;

@@ -33,18 +33,15 @@ std::string moe_layer_of(std::string_view module) {
 }
 
 std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan) {
+  std::vector<bool> refused(set.scale_groups.size(), false);
+  for (const BadGlobal& b : plan.bad_globals) refused[b.scale_group] = true;
+  // Over-span rows name their module (the report prints them as they are).
   std::set<std::string_view> over;
-  for (const auto& o : plan.over_span) over.insert(o.module);
-  const std::set<std::string_view> bad(plan.bad_globals.begin(), plan.bad_globals.end());
+  for (const OverSpan& o : plan.over_span) over.insert(o.module);
   std::vector<std::size_t> groups;
   for (std::size_t sg = 0; sg < set.scale_groups.size(); ++sg) {
-    std::string joined;  // the plan names a group's global by its members joined with '+'
-    bool refused = false;
-    for (const std::size_t i : set.scale_groups[sg]) {
-      joined += (joined.empty() ? "" : "+") + std::string(set.modules[i].name);
-      refused = refused || over.contains(set.modules[i].name);
-    }
-    if (refused || bad.contains(joined)) groups.push_back(sg);
+    for (const std::size_t i : set.scale_groups[sg]) refused[sg] = refused[sg] || over.contains(set.modules[i].name);
+    if (refused[sg]) groups.push_back(sg);
   }
   return groups;
 }
@@ -54,7 +51,7 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
   plan.overspan = choice;
   if (choice == OverSpanChoice::Fail || !plan.refused()) return;
   const std::vector<std::size_t> groups = refused_scale_groups(set, plan);
-  std::vector<std::string> still_bad;
+  std::vector<BadGlobal> still_bad;
   const auto rewrite = [&](std::size_t i, Treatment t, float divisor) {
     ModulePlan p;
     p.treatment = t;
@@ -65,10 +62,8 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
   if (choice == OverSpanChoice::Requantize) {
     for (const std::size_t sg : groups) {
       const float global = requantized_global(sg);
-      std::string joined;
-      for (const std::size_t i : set.scale_groups[sg]) joined += (joined.empty() ? "" : "+") + std::string(set.modules[i].name);
       if (!global_multiplier_fits(plan.window, 1.0 / static_cast<double>(global))) {
-        still_bad.push_back(joined + " (requantized global " + std::to_string(global) + " is outside the window's range)");
+        still_bad.push_back({sg, global});
         continue;
       }
       for (const std::size_t i : set.scale_groups[sg]) rewrite(i, Treatment::Requantized, global);
@@ -84,7 +79,8 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
   }
   plan.resolved_over_span = std::move(plan.over_span);
   plan.over_span.clear();
-  plan.resolved_globals = std::move(plan.bad_globals);
+  plan.resolved_globals.clear();
+  for (const BadGlobal& b : plan.bad_globals) plan.resolved_globals.push_back(b.scale_group);
   plan.bad_globals = std::move(still_bad);
   // Conflicts of groups now rewritten are resolved too; only those still bad stay.
   if (plan.bad_globals.empty()) plan.global_conflicts.clear();
@@ -121,15 +117,13 @@ std::uint64_t nvfp4_module_bytes(const QuantModule& m) {
 }
 
 std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
-  std::set<std::string> refused;
-  for (const auto& o : plan.resolved_over_span) refused.insert(o.module);
-  for (const auto& g : plan.resolved_globals) {
-    std::string_view rest = g;
-    while (!rest.empty()) {
-      const auto plus = rest.find('+');
-      refused.insert(std::string(rest.substr(0, plus)));
-      rest = plus == std::string_view::npos ? std::string_view() : rest.substr(plus + 1);
-    }
+  // Why a layer is BF16: the members of the scale groups its choice resolved.
+  std::vector<bool> refused(set.modules.size(), false);
+  for (const OverSpan& o : plan.resolved_over_span) {
+    if (const auto i = set.find(o.module)) refused[*i] = true;
+  }
+  for (const std::size_t sg : plan.resolved_globals) {
+    for (const std::size_t i : set.scale_groups[sg]) refused[i] = true;
   }
   std::map<std::string, Bf16Layer> layers;
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
@@ -137,7 +131,7 @@ std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
     const QuantModule& m = set.modules[i];
     Bf16Layer& l = layers[moe_layer_of(m.name)];
     l.modules.emplace_back(m.name);
-    if (refused.contains(std::string(m.name))) l.refused.emplace_back(m.name);
+    if (refused[i]) l.refused.emplace_back(m.name);
     l.bf16_bytes += bf16_weight_bytes(m);
     l.nvfp4_bytes += nvfp4_module_bytes(m);
   }

@@ -29,8 +29,8 @@ std::string_view overspan_name(OverSpanChoice choice);
 // a module outside any experts list is its own layer.
 std::string moe_layer_of(std::string_view module);
 
-// Scale groups the plan refuses: a member over the span, or no global for the
-// group (plan.bad_globals). Ascending.
+// Scale groups the plan refuses, by index: a member over the span, or no
+// global for the group (plan.bad_globals). Ascending.
 std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan);
 
 // Resolves a refused plan with `choice` (not Fail): marks the modules it

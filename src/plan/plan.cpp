@@ -65,7 +65,8 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
   const WindowLimits limits = window_limits(window);
   constexpr int kLowestK = -kE8M0Bias;
 
-  for (const auto& members : set.scale_groups) {
+  for (std::size_t sg = 0; sg < set.scale_groups.size(); ++sg) {
+    const ScaleGroup& members = set.scale_groups[sg];
     std::optional<int> k_max;
     for (const std::size_t i : members) {
       if (facts[i].k_max) k_max = std::max(k_max.value_or(facts[i].k_max.value()), facts[i].k_max.value());
@@ -83,8 +84,6 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
     for (const std::size_t i : members) {
       if (facts[i].k_min) k_min = std::min(k_min.value_or(facts[i].k_min.value()), facts[i].k_min.value());
     }
-    std::string names;
-    for (const std::size_t i : members) names += (names.empty() ? "" : "+") + std::string(set.modules[i].name);
     // Spans beyond the window are refused module by module below (over-span),
     // with m = k_max - 8; otherwise the smallest m the window allows.
     int m = *k_max - limits.max_exp;
@@ -95,12 +94,12 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
         m = *chosen;
       } else {
         conflict = true;
-        plan.global_conflicts.push_back({names, *k_max, *k_min, *k_max - limits.max_exp, *k_min - limits.min_exp,
+        plan.global_conflicts.push_back({sg, *k_max, *k_min, *k_max - limits.max_exp, *k_min - limits.min_exp,
                                          limits.global_min, limits.global_max});
       }
     }
     const auto divisor = global_divisor_for(m);
-    if (!divisor || conflict) plan.bad_globals.push_back(names);
+    if (!divisor || conflict) plan.bad_globals.push_back({sg, std::nullopt});
     for (const std::size_t i : members) {
       ModulePlan& p = plan.modules[i];
       const ModuleFacts& f = facts[i];
@@ -133,6 +132,40 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
     }
   }
   return plan;
+}
+
+std::string scale_group_name(const ModuleSet& set, std::size_t scale_group) {
+  std::string name;
+  for (const std::size_t i : set.scale_groups[scale_group]) {
+    if (!name.empty()) name += '+';
+    name += set.modules[i].name;
+  }
+  return name;
+}
+
+std::string bad_global_name(const ModuleSet& set, const BadGlobal& bad) {
+  std::string name = scale_group_name(set, bad.scale_group);
+  if (bad.requantized_global) {
+    name += " (requantized global " + std::to_string(*bad.requantized_global) + " is outside the window's range)";
+  }
+  return name;
+}
+
+std::vector<std::string> bad_global_names(const ModuleSet& set, const Plan& plan) {
+  std::vector<std::string> names;
+  names.reserve(plan.bad_globals.size());
+  for (const BadGlobal& b : plan.bad_globals) names.push_back(bad_global_name(set, b));
+  return names;
+}
+
+std::vector<GlobalConflict> named_global_conflicts(const ModuleSet& set, const Plan& plan) {
+  std::vector<GlobalConflict> named;
+  named.reserve(plan.global_conflicts.size());
+  for (const ScaleGroupConflict& c : plan.global_conflicts) {
+    named.push_back({scale_group_name(set, c.scale_group), c.k_max, c.k_min, c.needed_min, c.needed_max,
+                     c.allowed_min, c.allowed_max});
+  }
+  return named;
 }
 
 }  // namespace mx2nv

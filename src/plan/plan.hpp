@@ -111,25 +111,52 @@ struct OverSpan {
 // A scale group whose spans fit the window but for which no global exponent
 // lies in the window's global range: the block scales need
 // m in [needed_min, needed_max], the runtime takes m in [allowed_min, allowed_max].
-struct GlobalConflict {
-  std::string scale_group;  // member names joined by '+'
+// The plan holds the group by index (ScaleGroupConflict); reports name it
+// (GlobalConflict, by scale_group_name).
+struct ScaleGroupConflict {
+  std::size_t scale_group = 0;  // index into ModuleSet::scale_groups
   int k_max = 0, k_min = 0;
   int needed_min = 0, needed_max = 0;
   int allowed_min = 0, allowed_max = 0;
+};
+struct GlobalConflict {
+  std::string scale_group;  // scale_group_name: the member names joined by '+'
+  int k_max = 0, k_min = 0;
+  int needed_min = 0, needed_max = 0;
+  int allowed_min = 0, allowed_max = 0;
+};
+
+// A scale group no global exponent serves: none in the window's global range
+// (a ScaleGroupConflict), no normal FP32 divisor, or, after --overspan
+// requantize, compressed-tensors' global outside the window's range.
+struct BadGlobal {
+  std::size_t scale_group = 0;                // index into ModuleSet::scale_groups
+  std::optional<float> requantized_global;  // set when the requantized global is what does not fit
 };
 
 struct Plan {
   Window window = Window::Marlin;
   std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
   std::vector<OverSpan> over_span;         // every module refused by the window
-  std::vector<std::string> bad_globals;    // scale groups no global exponent serves (names)
-  std::vector<GlobalConflict> global_conflicts;  // the same, with the ranges that do not meet
+  std::vector<BadGlobal> bad_globals;      // scale groups no global exponent serves, ascending
+  std::vector<ScaleGroupConflict> global_conflicts;  // those of them whose ranges do not meet
   std::uint64_t raised_globals = 0;        // scale groups whose m is above k_max - 8 (quiet experts)
   OverSpanChoice overspan = OverSpanChoice::Fail;
-  std::vector<OverSpan> resolved_over_span;   // refusals the --overspan choice resolved (why)
-  std::vector<std::string> resolved_globals;  // likewise for bad_globals
+  std::vector<OverSpan> resolved_over_span;    // refusals the --overspan choice resolved (why)
+  std::vector<std::size_t> resolved_globals;  // likewise for bad_globals: scale group indices
   bool refused() const { return !over_span.empty() || !bad_globals.empty(); }
 };
+
+// How reports name a scale group: its members' names joined by '+' (a lone
+// module by its own name). Built only for reporting; the plan and its
+// resolution identify groups by index.
+std::string scale_group_name(const ModuleSet& set, std::size_t scale_group);
+// A refused global as the report lists it (unrepresentable_globals): the
+// group's name, and why the requantized global does not fit when that is
+// the reason.
+std::string bad_global_name(const ModuleSet& set, const BadGlobal& bad);
+std::vector<std::string> bad_global_names(const ModuleSet& set, const Plan& plan);
+std::vector<GlobalConflict> named_global_conflicts(const ModuleSet& set, const Plan& plan);
 
 // The global exponent for a scale group with active exponents in [k_max, k_min]
 // under `limits`, or nullopt when no exponent satisfies both the block-scale

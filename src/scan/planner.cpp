@@ -263,7 +263,8 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
   if (derived.refused()) {
     // Only modules outside the written ones can be left (the rows above
     // matched): refused by SRC, planned as convertible.
-    const std::string what = !derived.over_span.empty() ? derived.over_span.front().module : derived.bad_globals.front();
+    const std::string what = !derived.over_span.empty() ? derived.over_span.front().module
+                                                        : bad_global_name(set, derived.bad_globals.front());
     fail_input("SRC's {} is refused under window {} with --overspan {}, but the plan converts it; the plan was edited, "
                "or SRC's data changed since it was planned: run mx2nv plan again",
                printable(what), window_name(plan.window), overspan_name(plan.overspan));

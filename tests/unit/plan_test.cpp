@@ -479,8 +479,8 @@ TEST(Plan, QuietExpertWithAWideSpanHasNoMarlinGlobal) {
   EXPECT_TRUE(plan.refused());
   EXPECT_TRUE(plan.over_span.empty());
   ASSERT_EQ(plan.global_conflicts.size(), 1u);
-  const GlobalConflict& c = plan.global_conflicts[0];
-  EXPECT_EQ(c.scale_group, "quiet.w2");
+  const ScaleGroupConflict& c = plan.global_conflicts[0];
+  EXPECT_EQ(scale_group_name(set, c.scale_group), "quiet.w2");
   EXPECT_EQ(c.needed_min, -26);
   EXPECT_EQ(c.needed_max, -24);
   EXPECT_EQ(c.allowed_min, -21);
