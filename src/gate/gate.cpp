@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
+#include "model/module_names.hpp"
 #include "model/modules.hpp"
 #include "numerics/formats.hpp"
 
@@ -189,9 +190,10 @@ GateResult run_gate(const GateOptions& o) {
     const std::string base = name.substr(0, name.size() - kPackedSuffix.size());
     const auto parsed = parse_expert_module(base);
     if (!parsed) continue;
-    const std::string& prefix = parsed->layer;
+    const std::string prefix(parsed->layer);
     const std::uint64_t expert = parsed->expert;
-    const Role role = parsed->role == 0 ? W1 : parsed->role == 1 ? W3 : W2;
+    const Projection p = parsed->projection.projection;
+    const Role role = p == Projection::Gate ? W1 : p == Projection::Up ? W3 : W2;
     ExpertModule m;
     m.name = base;
     m.role = role;
@@ -216,7 +218,7 @@ GateResult run_gate(const GateOptions& o) {
     auto [it, fresh] = layer_index.emplace(prefix, layers.size());
     if (fresh) layers.push_back({prefix, {}, {}});
     m.layer = it->second;
-    layers[m.layer].names[role] = base.substr(base.rfind('.') + 1);
+    layers[m.layer].names[role] = std::string(parsed->projection.suffix);
     auto& slots = layers[m.layer].experts.emplace(expert, std::array<std::ptrdiff_t, 3>{-1, -1, -1}).first->second;
     slots[role] = static_cast<std::ptrdiff_t>(modules.size());
     modules.push_back(std::move(m));

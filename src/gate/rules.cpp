@@ -1,6 +1,7 @@
 #include "gate/rules.hpp"
 
 #include "common/error.hpp"
+#include "model/module_names.hpp"
 
 #include <fmt/format.h>
 
@@ -277,27 +278,12 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
   return v;
 }
 
-std::optional<ExpertModuleName> parse_expert_module(std::string_view module) {
-  const auto dot = module.rfind('.');
-  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
-  const std::string_view proj = module.substr(dot + 1);
-  int role = -1;
-  if (proj == "w1" || proj == "gate_proj") role = 0;
-  if (proj == "w3" || proj == "up_proj") role = 1;
-  if (proj == "w2" || proj == "down_proj") role = 2;
-  const auto dot2 = module.rfind('.', dot - 1);
-  if (role < 0 || dot2 == std::string_view::npos || dot2 + 1 >= dot) return std::nullopt;
-  const std::string_view e = module.substr(dot2 + 1, dot - dot2 - 1);
-  if (e.size() > 9 || e.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-  return ExpertModuleName{std::string(module.substr(0, dot2)), std::stoull(std::string(e)), role};
-}
-
 std::optional<MoeDims> moe_dims_of(const std::vector<ModuleShape>& modules) {
   std::optional<MoeDims> dims;
-  std::vector<std::string> layers;
+  std::vector<std::string_view> layers;
   for (const auto& m : modules) {
     const auto e = parse_expert_module(m.name);
-    if (!e || e->role != 0) continue;
+    if (!e || e->projection.projection != Projection::Gate) continue;
     if (!dims) dims = MoeDims{m.k, m.rows, 0, 0};
     if (std::find(layers.begin(), layers.end(), e->layer) == layers.end()) layers.push_back(e->layer);
     if (e->layer == layers.front()) ++dims->experts;

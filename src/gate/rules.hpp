@@ -89,17 +89,9 @@ std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& 
 Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned tp,
                       const std::vector<SchemeFacts>& schemes, const MoeDims& dims, const ScaleFacts& scales);
 
-// "P.E.proj" with proj w1|w3|w2 or gate_proj|up_proj|down_proj and E a
-// number: a routed expert module of MoE layer P.
-struct ExpertModuleName {
-  std::string layer;
-  std::uint64_t expert = 0;
-  int role = 0;  // 0 gate (w1), 1 up (w3), 2 down (w2)
-};
-std::optional<ExpertModuleName> parse_expert_module(std::string_view module);
-
 // MoE dimensions from modules' (name, rows, K) — the first gate projection's
-// shape; nullopt when there is no routed expert.
+// shape; nullopt when there is no routed expert (parse_expert_module,
+// model/module_names.hpp).
 struct ModuleShape {
   std::string_view name;
   std::uint64_t rows = 0, k = 0;

@@ -2,11 +2,11 @@
 
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "model/module_names.hpp"
 
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -35,14 +35,6 @@ std::string esc(std::string_view raw) {
     }
   }
   return out;
-}
-
-std::optional<std::uint64_t> parse_index(std::string_view s) {
-  std::uint64_t v = 0;
-  if (s.empty() || s.size() > 9) return std::nullopt;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 // Fits: light blue at span 0 to dark blue at the marlin limit.
@@ -161,33 +153,6 @@ std::string row(std::initializer_list<std::string> cells) {
 
 }  // namespace
 
-std::optional<ExpertPosition> expert_position(const std::string& name) {
-  std::vector<std::string_view> parts;
-  std::string_view rest = name;
-  for (;;) {
-    const auto dot = rest.find('.');
-    parts.push_back(rest.substr(0, dot));
-    if (dot == std::string_view::npos) break;
-    rest.remove_prefix(dot + 1);
-  }
-  std::optional<std::uint64_t> layer, expert;
-  std::size_t layer_at = 0, expert_at = 0;
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (!layer && (parts[i] == "layers" || parts[i] == "h" || parts[i] == "blocks")) {
-      if ((layer = parse_index(parts[i + 1]))) layer_at = i + 1;
-    } else if (layer && !expert && parts[i] == "experts") {
-      if ((expert = parse_index(parts[i + 1]))) expert_at = i + 1;
-    }
-  }
-  if (!layer || !expert) return std::nullopt;
-  ExpertPosition p{"", *layer, *expert};
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (i) p.pattern += '.';
-    p.pattern += (i == layer_at || i == expert_at) ? std::string_view("*") : parts[i];
-  }
-  return p;
-}
-
 SpanClass classify_span(const ModuleSummary& m, Window window) {
   if (!m.k_max) return SpanClass::AllZero;
   if (m.span > window_limits(window).max_span()) return SpanClass::Refused;
@@ -260,7 +225,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
     for (const auto& m : in->modules) {
       const SpanClass cls = classify_span(m, r.window);
       if (cls == SpanClass::Refused || cls == SpanClass::Constrained) flagged.emplace_back(&m, cls);
-      const auto pos = expert_position(std::string(m.name));
+      const auto pos = expert_position(m.name);
       if (!pos) {
         other.emplace_back(&m, cls);
         continue;

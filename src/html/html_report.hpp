@@ -14,14 +14,6 @@
 
 namespace mx2nv {
 
-// Where a module sits in a MoE model: "…layers.<L>.….experts.<E>.<rest>".
-// `pattern` is the name with L and E replaced by '*' (one heatmap each).
-struct ExpertPosition {
-  std::string pattern;
-  std::uint64_t layer = 0, expert = 0;
-};
-std::optional<ExpertPosition> expert_position(const std::string& module_name);
-
 // How a module's span stands against the windows.
 enum class SpanClass { AllZero, Fits, Constrained, Refused };
 // Constrained: fits the selected window only with spans above the marlin

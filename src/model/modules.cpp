@@ -2,6 +2,7 @@
 
 #include "common/checked.hpp"
 #include "common/error.hpp"
+#include "model/module_names.hpp"
 #include "json/strict_json.hpp"
 
 #include <algorithm>
@@ -49,17 +50,6 @@ std::optional<std::size_t> ModuleSet::module_of(std::string_view tensor, std::st
 
 bool ModuleSet::is_module_tensor(std::string_view tensor) const {
   return module_of(tensor, kPackedSuffix) || module_of(tensor, kScaleSuffix);
-}
-
-std::string gate_up_partner(std::string_view module) {
-  static constexpr std::pair<std::string_view, std::string_view> kPairs[] = {
-      {".w1", ".w3"}, {".w3", ".w1"}, {".gate_proj", ".up_proj"}, {".up_proj", ".gate_proj"}};
-  for (const auto& [mine, theirs] : kPairs) {
-    if (module.size() > mine.size() && module.ends_with(mine)) {
-      return std::string(module.substr(0, module.size() - mine.size())) + std::string(theirs);
-    }
-  }
-  return {};
 }
 
 void ModuleCollector::add_half(std::size_t shard, std::string_view file, const TensorInfo& t,

@@ -5,8 +5,9 @@
 // Names. A module name M is the tensor name minus the suffix and must not be
 // empty: a tensor named just ".weight_packed" is refused (exit 3), since no
 // loader can attach it to a layer. Gate/up partners are `P.w1` <-> `P.w3` and
-// `P.gate_proj` <-> `P.up_proj` with the same non-empty parent P; nothing
-// else is ever paired, so a module never shares a global across parents.
+// `P.gate_proj` <-> `P.up_proj` with the same non-empty parent P
+// (gate_up_partner, model/module_names.hpp); nothing else is ever paired, so
+// a module never shares a global across parents.
 //
 // Scale: ~250k modules at Kimi K3's size. Discovery sees one shard header at
 // a time (ModuleCollector) and keeps, per module, its name and where its two
@@ -95,10 +96,6 @@ struct ModuleSet {
   // Names of all tensors that belong to a module (packed or scale).
   bool is_module_tensor(std::string_view tensor) const;
 };
-
-// The name of M's gate/up partner (P.w1 <-> P.w3, P.gate_proj <-> P.up_proj
-// with P non-empty), or "".
-std::string gate_up_partner(std::string_view module);
 
 // Collects module tensors shard by shard; finish() validates and pairs.
 // Throws Error(InvalidInput) naming the file and tensor on any inconsistency.

@@ -25,13 +25,6 @@ std::string_view overspan_name(OverSpanChoice choice) {
   return "fail";
 }
 
-std::string moe_layer_of(std::string_view module) {
-  constexpr std::string_view kExperts = ".experts.";
-  const auto at = module.rfind(kExperts);
-  if (at == std::string_view::npos) return std::string(module);
-  return std::string(module.substr(0, at + kExperts.size() - 1));
-}
-
 std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan) {
   std::vector<bool> refused(set.scale_groups.size(), false);
   for (const BadGlobal& b : plan.bad_globals) refused[b.scale_group] = true;
@@ -69,7 +62,7 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
       for (const std::size_t i : set.scale_groups[sg]) rewrite(i, Treatment::Requantized, global);
     }
   } else {
-    std::set<std::string> layers;
+    std::set<std::string_view> layers;  // views into the modules' names
     for (const std::size_t sg : groups) {
       for (const std::size_t i : set.scale_groups[sg]) layers.insert(moe_layer_of(set.modules[i].name));
     }
@@ -125,7 +118,7 @@ std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
   for (const std::size_t sg : plan.resolved_globals) {
     for (const std::size_t i : set.scale_groups[sg]) refused[i] = true;
   }
-  std::map<std::string, Bf16Layer> layers;
+  std::map<std::string_view, Bf16Layer> layers;  // by layer name, as the report lists them
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     if (plan.modules[i].treatment != Treatment::Bf16) continue;
     const QuantModule& m = set.modules[i];
@@ -137,7 +130,7 @@ std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
   }
   std::vector<Bf16Layer> out;
   for (auto& [name, l] : layers) {
-    l.layer = name;
+    l.layer = std::string(name);
     out.push_back(std::move(l));
   }
   return out;

@@ -10,6 +10,7 @@
 // Pure logic over the plan; reading values happens in the callers.
 #pragma once
 
+#include "model/module_names.hpp"  // moe_layer_of: the layers bf16 writes whole
 #include "model/modules.hpp"
 #include "plan/plan.hpp"
 
@@ -23,11 +24,6 @@ namespace mx2nv {
 
 std::optional<OverSpanChoice> parse_overspan(std::string_view name);
 std::string_view overspan_name(OverSpanChoice choice);
-
-// The MoE layer a module belongs to: its name up to and including the last
-// ".experts" (model.layers.3.mlp.experts.5.down_proj -> model.layers.3.mlp.experts);
-// a module outside any experts list is its own layer.
-std::string moe_layer_of(std::string_view module);
 
 // Scale groups the plan refuses, by index: a member over the span, or no
 // global for the group (plan.bad_globals). Ascending.

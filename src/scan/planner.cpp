@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
+#include "model/module_names.hpp"
 #include "model/scale_scan.hpp"
 #include "plan/overspan.hpp"
 #include "scan/overspan_values.hpp"
@@ -242,7 +243,7 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
   };
   for (const std::size_t i : written) add_group(set.modules[i].scale_group);
   if (plan.overspan == OverSpanChoice::Bf16) {
-    std::set<std::string> layers;
+    std::set<std::string_view> layers;  // views into the modules' names
     for (const std::size_t i : written) layers.insert(moe_layer_of(set.modules[i].name));
     for (std::size_t i = 0; i < set.modules.size(); ++i) {
       if (!scan[i] && layers.contains(moe_layer_of(set.modules[i].name))) add_group(set.modules[i].scale_group);
