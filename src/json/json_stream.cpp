@@ -149,11 +149,6 @@ void parse_json_streaming(const ByteSource& source, std::uint64_t offset, std::u
       .sax_parse(&handler, true);
 }
 
-void parse_json_text(std::string_view text, StrictSax& handler, std::string_view what) {
-  const MemorySource source(text);
-  parse_json_stream(source, 0, text.size(), handler, what);
-}
-
 void MemorySource::read_at(std::uint64_t offset, std::span<std::byte> out) const {
   if (offset > bytes_.size() || out.size() > bytes_.size() - offset) {
     fail_input("read of {} bytes at {} past the end of {} bytes", out.size(), offset, bytes_.size());

@@ -59,7 +59,6 @@ class StrictSax : public nlohmann::json_sax<Json> {
     if (rejection_.empty()) rejection_ = fmt::format(format, std::forward<Args>(args)...);
     return true;
   }
-  bool rejected() const { return !rejection_.empty(); }
   // Call on every start_object/start_array and end_object/end_array.
   void enter();
   void leave() { --depth_; }
@@ -82,8 +81,6 @@ void parse_json_stream(const ByteSource& source, std::uint64_t offset, std::uint
 // The streaming parser alone, without the fast path (tests compare the two).
 void parse_json_streaming(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler,
                           std::string_view what);
-// The same over text in memory.
-void parse_json_text(std::string_view text, StrictSax& handler, std::string_view what);
 
 // A ByteSource over bytes in memory (tests, fuzzing, small files).
 class MemorySource final : public ByteSource {

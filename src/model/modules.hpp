@@ -60,7 +60,6 @@ struct QuantModule {
   std::string scale_name() const { return std::string(name) + std::string(kScaleSuffix); }
   std::string global_name() const { return std::string(name) + std::string(kGlobalSuffix); }
   std::vector<std::uint64_t> packed_shape() const { return {rows, groups * kGroupBytes}; }
-  std::vector<std::uint64_t> source_scale_shape() const { return {rows, groups}; }
   std::vector<std::uint64_t> target_scale_shape() const { return {rows, groups * kNvScalesPerMxScale}; }
 };
 

@@ -66,15 +66,6 @@ std::string_view copy_mode_name(CopyMode mode) {
   return "auto";
 }
 
-std::string_view copy_method_name(CopyMethod method) {
-  switch (method) {
-    case CopyMethod::Clone: return "reflink";
-    case CopyMethod::KernelCopy: return "copy_file_range";
-    case CopyMethod::Stream: return "stream";
-  }
-  return "stream";
-}
-
 std::uint64_t share_granularity(const File& file) { return granularity_of(file.fd()); }
 
 CopyEngine::CopyEngine(CopyMode mode)

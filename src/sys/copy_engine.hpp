@@ -30,7 +30,6 @@ std::string_view copy_mode_name(CopyMode mode);
 // The methods, best first. An engine starts at the best its mode allows and
 // falls back for good when the file system refuses one (Auto only).
 enum class CopyMethod { Clone, KernelCopy, Stream };
-std::string_view copy_method_name(CopyMethod method);
 
 // Where the bytes of a transfer went.
 struct TransferTally {

@@ -51,7 +51,6 @@ class File {
   void set_size(std::uint64_t size) const;
   void close();  // reports errors that a destructor would have to swallow
   const fs::path& path() const { return path_; }
-  bool is_open() const { return fd_ >= 0; }
   // The sequential-access hint: shards are streamed front to back.
   void advise_sequential() const;
   int fd() const { return fd_; }
