@@ -16,45 +16,15 @@
 
 namespace mx2nv {
 
-ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
-                             const TargetLayout& layout, Destination& out, CopyEngine& engine,
-                             ProgressTracker& progress) {
-  const std::string header = serialize_target_header(layout);
-  const std::uint64_t data_start = header.size();
+namespace {
 
-  ShardWriteResult result;
-  result.target_bytes = layout.data_size;
-  result.output_size = data_start + layout.data_size;
-  Destination::Pending target = out.begin(in.summary->file);
-  // Sized first: shared ranges may land beyond what has been written so far.
-  target.file.set_size(result.output_size);
-  in.handle.advise_sequential();
-  // Everything goes out in file order; new bytes are hashed for the resume
-  // record, copied ones kick asynchronous writeback as they go.
-  StreamHash hash;
-  std::uint64_t unflushed_from = 0;
-  const auto written_up_to = [&](std::uint64_t end) {
-    if (end > unflushed_from && end - unflushed_from >= kWritebackBytes) {
-      target.file.start_writeback(unflushed_from, end - unflushed_from);
-      unflushed_from = end;
-    }
-  };
-  // Small tensors are gathered into large writes and read in batches
-  // (sys/batched_io.hpp): at K3's half a million tensors a system call per
-  // tensor would cost more than the bytes.
-  CoalescingWriter output(target.file, kCopyBufferBytes, written_up_to);
-  const auto emit = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
-    output.write(offset, bytes);
-    hash.update(bytes);
-    result.written_bytes += bytes.size();
-  };
-  emit(0, std::as_bytes(std::span(header)));
-
-  // Which source reads are batched, decided once for the shard (the engine
-  // may fall back while it runs): exact scales and the unchanged tensors the
-  // engine would not share anyway.
+// Which source reads go through one BatchedReader, decided once for the shard
+// (the engine may fall back while it runs): exact scales, and the unchanged
+// tensors the engine would not share anyway. `is_batched` is per position
+// in data_order; the ranges come in that order.
+std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, const TargetLayout& layout,
+                                     bool engine_shares, std::vector<bool>& is_batched) {
   const auto& sources = in.header.tensors();
-  const bool engine_shares = engine.method() == CopyMethod::Clone;
   const auto batched = [&](const TargetTensor& t) {
     if (t.role == TensorRole::Scale) {
       return plan.modules[t.module].treatment != Treatment::Requantized &&
@@ -66,7 +36,7 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, c
     const std::uint64_t n = sources[t.source].nbytes();
     return engine_shares ? n < 2 * kShareBlock : n <= kMaxBatchedRead;
   };
-  std::vector<bool> is_batched(layout.data_order.size());
+  is_batched.assign(layout.data_order.size(), false);
   std::vector<ByteRange> batch;
   for (std::size_t i = 0; i < layout.data_order.size(); ++i) {
     const TargetTensor& t = layout.tensors[layout.data_order[i]];
@@ -74,114 +44,207 @@ ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, c
     is_batched[i] = true;
     batch.push_back({in.header.data_start() + sources[t.source].begin, sources[t.source].nbytes()});
   }
-  BatchedReader small_reads(in.handle, std::move(batch));
+  return batch;
+}
 
-  const auto count_groups = [&](std::span<const std::byte> packed) {
-    for (std::size_t g = 0; g + kGroupBytes <= packed.size(); g += kGroupBytes) {
-      if (!group_is_active(packed.data() + g)) ++result.zero_groups;
-      ++result.groups;
+// One shard written in file order: the header, then each tensor of the
+// target layout by its role. New bytes (header, scales, globals, rewritten
+// modules) are hashed for the resume record; unchanged ones are shared or
+// copied, and copies kick asynchronous writeback as they go.
+class ShardWriter {
+ public:
+  ShardWriter(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, const TargetLayout& layout,
+              Destination& out, CopyEngine& engine, ProgressTracker& progress)
+      : source_(source),
+        plan_(plan),
+        in_(in),
+        layout_(layout),
+        engine_(engine),
+        progress_(progress),
+        header_(serialize_target_header(layout)),
+        data_start_(header_.size()),
+        target_(out.begin(in.summary->file)),
+        // Small tensors are gathered into large writes and read in batches
+        // (sys/batched_io.hpp): a system call per tensor would cost more than
+        // the bytes of a checkpoint of many small tensors.
+        output_(target_.file, kCopyBufferBytes, [this](std::uint64_t end) { written_up_to(end); }) {
+    result_.target_bytes = layout.data_size;
+    result_.output_size = data_start_ + layout.data_size;
+    // Sized first: shared ranges may land beyond what has been written so far.
+    target_.file.set_size(result_.output_size);
+    in.handle.advise_sequential();
+  }
+
+  ShardWriteResult run() && {
+    emit(0, std::as_bytes(std::span(header_)));
+    small_reads_.emplace(in_.handle, batched_reads(plan_, in_, layout_, engine_.method() == CopyMethod::Clone,
+                                                   is_batched_));
+    // Not zeroed: every byte is written before it is read.
+    buffer_bytes_ = std::make_unique_for_overwrite<std::byte[]>(kCopyBufferBytes);
+    buffer_ = {buffer_bytes_.get(), kCopyBufferBytes};
+    for (std::size_t i = 0; i < layout_.data_order.size(); ++i) write_tensor(i);
+    output_.flush();
+    if (!result_.groups_counted) result_.zero_groups = result_.groups = 0;
+    result_.written_hash = hash_.digest();
+    result_.output = std::move(target_);
+    return std::move(result_);
+  }
+
+ private:
+  void written_up_to(std::uint64_t end) {
+    if (end > unflushed_from_ && end - unflushed_from_ >= kWritebackBytes) {
+      target_.file.start_writeback(unflushed_from_, end - unflushed_from_);
+      unflushed_from_ = end;
     }
-  };
-  // Not zeroed: every byte is written before it is read (4 MiB a shard
-  // zeroed for nothing showed in profiles at K3's 96 shards).
-  const auto buffer_bytes = std::make_unique_for_overwrite<std::byte[]>(kCopyBufferBytes);
-  const std::span<std::byte> buffer(buffer_bytes.get(), kCopyBufferBytes);
-  std::unique_ptr<std::byte[]> mapped;  // at the first scale tensor, kCopyBufferBytes
-  ScaleLut lut{};
-  std::optional<std::pair<int, bool>> lut_for;
-  for (std::size_t i = 0; i < layout.data_order.size(); ++i) {
-    const TargetTensor& t = layout.tensors[layout.data_order[i]];
-    const std::uint64_t dst = data_start + t.info.begin;
+  }
+
+  // New bytes: written, hashed and counted.
+  void emit(std::uint64_t offset, std::span<const std::byte> bytes) {
+    output_.write(offset, bytes);
+    hash_.update(bytes);
+    result_.written_bytes += bytes.size();
+  }
+
+  void write_tensor(std::size_t i) {
+    const TargetTensor& t = layout_.tensors[layout_.data_order[i]];
+    const std::uint64_t dst = data_start_ + t.info.begin;
     if (t.role == TensorRole::Global) {
-      const float divisor = plan.modules[t.module].divisor;
+      const float divisor = plan_.modules[t.module].divisor;
       std::byte le[4];
       std::memcpy(le, &divisor, 4);  // host is little-endian (safetensors.hpp)
       emit(dst, le);
-      continue;
+    } else if (rewritten(t)) {
+      write_rewritten(t, dst);
+    } else if (t.role == TensorRole::Scale) {
+      write_scales(i, t, dst);
+    } else {
+      copy_unchanged(i, t, dst);
     }
-    // convert --overspan: modules recomputed from their decoded values.
+  }
+
+  // convert --overspan: modules recomputed from their decoded values.
+  bool rewritten(const TargetTensor& t) const {
+    return t.role == TensorRole::Requantized || t.role == TensorRole::Bf16Weight ||
+           (t.role == TensorRole::Scale && plan_.modules[t.module].treatment == Treatment::Requantized);
+  }
+
+  void write_rewritten(const TargetTensor& t, std::uint64_t dst) {
     const TensorEmit to_target = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
       emit(dst + offset, bytes);
       throw_if_stopped();
     };
+    const float divisor = plan_.modules[t.module].divisor;
     if (t.role == TensorRole::Requantized) {
       ErrorStats unused;  // the plan step measured the error
-      stream_requantized_packed(source, t.module, plan.modules[t.module].divisor, to_target, unused);
-      continue;
+      stream_requantized_packed(source_, t.module, divisor, to_target, unused);
+    } else if (t.role == TensorRole::Scale) {
+      stream_requantized_scales(source_, t.module, divisor, to_target);
+    } else {
+      stream_bf16_weight(source_, t.module, to_target);
     }
-    if (t.role == TensorRole::Scale && plan.modules[t.module].treatment == Treatment::Requantized) {
-      stream_requantized_scales(source, t.module, plan.modules[t.module].divisor, to_target);
-      continue;
+  }
+
+  // Exact block scales: E8M0 bytes mapped to E4M3 pairs by the module's global exponent.
+  void write_scales(std::size_t i, const TargetTensor& t, std::uint64_t dst) {
+    const ModulePlan& mp = plan_.modules[t.module];
+    if (!lut_for_ || lut_for_->first != mp.m || lut_for_->second != mp.zero_scales) {
+      lut_ = make_scale_lut(mp.m, mp.zero_scales);  // neighbouring modules mostly share m
+      lut_for_ = std::pair(mp.m, mp.zero_scales);
     }
-    if (t.role == TensorRole::Bf16Weight) {
-      stream_bf16_weight(source, t.module, to_target);
-      continue;
+    const std::uint64_t chunk = kCopyBufferBytes / 2;
+    if (!mapped_) mapped_ = std::make_unique_for_overwrite<std::byte[]>(kCopyBufferBytes);
+    if (is_batched_[i]) {  // the whole tensor: at most kMaxBatchedRead <= chunk
+      const std::span<const std::byte> scales = small_reads_->next();
+      map_scales(lut_, scales, {mapped_.get(), 2 * scales.size()});
+      emit(dst, {mapped_.get(), 2 * scales.size()});
+      progress_.add_bytes(scales.size());
+      return;
     }
-    const TensorInfo& s = sources[t.source];
-    const std::uint64_t src = in.header.data_start() + s.begin;
-    if (t.role == TensorRole::Scale) {
-      const ModulePlan& mp = plan.modules[t.module];
-      if (!lut_for || lut_for->first != mp.m || lut_for->second != mp.zero_scales) {
-        lut = make_scale_lut(mp.m, mp.zero_scales);  // neighbouring modules mostly share m
-        lut_for = std::pair(mp.m, mp.zero_scales);
-      }
-      const std::uint64_t chunk = kCopyBufferBytes / 2;
-      if (!mapped) mapped = std::make_unique_for_overwrite<std::byte[]>(kCopyBufferBytes);
-      if (is_batched[i]) {  // the whole tensor: at most kMaxBatchedRead <= chunk
-        const std::span<const std::byte> scales = small_reads.next();
-        map_scales(lut, scales, {mapped.get(), 2 * scales.size()});
-        emit(dst, {mapped.get(), 2 * scales.size()});
-        progress.add_bytes(scales.size());
-        continue;
-      }
-      for (std::uint64_t done = 0; done < s.nbytes(); done += chunk) {
-        const auto n = static_cast<std::size_t>(std::min(chunk, s.nbytes() - done));
-        in.handle.read_at(src + done, {buffer.data(), n});
-        map_scales(lut, {buffer.data(), n}, {mapped.get(), 2 * n});
-        emit(dst + 2 * done, {mapped.get(), 2 * n});
-        progress.add_bytes(n);
-        throw_if_stopped();
-      }
-      continue;
-    }
-    // Unchanged bytes. Read through mx2nv, packed bytes are also counted by
-    // group for the report (groups never straddle a chunk: the buffer is a
-    // multiple of 16 and tensors start group-aligned); shared or copied by
-    // the kernel, they are never seen.
-    if (t.role == TensorRole::PassThrough) ++result.passthrough_tensors;
-    if (is_batched[i]) {
-      const std::span<const std::byte> bytes = small_reads.next();
-      if (t.role == TensorRole::Packed) count_groups(bytes);
-      output.write(dst, bytes);
-      result.copied_bytes += bytes.size();
-      progress.add_bytes(bytes.size());
+    const TensorInfo& s = in_.header.tensors()[t.source];
+    const std::uint64_t src = in_.header.data_start() + s.begin;
+    for (std::uint64_t done = 0; done < s.nbytes(); done += chunk) {
+      const auto n = static_cast<std::size_t>(std::min(chunk, s.nbytes() - done));
+      in_.handle.read_at(src + done, {buffer_.data(), n});
+      map_scales(lut_, {buffer_.data(), n}, {mapped_.get(), 2 * n});
+      emit(dst + 2 * done, {mapped_.get(), 2 * n});
+      progress_.add_bytes(n);
       throw_if_stopped();
-      continue;
     }
-    if (engine.method() != CopyMethod::Stream) {
-      output.flush();  // the engine's writeback accounting follows file order
+  }
+
+  // Unchanged bytes. Read through mx2nv, packed bytes are also counted by
+  // group for the report (groups never straddle a chunk: the buffer is a
+  // multiple of 16 and tensors start group-aligned); shared or copied by the
+  // kernel, they are never seen.
+  void copy_unchanged(std::size_t i, const TargetTensor& t, std::uint64_t dst) {
+    const bool packed = t.role == TensorRole::Packed;
+    if (t.role == TensorRole::PassThrough) ++result_.passthrough_tensors;
+    if (is_batched_[i]) {
+      const std::span<const std::byte> bytes = small_reads_->next();
+      if (packed) count_groups(bytes);
+      output_.write(dst, bytes);
+      result_.copied_bytes += bytes.size();
+      progress_.add_bytes(bytes.size());
+      throw_if_stopped();
+      return;
+    }
+    const TensorInfo& s = in_.header.tensors()[t.source];
+    const std::uint64_t src = in_.header.data_start() + s.begin;
+    if (engine_.method() != CopyMethod::Stream) {
+      output_.flush();  // the engine's writeback accounting follows file order
       TransferTally tally;
-      engine.transfer(in.handle, src, target.file, dst, s.nbytes(), buffer, tally);
-      result.shared_bytes += tally.shared;
-      result.copied_bytes += tally.copied;
-      if (t.role == TensorRole::Packed) result.groups_counted = false;
+      engine_.transfer(in_.handle, src, target_.file, dst, s.nbytes(), buffer_, tally);
+      result_.shared_bytes += tally.shared;
+      result_.copied_bytes += tally.copied;
+      if (packed) result_.groups_counted = false;
       if (tally.copied > 0) written_up_to(dst + s.nbytes());
-      progress.add_bytes(s.nbytes());
-      continue;
+      progress_.add_bytes(s.nbytes());
+      return;
     }
-    read_in_chunks(in.handle, src, s.nbytes(), buffer, [&](std::span<const std::byte> chunk, std::uint64_t done) {
-      if (t.role == TensorRole::Packed) count_groups(chunk);
-      output.write(dst + done, chunk);
-      result.copied_bytes += chunk.size();
-      progress.add_bytes(chunk.size());
+    read_in_chunks(in_.handle, src, s.nbytes(), buffer_, [&](std::span<const std::byte> chunk, std::uint64_t done) {
+      if (packed) count_groups(chunk);
+      output_.write(dst + done, chunk);
+      result_.copied_bytes += chunk.size();
+      progress_.add_bytes(chunk.size());
       throw_if_stopped();
     });
   }
-  output.flush();
-  if (!result.groups_counted) result.zero_groups = result.groups = 0;
-  result.written_hash = hash.digest();
-  result.output = std::move(target);
-  return result;
+
+  void count_groups(std::span<const std::byte> packed) {
+    for (std::size_t g = 0; g + kGroupBytes <= packed.size(); g += kGroupBytes) {
+      if (!group_is_active(packed.data() + g)) ++result_.zero_groups;
+      ++result_.groups;
+    }
+  }
+
+  const SourceCheckpoint& source_;
+  const Plan& plan_;
+  const OpenShard& in_;
+  const TargetLayout& layout_;
+  CopyEngine& engine_;
+  ProgressTracker& progress_;
+  const std::string header_;
+  const std::uint64_t data_start_;
+  ShardWriteResult result_;
+  Destination::Pending target_;
+  StreamHash hash_;
+  std::uint64_t unflushed_from_ = 0;
+  CoalescingWriter output_;
+  std::vector<bool> is_batched_;  // per position in data_order, with small_reads_
+  std::optional<BatchedReader> small_reads_;
+  std::unique_ptr<std::byte[]> buffer_bytes_;
+  std::span<std::byte> buffer_;
+  std::unique_ptr<std::byte[]> mapped_;  // at the first scale tensor, kCopyBufferBytes
+  ScaleLut lut_{};
+  std::optional<std::pair<int, bool>> lut_for_;
+};
+
+}  // namespace
+
+ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
+                             const TargetLayout& layout, Destination& out, CopyEngine& engine,
+                             ProgressTracker& progress) {
+  return ShardWriter(source, plan, in, layout, out, engine, progress).run();
 }
 
 std::uint64_t hash_written_bytes(const File& output, const TargetLayout& layout, std::uint64_t data_start) {
