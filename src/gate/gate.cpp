@@ -152,6 +152,169 @@ void ask_own_selectors(const GateOptions& o, const Json& config, const std::vect
   r.asked.opinions.clear();  // moved into checks
 }
 
+// The routed experts among the NVFP4 modules (parse_expert_module), checked
+// for NVFP4 tensors, and their layers sorted by prefix.
+struct Experts {
+  std::vector<ExpertModule> modules;
+  std::vector<Layer> layers;
+};
+
+Role role_of(Projection p) { return p == Projection::Gate ? W1 : p == Projection::Up ? W3 : W2; }
+
+Experts find_experts(const std::unordered_map<std::string, Located>& tensors) {
+  Experts x;
+  std::map<std::string, std::size_t> layer_index;
+  for (const auto& [name, located] : tensors) {
+    if (!name.ends_with(kPackedSuffix)) continue;
+    const std::string base = name.substr(0, name.size() - kPackedSuffix.size());
+    const auto parsed = parse_expert_module(base);
+    if (!parsed) continue;
+    const std::string prefix(parsed->layer);
+    const Role role = role_of(parsed->projection.projection);
+    ExpertModule m;
+    m.name = base;
+    m.role = role;
+    m.packed = located;
+    const auto s = tensors.find(base + std::string(kScaleSuffix));
+    const auto g = tensors.find(base + std::string(kGlobalSuffix));
+    if (s == tensors.end() || g == tensors.end()) {
+      fail_input("\"{}\": an NVFP4 module needs weight_packed, weight_scale and weight_global_scale", base);
+    }
+    m.scale = s->second;
+    m.global = g->second;
+    const auto& ps = m.packed.shape;
+    const auto& ss = m.scale.shape;
+    if (m.packed.dtype != Dtype::U8 || ps.size() != 2 || m.scale.dtype != Dtype::F8_E4M3 || ss.size() != 2 ||
+        ss[0] != ps[0] || ps[1] % 8 != 0 || ss[1] != ps[1] / 8 || m.global.dtype != Dtype::F32 ||
+        m.global.nbytes != 4) {
+      fail_input("\"{}\": not NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 [N, K/16], "
+                 "weight_global_scale F32 with one value)", base);
+    }
+    m.rows = ps[0];
+    m.blocks = ss[1];
+    auto [it, fresh] = layer_index.emplace(prefix, x.layers.size());
+    if (fresh) x.layers.push_back({prefix, {}, {}});
+    m.layer = it->second;
+    x.layers[m.layer].names[role] = std::string(parsed->projection.suffix);
+    auto& slots = x.layers[m.layer].experts.emplace(parsed->expert, std::array<std::ptrdiff_t, 3>{-1, -1, -1}).first->second;
+    slots[role] = static_cast<std::ptrdiff_t>(x.modules.size());
+    x.modules.push_back(std::move(m));
+  }
+  std::sort(x.layers.begin(), x.layers.end(), [](const Layer& a, const Layer& b) { return a.prefix < b.prefix; });
+  return x;
+}
+
+const ExpertModule& module_at(const Experts& x, const std::array<std::ptrdiff_t, 3>& slots, Role r) {
+  return x.modules[static_cast<std::size_t>(slots[r])];
+}
+
+// Dimensions: one shape for every layer and expert, each expert complete.
+MoeDims expert_dims(const Experts& x) {
+  MoeDims dims;
+  dims.layers = x.layers.size();
+  for (const auto& layer : x.layers) {
+    for (const auto& [e, slots] : layer.experts) {
+      for (const Role r : {W1, W3, W2}) {
+        if (slots[r] < 0) fail_input("{}.{}: expert without its {}", layer.prefix, e, r == W1 ? "w1" : r == W3 ? "w3" : "w2");
+      }
+      const ExpertModule& w1 = module_at(x, slots, W1);
+      const ExpertModule& w3 = module_at(x, slots, W3);
+      const ExpertModule& w2 = module_at(x, slots, W2);
+      const std::uint64_t n = w1.rows, k = w1.blocks * 16;
+      if (dims.hidden == 0) {
+        dims.hidden = k;
+        dims.intermediate = n;
+        dims.experts = layer.experts.size();
+      }
+      if (n != dims.intermediate || k != dims.hidden || w3.rows != n || w3.blocks * 16 != k || w2.rows != k ||
+          w2.blocks * 16 != n) {
+        fail_input("{}.{}: expert shapes differ from the first expert's (hidden {}, intermediate {})", layer.prefix, e,
+                   dims.hidden, dims.intermediate);
+      }
+    }
+  }
+  return dims;
+}
+
+bool is_power_of_two(float v) {
+  int e = 0;
+  return std::frexp(static_cast<double>(v), &e) == 0.5;
+}
+
+// Every module's global: a positive finite divisor; the range of the
+// multipliers g = 1/global, and which are no powers of two.
+void add_global_facts(const std::vector<ExpertModule>& modules, ScaleFacts& s) {
+  bool first = true;
+  for (const auto& m : modules) {
+    if (!std::isfinite(m.global_value) || m.global_value <= 0) {
+      fail_input("\"{}{}\" = {} is not a positive finite divisor", m.name, kGlobalSuffix, m.global_value);
+    }
+    const double g = 1.0 / static_cast<double>(m.global_value);
+    s.min_multiplier = first ? g : std::min(s.min_multiplier, g);
+    s.max_multiplier = first ? g : std::max(s.max_multiplier, g);
+    first = false;
+    if (!is_power_of_two(m.global_value)) {
+      ++s.modules_not_pow2;
+      if (s.multipliers_not_pow2.size() < kNamedExamples) s.multipliers_not_pow2.push_back(m.name);
+    }
+    s.negative_scales += m.negative;
+  }
+}
+
+// The experts whose gate and up globals differ (bit for bit), in one walk of
+// the pairs; returns, per layer, whether it holds such an expert (Humming
+// makes every w1/w3 global of that layer a per-channel scale).
+std::vector<bool> add_pair_facts(const Experts& x, ScaleFacts& s) {
+  std::vector<bool> mixed(x.layers.size(), false);
+  for (std::size_t l = 0; l < x.layers.size(); ++l) {
+    for (const auto& [e, slots] : x.layers[l].experts) {
+      const float a = module_at(x, slots, W1).global_value;
+      const float b = module_at(x, slots, W3).global_value;
+      if (std::memcmp(&a, &b, 4) == 0) continue;
+      s.gate_up_differ.push_back(fmt::format("{}.{}", x.layers[l].prefix, e));
+      mixed[l] = true;
+    }
+  }
+  return mixed;
+}
+
+// The w1/w3 multipliers of the mixed layers: their range, and which are no
+// powers of two.
+void add_channel_facts(const std::vector<ExpertModule>& modules, const std::vector<bool>& mixed, ScaleFacts& s) {
+  bool first_channel = true;
+  for (const auto& m : modules) {
+    if (m.role == W2 || !mixed[m.layer]) continue;
+    const double g = 1.0 / static_cast<double>(m.global_value);
+    s.channel_min_multiplier = first_channel ? g : std::min(s.channel_min_multiplier, g);
+    s.channel_max_multiplier = first_channel ? g : std::max(s.channel_max_multiplier, g);
+    first_channel = false;
+    if (!is_power_of_two(m.global_value)) {
+      if (s.channel_not_pow2++ == 0) s.channel_not_pow2_example = m.name;
+    }
+  }
+}
+
+// Active blocks with scales below 2^-6 (fp16), and below 2^-6 after vLLM's
+// bf16 rescale, whose factor is per bank: per layer, w13 (every expert's w1
+// and w3) and w2. Only modules with suspects are read again.
+void add_small_scale_facts(const Experts& x, const Reader& io, unsigned threads, ScaleFacts& s) {
+  const auto bank = [](const ExpertModule& m) { return m.layer * 2 + (m.role == W2 ? 1 : 0); };
+  std::vector<double> bank_max(x.layers.size() * 2, 0.0);
+  for (const auto& m : x.modules) {
+    double& mx = bank_max[bank(m)];
+    mx = std::max(mx, m.max_scale);
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> small(x.modules.size());
+  parallel_for(x.modules.size(), threads, [&](std::size_t i) {
+    const ExpertModule& m = x.modules[i];
+    if (m.suspects) small[i] = count_active_small(m, bank_scale_factor(bank_max[bank(m)]), io);
+  });
+  for (const auto& [fp16, bf16] : small) {
+    s.active_below_fp16 += fp16;
+    s.active_below_bf16 += bf16;
+  }
+}
+
 }  // namespace
 
 bool GateResult::disagreed() const {
@@ -182,148 +345,25 @@ GateResult run_gate(const GateOptions& o) {
   const Json config = parse_strict_json(ck.config_text, "config.json").value;
   const std::vector<SchemeFacts> schemes = scheme_facts(config);
 
-  std::vector<ExpertModule> modules;
-  std::vector<Layer> layers;
-  std::map<std::string, std::size_t> layer_index;
-  for (const auto& [name, located] : tensors) {
-    if (!name.ends_with(kPackedSuffix)) continue;
-    const std::string base = name.substr(0, name.size() - kPackedSuffix.size());
-    const auto parsed = parse_expert_module(base);
-    if (!parsed) continue;
-    const std::string prefix(parsed->layer);
-    const std::uint64_t expert = parsed->expert;
-    const Projection p = parsed->projection.projection;
-    const Role role = p == Projection::Gate ? W1 : p == Projection::Up ? W3 : W2;
-    ExpertModule m;
-    m.name = base;
-    m.role = role;
-    m.packed = located;
-    const auto s = tensors.find(base + std::string(kScaleSuffix));
-    const auto g = tensors.find(base + std::string(kGlobalSuffix));
-    if (s == tensors.end() || g == tensors.end()) {
-      fail_input("\"{}\": an NVFP4 module needs weight_packed, weight_scale and weight_global_scale", base);
-    }
-    m.scale = s->second;
-    m.global = g->second;
-    const auto& ps = m.packed.shape;
-    const auto& ss = m.scale.shape;
-    if (m.packed.dtype != Dtype::U8 || ps.size() != 2 || m.scale.dtype != Dtype::F8_E4M3 || ss.size() != 2 ||
-        ss[0] != ps[0] || ps[1] % 8 != 0 || ss[1] != ps[1] / 8 || m.global.dtype != Dtype::F32 ||
-        m.global.nbytes != 4) {
-      fail_input("\"{}\": not NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 [N, K/16], "
-                 "weight_global_scale F32 with one value)", base);
-    }
-    m.rows = ps[0];
-    m.blocks = ss[1];
-    auto [it, fresh] = layer_index.emplace(prefix, layers.size());
-    if (fresh) layers.push_back({prefix, {}, {}});
-    m.layer = it->second;
-    layers[m.layer].names[role] = std::string(parsed->projection.suffix);
-    auto& slots = layers[m.layer].experts.emplace(expert, std::array<std::ptrdiff_t, 3>{-1, -1, -1}).first->second;
-    slots[role] = static_cast<std::ptrdiff_t>(modules.size());
-    modules.push_back(std::move(m));
-  }
-  std::sort(layers.begin(), layers.end(), [](const Layer& a, const Layer& b) { return a.prefix < b.prefix; });
-
-  // Dimensions: one shape for every layer and expert.
-  MoeDims& dims = result.dims;
-  dims.layers = layers.size();
-  for (const auto& layer : layers) {
-    for (const auto& [e, slots] : layer.experts) {
-      for (const Role r : {W1, W3, W2}) {
-        if (slots[r] < 0) fail_input("{}.{}: expert without its {}", layer.prefix, e, r == W1 ? "w1" : r == W3 ? "w3" : "w2");
-      }
-      const ExpertModule& w1 = modules[static_cast<std::size_t>(slots[W1])];
-      const ExpertModule& w3 = modules[static_cast<std::size_t>(slots[W3])];
-      const ExpertModule& w2 = modules[static_cast<std::size_t>(slots[W2])];
-      const std::uint64_t n = w1.rows, k = w1.blocks * 16;
-      if (dims.hidden == 0) {
-        dims.hidden = k;
-        dims.intermediate = n;
-        dims.experts = layer.experts.size();
-      }
-      if (n != dims.intermediate || k != dims.hidden || w3.rows != n || w3.blocks * 16 != k || w2.rows != k ||
-          w2.blocks * 16 != n) {
-        fail_input("{}.{}: expert shapes differ from the first expert's (hidden {}, intermediate {})", layer.prefix, e,
-                   dims.hidden, dims.intermediate);
-      }
-    }
-  }
-
-  // Globals and block scales.
-  parallel_for(modules.size(), o.threads, [&](std::size_t i) {
-    ExpertModule& m = modules[i];
+  Experts experts = find_experts(tensors);
+  result.dims = expert_dims(experts);
+  parallel_for(experts.modules.size(), o.threads, [&](std::size_t i) {
+    ExpertModule& m = experts.modules[i];
     std::byte le[4];
     io.read(m.global, 0, le);
     std::memcpy(&m.global_value, le, 4);
     scan_scales(m, io);
   });
   ScaleFacts& s = result.scales;
-  bool first = true;
-  for (const auto& m : modules) {
-    if (!std::isfinite(m.global_value) || m.global_value <= 0) {
-      fail_input("\"{}{}\" = {} is not a positive finite divisor", m.name, kGlobalSuffix, m.global_value);
-    }
-    const double g = 1.0 / static_cast<double>(m.global_value);
-    s.min_multiplier = first ? g : std::min(s.min_multiplier, g);
-    s.max_multiplier = first ? g : std::max(s.max_multiplier, g);
-    first = false;
-    int e = 0;
-    if (std::frexp(static_cast<double>(m.global_value), &e) != 0.5) {
-      ++s.modules_not_pow2;
-      if (s.multipliers_not_pow2.size() < kNamedExamples) s.multipliers_not_pow2.push_back(m.name);
-    }
-    s.negative_scales += m.negative;
-  }
-  for (const auto& layer : layers) {
-    for (const auto& [e, slots] : layer.experts) {
-      const float a = modules[static_cast<std::size_t>(slots[W1])].global_value;
-      const float b = modules[static_cast<std::size_t>(slots[W3])].global_value;
-      if (std::memcmp(&a, &b, 4) != 0) s.gate_up_differ.push_back(fmt::format("{}.{}", layer.prefix, e));
-    }
-  }
-  // Layers with a differing pair: their w1/w3 globals become per-channel scales under Humming.
-  std::vector<bool> mixed(layers.size(), false);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    for (const auto& [e, slots] : layers[l].experts) {
-      const float a = modules[static_cast<std::size_t>(slots[W1])].global_value;
-      const float b = modules[static_cast<std::size_t>(slots[W3])].global_value;
-      if (std::memcmp(&a, &b, 4) != 0) mixed[l] = true;
-    }
-  }
-  bool first_channel = true;
-  for (const auto& m : modules) {
-    if (m.role == W2 || !mixed[m.layer]) continue;
-    const double g = 1.0 / static_cast<double>(m.global_value);
-    s.channel_min_multiplier = first_channel ? g : std::min(s.channel_min_multiplier, g);
-    s.channel_max_multiplier = first_channel ? g : std::max(s.channel_max_multiplier, g);
-    first_channel = false;
-    int e = 0;
-    if (std::frexp(static_cast<double>(m.global_value), &e) != 0.5) {
-      if (s.channel_not_pow2++ == 0) s.channel_not_pow2_example = m.name;
-    }
-  }
-  // Banks: per layer, w13 (every expert's w1 and w3) and w2 share vLLM's bf16 rescale.
-  std::vector<double> bank_max(layers.size() * 2, 0.0);
-  for (const auto& m : modules) {
-    double& mx = bank_max[m.layer * 2 + (m.role == W2 ? 1 : 0)];
-    mx = std::max(mx, m.max_scale);
-  }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> small(modules.size());
-  parallel_for(modules.size(), o.threads, [&](std::size_t i) {
-    const ExpertModule& m = modules[i];
-    if (m.suspects) small[i] = count_active_small(m, bank_scale_factor(bank_max[m.layer * 2 + (m.role == W2 ? 1 : 0)]), io);
-  });
-  for (const auto& [fp16, bf16] : small) {
-    s.active_below_fp16 += fp16;
-    s.active_below_bf16 += bf16;
-  }
+  add_global_facts(experts.modules, s);
+  add_channel_facts(experts.modules, add_pair_facts(experts, s), s);
+  add_small_scale_facts(experts, io, o.threads, s);
 
   for (const auto& b : runtime_backends()) {
     if (o.runtime != "all" && o.runtime != b.runtime) continue;
-    for (const ActivationDtype d : o.dtypes) result.verdicts.push_back(judge_backend(b, d, o.tp, schemes, dims, s));
+    for (const ActivationDtype d : o.dtypes) result.verdicts.push_back(judge_backend(b, d, o.tp, schemes, result.dims, s));
   }
-  ask_own_selectors(o, config, layers, result);
+  ask_own_selectors(o, config, experts.layers, result);
   return result;
 }
 
