@@ -151,25 +151,10 @@ std::string row(std::initializer_list<std::string> cells) {
   return out + "</tr>";
 }
 
-}  // namespace
+// Modules listed by class: (module, class).
+using Flagged = std::vector<std::pair<const ModuleSummary*, SpanClass>>;
 
-SpanClass classify_span(const ModuleSummary& m, Window window) {
-  if (!m.k_max) return SpanClass::AllZero;
-  if (m.span > window_limits(window).max_span()) return SpanClass::Refused;
-  if (m.span > window_limits(Window::Marlin).max_span()) return SpanClass::Constrained;
-  return SpanClass::Fits;
-}
-
-std::string render_html_report(const HtmlReportInput& input) {
-  const Report& r = *input.report;
-  const Inspection* in = input.inspection;
-  std::string html = R"(<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-)";
-  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(r.command), esc(outcome_name(r.result)));
-  html += R"(<style>
+constexpr std::string_view kStyle = R"(<style>
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;padding:0 16px;color:#111827;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
 h3{font-size:14px;margin:16px 0 6px;font-family:ui-monospace,monospace;font-weight:600}
@@ -187,16 +172,28 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
 .err{background:#fef2f2;border:1px solid #fecaca;border-radius:6px;padding:8px 12px;white-space:pre-wrap}
 </style></head><body>
 )";
+
+std::string page_head(const Report& r) {
+  std::string html = R"(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+)";
+  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(r.command), esc(outcome_name(r.result)));
+  html += kStyle;
   html += fmt::format("<h1>mx2nv {} <span class=\"badge {}\">{}</span></h1>\n", esc(r.command), esc(outcome_name(r.result)), esc(outcome_name(r.result)));
   html += fmt::format("<div class=\"mono\">{}{}</div>\n", esc(r.provenance.source),
                       r.provenance.target.empty() ? "" : " &rarr; " + esc(r.provenance.target));
   if (!r.error.empty()) html += fmt::format("<p class=\"err\">{}</p>\n", esc(r.error));
+  return html;
+}
 
-  // --- summary cards
-  const auto card = [](const std::string& value, const std::string& label) {
-    return fmt::format("<div class=\"card\"><b>{}</b><span>{}</span></div>", value, label);
-  };
-  html += "<div class=\"cards\">";
+std::string card(const std::string& value, const std::string& label) {
+  return fmt::format("<div class=\"card\"><b>{}</b><span>{}</span></div>", value, label);
+}
+
+std::string summary_cards(const Report& r, const Inspection* in) {
+  std::string html = "<div class=\"cards\">";
   html += card(esc(window_name(r.window)), fmt::format("window (span &le; {})", window_limits(r.window).max_span()));
   html += card(fmt::format("{}", r.modules), "quantized modules");
   html += card(fmt::format("{}", r.scale_groups), "global scales");
@@ -208,92 +205,102 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
   }
   html += card(fmt::format("{:.2f} s", r.seconds), "wall time");
   html += "</div>\n";
+  return html;
+}
 
-  // --- heatmaps
-  html += "<h2>Exponent span per module</h2>\n";
-  std::vector<std::pair<const ModuleSummary*, SpanClass>> flagged, other;
-  if (!in) {
+// One heatmap per module pattern (expert_position); fills `flagged` (refused
+// or constrained) and `other` (off the grid) for the sections below.
+std::string span_heatmaps(const HtmlReportInput& input, Flagged& flagged, Flagged& other) {
+  const Report& r = *input.report;
+  std::string html = "<h2>Exponent span per module</h2>\n";
+  if (!input.inspection) {
     html += fmt::format("<p class=\"note\">Module spans are not available: {}</p>\n",
                         esc(input.spans_unavailable.empty() ? "SRC was not inspected" : input.spans_unavailable));
-  } else {
-    html += fmt::format(
-        "<p>Each cell is one module: the span k<sub>max</sub> &minus; k<sub>min</sub> of its active groups' exponents "
-        "(k<sub>max</sub> of the global it shares), against the window limit {}. Hover a cell for the module.</p>\n",
-        window_limits(r.window).max_span());
-    html += legend(r.window);
-    std::map<std::string, Heatmap> maps;
-    for (const auto& m : in->modules) {
-      const SpanClass cls = classify_span(m, r.window);
-      if (cls == SpanClass::Refused || cls == SpanClass::Constrained) flagged.emplace_back(&m, cls);
-      const auto pos = expert_position(m.name);
-      if (!pos) {
-        other.emplace_back(&m, cls);
-        continue;
-      }
-      Heatmap& h = maps[pos->pattern];
-      h.layers = std::max(h.layers, pos->layer + 1);
-      h.experts = std::max(h.experts, pos->expert + 1);
-      h.cells.emplace(std::pair{pos->layer, pos->expert}, Cell{&m, cls});
-    }
-    if (maps.empty()) html += "<p class=\"note\">No module is named like <code>layers.L.….experts.E.…</code>.</p>\n";
-    for (const auto& [pattern, h] : maps) {
-      html += fmt::format("<h3>{}</h3>\n{}\n", esc(pattern), heatmap_svg(pattern, h));
-    }
+    return html;
   }
+  html += fmt::format(
+      "<p>Each cell is one module: the span k<sub>max</sub> &minus; k<sub>min</sub> of its active groups' exponents "
+      "(k<sub>max</sub> of the global it shares), against the window limit {}. Hover a cell for the module.</p>\n",
+      window_limits(r.window).max_span());
+  html += legend(r.window);
+  std::map<std::string, Heatmap> maps;
+  for (const auto& m : input.inspection->modules) {
+    const SpanClass cls = classify_span(m, r.window);
+    if (cls == SpanClass::Refused || cls == SpanClass::Constrained) flagged.emplace_back(&m, cls);
+    const auto pos = expert_position(m.name);
+    if (!pos) {
+      other.emplace_back(&m, cls);
+      continue;
+    }
+    Heatmap& h = maps[pos->pattern];
+    h.layers = std::max(h.layers, pos->layer + 1);
+    h.experts = std::max(h.experts, pos->expert + 1);
+    h.cells.emplace(std::pair{pos->layer, pos->expert}, Cell{&m, cls});
+  }
+  if (maps.empty()) html += "<p class=\"note\">No module is named like <code>layers.L.….experts.E.…</code>.</p>\n";
+  for (const auto& [pattern, h] : maps) {
+    html += fmt::format("<h3>{}</h3>\n{}\n", esc(pattern), heatmap_svg(pattern, h));
+  }
+  return html;
+}
 
-  // --- refused and constrained
-  html += "<h2>Refused and constrained modules</h2>\n";
-  if (!r.over_span.empty() || !r.unrepresentable_globals.empty() || !flagged.empty()) {
-    html += "<table><tr><th>module</th><th>span</th><th>limit</th><th>status</th><th>active groups outside</th></tr>";
-    std::set<std::string> listed;
-    std::size_t rows = 0;
-    for (const auto& o : r.over_span) {
-      if (rows++ >= kMaxListedModules) break;
-      listed.insert(o.module);
-      html += row({"<code>" + esc(o.module) + "</code>", fmt::format("{}", o.span), fmt::format("{}", o.limit),
-                   "<b style=\"color:#b91c1c\">refused</b>", fmt::format("{}", o.groups_outside)});
-    }
-    for (const auto& [m, cls] : flagged) {
-      if (listed.count(std::string(m->name))) continue;
-      if (rows++ >= kMaxListedModules) break;
-      html += row({"<code>" + esc(m->name) + "</code>", fmt::format("{}", m->span),
-                   fmt::format("{}", window_limits(r.window).max_span()),
-                   cls == SpanClass::Refused ? "<b style=\"color:#b91c1c\">refused</b>"
-                                             : "<b style=\"color:#b45309\">constrained</b>",
-                   ""});
-    }
-    html += "</table>\n";
-    const std::size_t total = std::max(r.over_span.size(), flagged.size());
-    if (total > kMaxListedModules) html += fmt::format("<p>… {} more not listed.</p>\n", total - kMaxListedModules);
-    for (const auto& g : r.unrepresentable_globals) {
-      html += fmt::format("<p>Global scale of <code>{}</code> would not be a normal FP32 number (refused).</p>\n", esc(g));
-    }
-  } else {
-    html += "<p>None: every module fits the marlin window.</p>\n";
+std::string refusals(const Report& r, const Flagged& flagged) {
+  std::string html = "<h2>Refused and constrained modules</h2>\n";
+  if (r.over_span.empty() && r.unrepresentable_globals.empty() && flagged.empty()) {
+    return html + "<p>None: every module fits the marlin window.</p>\n";
   }
-  if (in) {
-    html += "<h3>Outcome under each window</h3><table><tr><th>window</th><th>span limit</th><th>result</th>"
-            "<th>over-span modules</th><th>zero-group scales &rarr; 0x00</th><th>active groups Marlin zeroes</th></tr>";
-    for (const auto& o : in->outcomes) {
-      html += row({esc(window_name(o.window)) + (o.window == r.window ? " (selected)" : ""),
-                   fmt::format("{}", window_limits(o.window).max_span()), o.refused ? "refused" : "ok",
-                   fmt::format("{}", o.over_span.size()), fmt::format("{}", o.canonicalised_zero_groups),
-                   fmt::format("{}", o.marlin_zeroed_groups)});
-    }
-    html += "</table>\n";
+  html += "<table><tr><th>module</th><th>span</th><th>limit</th><th>status</th><th>active groups outside</th></tr>";
+  std::set<std::string> listed;
+  std::size_t rows = 0;
+  for (const auto& o : r.over_span) {
+    if (rows++ >= kMaxListedModules) break;
+    listed.insert(o.module);
+    html += row({"<code>" + esc(o.module) + "</code>", fmt::format("{}", o.span), fmt::format("{}", o.limit),
+                 "<b style=\"color:#b91c1c\">refused</b>", fmt::format("{}", o.groups_outside)});
   }
-  if (!other.empty()) {
-    html += "<h3>Modules outside the layers &times; experts grid</h3><table><tr><th>module</th><th>span</th><th>status</th></tr>";
-    for (std::size_t i = 0; i < other.size() && i < kMaxListedModules; ++i) {
-      html += row({"<code>" + esc(other[i].first->name) + "</code>", fmt::format("{}", other[i].first->span),
-                   class_name(other[i].second)});
-    }
-    html += "</table>\n";
-    if (other.size() > kMaxListedModules) html += fmt::format("<p>… {} more.</p>\n", other.size() - kMaxListedModules);
+  for (const auto& [m, cls] : flagged) {
+    if (listed.count(std::string(m->name))) continue;
+    if (rows++ >= kMaxListedModules) break;
+    html += row({"<code>" + esc(m->name) + "</code>", fmt::format("{}", m->span),
+                 fmt::format("{}", window_limits(r.window).max_span()),
+                 cls == SpanClass::Refused ? "<b style=\"color:#b91c1c\">refused</b>"
+                                           : "<b style=\"color:#b45309\">constrained</b>",
+                 ""});
   }
+  html += "</table>\n";
+  const std::size_t total = std::max(r.over_span.size(), flagged.size());
+  if (total > kMaxListedModules) html += fmt::format("<p>… {} more not listed.</p>\n", total - kMaxListedModules);
+  for (const auto& g : r.unrepresentable_globals) {
+    html += fmt::format("<p>Global scale of <code>{}</code> would not be a normal FP32 number (refused).</p>\n", esc(g));
+  }
+  return html;
+}
 
-  // --- size
-  html += "<h2>Size</h2>\n";
+std::string window_outcomes(const Report& r, const Inspection& in) {
+  std::string html = "<h3>Outcome under each window</h3><table><tr><th>window</th><th>span limit</th><th>result</th>"
+                     "<th>over-span modules</th><th>zero-group scales &rarr; 0x00</th><th>active groups Marlin zeroes</th></tr>";
+  for (const auto& o : in.outcomes) {
+    html += row({esc(window_name(o.window)) + (o.window == r.window ? " (selected)" : ""),
+                 fmt::format("{}", window_limits(o.window).max_span()), o.refused ? "refused" : "ok",
+                 fmt::format("{}", o.over_span.size()), fmt::format("{}", o.canonicalised_zero_groups),
+                 fmt::format("{}", o.marlin_zeroed_groups)});
+  }
+  return html + "</table>\n";
+}
+
+std::string outside_grid(const Flagged& other) {
+  std::string html = "<h3>Modules outside the layers &times; experts grid</h3><table><tr><th>module</th><th>span</th><th>status</th></tr>";
+  for (std::size_t i = 0; i < other.size() && i < kMaxListedModules; ++i) {
+    html += row({"<code>" + esc(other[i].first->name) + "</code>", fmt::format("{}", other[i].first->span),
+                 class_name(other[i].second)});
+  }
+  html += "</table>\n";
+  if (other.size() > kMaxListedModules) html += fmt::format("<p>… {} more.</p>\n", other.size() - kMaxListedModules);
+  return html;
+}
+
+std::string size_section(const Report& r) {
+  std::string html = "<h2>Size</h2>\n";
   if (r.source_tensor_bytes > 0) {
     const double a = static_cast<double>(r.source_tensor_bytes);
     const double b = static_cast<double>(r.target_tensor_bytes);
@@ -319,81 +326,73 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
   html += row({"zero-group scales canonicalised to 0x00", fmt::format("{}", r.canonicalised_zero_groups)});
   html += row({"active groups Marlin would zero", fmt::format("{}", r.marlin_zeroed_groups)});
   if (r.resumed_shards) html += row({"shards reused by --resume", fmt::format("{}", r.resumed_shards)});
-  html += "</table>\n";
+  return html + "</table>\n";
+}
 
-  if (!r.differences.empty()) {
-    html += "<h2>Differences</h2><ul>";
-    for (const auto& d : r.differences) html += "<li><code>" + esc(d) + "</code></li>";
-    html += "</ul>\n";
+// Only real verdicts, from mx2nv gate.
+std::string runtime_verdicts(const HtmlReportInput& input) {
+  std::string html = "<h2>Runtime verdicts</h2>\n";
+  const GateResult* g = input.gate;
+  if (!g) {
+    return html + fmt::format("<p class=\"note\">Not available: {} Nothing here is a runtime verdict.</p>\n",
+                              esc(input.gate_unavailable.empty() ? "no runtime was asked about this checkpoint."
+                                                                 : input.gate_unavailable));
   }
-
-  // --- runtime verdicts: only real ones, from mx2nv gate.
-  html += "<h2>Runtime verdicts</h2>\n";
-  if (const GateResult* g = input.gate) {
-    html += fmt::format("<p>From <code>mx2nv gate</code> on <code>{}</code> (TP 1; hidden {}, intermediate {}, {} experts "
-                        "&times; {} MoE layers): will the pinned runtimes run it exactly?</p>\n",
-                        esc(g->checkpoint), g->dims.hidden, g->dims.intermediate, g->dims.experts, g->dims.layers);
-    html += "<table class=\"gate\"><tr><th>runtime</th><th>backend</th><th>GPUs</th><th>activations</th>"
-            "<th>verdict</th><th>why</th></tr>";
-    for (const Verdict& v : g->verdicts) {
-      const char* color = v.kind == Verdict::Run ? "#15803d" : v.kind == Verdict::Blocked ? "#b91c1c" : "#b45309";
-      std::string why;
-      for (const auto& reason : v.reasons) why += (why.empty() ? "" : "<br>") + esc(reason);
-      html += row({esc(fmt::format("{} {}", v.backend->runtime, v.backend->version)), esc(v.backend->backend),
-                   esc(v.backend->gpus), esc(activation_dtype_name(v.dtype)),
-                   fmt::format("<b class=\"verdict\" style=\"color:{}\">{}</b>", color, esc(verdict_name(v.kind))), why});
-    }
-    html += "</table>\n";
-  } else {
-    html += fmt::format("<p class=\"note\">Not available: {} Nothing here is a runtime verdict.</p>\n",
-                        esc(input.gate_unavailable.empty() ? "no runtime was asked about this checkpoint."
-                                                           : input.gate_unavailable));
+  html += fmt::format("<p>From <code>mx2nv gate</code> on <code>{}</code> (TP 1; hidden {}, intermediate {}, {} experts "
+                      "&times; {} MoE layers): will the pinned runtimes run it exactly?</p>\n",
+                      esc(g->checkpoint), g->dims.hidden, g->dims.intermediate, g->dims.experts, g->dims.layers);
+  html += "<table class=\"gate\"><tr><th>runtime</th><th>backend</th><th>GPUs</th><th>activations</th>"
+          "<th>verdict</th><th>why</th></tr>";
+  for (const Verdict& v : g->verdicts) {
+    const char* color = v.kind == Verdict::Run ? "#15803d" : v.kind == Verdict::Blocked ? "#b91c1c" : "#b45309";
+    std::string why;
+    for (const auto& reason : v.reasons) why += (why.empty() ? "" : "<br>") + esc(reason);
+    html += row({esc(fmt::format("{} {}", v.backend->runtime, v.backend->version)), esc(v.backend->backend),
+                 esc(v.backend->gpus), esc(activation_dtype_name(v.dtype)),
+                 fmt::format("<b class=\"verdict\" style=\"color:{}\">{}</b>", color, esc(verdict_name(v.kind))), why});
   }
+  return html + "</table>\n";
+}
 
-  // --- provenance
-  html += "<h2>Provenance</h2><table>";
+std::string provenance(const Report& r) {
+  std::string html = "<h2>Provenance</h2><table>";
   html += row({"tool", "mx2nv " + esc(r.provenance.tool_version)});
   html += row({"command", esc(r.command)});
   html += row({"window", esc(window_name(r.window))});
   html += row({"source", "<code>" + esc(r.provenance.source) + "</code>"});
   if (!r.provenance.target.empty()) html += row({"target", "<code>" + esc(r.provenance.target) + "</code>"});
   html += row({"revision", r.provenance.revision ? "<code>" + esc(*r.provenance.revision) + "</code>" : "none (not a Hugging Face cache snapshot)"});
-  html += "</table>\n</body></html>\n";
-  return html;
+  return html + "</table>\n</body></html>\n";
 }
 
-std::string render_html_for(const Report& report, const Inspection* inspection, unsigned threads) {
-  std::optional<Inspection> inspected;
-  std::string unavailable;
-  if (inspection == nullptr) {
-    try {
-      inspected = inspect_checkpoint(report.provenance.source, report.window, threads);
-      inspection = &*inspected;
-    } catch (const Error& e) {
-      unavailable = e.what();
-    }
+}  // namespace
+
+SpanClass classify_span(const ModuleSummary& m, Window window) {
+  if (!m.k_max) return SpanClass::AllZero;
+  if (m.span > window_limits(window).max_span()) return SpanClass::Refused;
+  if (m.span > window_limits(Window::Marlin).max_span()) return SpanClass::Constrained;
+  return SpanClass::Fits;
+}
+
+std::string render_html_report(const HtmlReportInput& input) {
+  const Report& r = *input.report;
+  const Inspection* in = input.inspection;
+  std::string html = page_head(r);
+  html += summary_cards(r, in);
+  Flagged flagged, other;
+  html += span_heatmaps(input, flagged, other);
+  html += refusals(r, flagged);
+  if (in) html += window_outcomes(r, *in);
+  if (!other.empty()) html += outside_grid(other);
+  html += size_section(r);
+  if (!r.differences.empty()) {
+    html += "<h2>Differences</h2><ul>";
+    for (const auto& d : r.differences) html += "<li><code>" + esc(d) + "</code></li>";
+    html += "</ul>\n";
   }
-  std::optional<GateResult> gate;
-  std::string gate_unavailable;
-  const bool output_finished = (report.command == "convert" || report.command == "verify") &&
-                               report.result == Outcome::Ok && !report.provenance.target.empty();
-  if (output_finished) {
-    try {
-      GateOptions options;
-      options.checkpoint = report.provenance.target;
-      options.threads = threads;
-      options.ask.enabled = false;  // the page shows gate's verdicts; asking a runtime may take a minute
-      gate = run_gate(options);
-    } catch (const Error& e) {
-      gate_unavailable = fmt::format("mx2nv gate could not judge {}: {}.", report.provenance.target, e.what());
-    }
-  } else if (report.command == "inspect") {
-    gate_unavailable = "inspect reads the MXFP4 source; the runtimes' rules judge the NVFP4 output. Convert it and run "
-                       "mx2nv gate on DST (or pass --html to convert or verify).";
-  } else {
-    gate_unavailable = "this command left no finished NVFP4 output to judge.";
-  }
-  return render_html_report({&report, inspection, unavailable, gate ? &*gate : nullptr, gate_unavailable});
+  html += runtime_verdicts(input);
+  html += provenance(r);
+  return html;
 }
 
 }  // namespace mx2nv

@@ -1,7 +1,13 @@
 // `--html FILE`: one self-contained page (inline CSS and SVG, no script, no
-// network) rendered from the data of a run: the report, and, when SRC could
-// be inspected, every module's exponent span. A front-end helper shared by
-// the CLI and the Python package; it returns text and touches no files.
+// network) from the data of a run: the report, every module's exponent span
+// when SRC could be inspected, and gate's verdicts when there is a finished
+// NVFP4 output. Shared by the CLI and the Python package, in two parts:
+//   render_html_report  the page from data already gathered: pure, it reads
+//                       and writes no files (html_report.cpp);
+//   render_html_for     gathers that data for a finished command, reading
+//                       SRC and DST (inspect, gate), then renders
+//                       (page_inputs.cpp).
+// Neither writes the page; the front ends do.
 #pragma once
 
 #include "gate/gate.hpp"
@@ -29,6 +35,7 @@ struct HtmlReportInput {
   std::string gate_unavailable;             // why gate is null (shown on the page)
 };
 
+// Pure: text from `input`, no file read or written.
 std::string render_html_report(const HtmlReportInput& input);
 
 // The page for a finished command. Without `inspection` (convert, verify),

@@ -1,0 +1,48 @@
+// render_html_for: what a command's page shows besides its report, gathered
+// by reading SRC (inspect) and DST (gate); the rendering is pure
+// (html_report.cpp).
+#include "html/html_report.hpp"
+
+#include "common/error.hpp"
+
+#include <fmt/core.h>
+
+#include <optional>
+
+namespace mx2nv {
+
+std::string render_html_for(const Report& report, const Inspection* inspection, unsigned threads) {
+  std::optional<Inspection> inspected;
+  std::string unavailable;
+  if (inspection == nullptr) {
+    try {
+      inspected = inspect_checkpoint(report.provenance.source, report.window, threads);
+      inspection = &*inspected;
+    } catch (const Error& e) {
+      unavailable = e.what();
+    }
+  }
+  std::optional<GateResult> gate;
+  std::string gate_unavailable;
+  const bool output_finished = (report.command == "convert" || report.command == "verify") &&
+                               report.result == Outcome::Ok && !report.provenance.target.empty();
+  if (output_finished) {
+    try {
+      GateOptions options;
+      options.checkpoint = report.provenance.target;
+      options.threads = threads;
+      options.ask.enabled = false;  // the page shows gate's verdicts; asking a runtime may take a minute
+      gate = run_gate(options);
+    } catch (const Error& e) {
+      gate_unavailable = fmt::format("mx2nv gate could not judge {}: {}.", report.provenance.target, e.what());
+    }
+  } else if (report.command == "inspect") {
+    gate_unavailable = "inspect reads the MXFP4 source; the runtimes' rules judge the NVFP4 output. Convert it and run "
+                       "mx2nv gate on DST (or pass --html to convert or verify).";
+  } else {
+    gate_unavailable = "this command left no finished NVFP4 output to judge.";
+  }
+  return render_html_report({&report, inspection, unavailable, gate ? &*gate : nullptr, gate_unavailable});
+}
+
+}  // namespace mx2nv
