@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <thread>
 
 extern char** environ;  // NOLINT: POSIX; the child gets the caller's environment unchanged
@@ -91,6 +92,124 @@ int wait_blocking(pid_t pid) {
   return status;
 }
 
+using End = SubprocessResult::End;
+using Deadline = std::chrono::steady_clock::time_point;
+
+// The child's standard streams, our ends and its. stdin is a socket so that
+// writing to a child that stopped reading fails with EPIPE (MSG_NOSIGNAL)
+// instead of raising SIGPIPE in this process.
+struct ChildStreams {
+  Fd in_parent, in_child, out_read, out_write, err_read, err_write;
+  ChildStreams() {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      fail(ErrorKind::Io, "socketpair: {}", std::strerror(errno));
+    }
+    in_parent.adopt(sv[0]);
+    in_child.adopt(sv[1]);
+    make_pipe(out_read, out_write);
+    make_pipe(err_read, err_write);
+  }
+};
+
+// Starts argv (PATH searched) on the child's ends of `s`: 0 and `pid`, or
+// posix_spawn's error.
+int spawn_child(const std::vector<std::string>& argv, const ChildStreams& s, pid_t& pid) {
+  SpawnSetup setup;
+  posix_spawn_file_actions_adddup2(&setup.actions, s.in_child.get(), 0);
+  posix_spawn_file_actions_adddup2(&setup.actions, s.out_write.get(), 1);
+  posix_spawn_file_actions_adddup2(&setup.actions, s.err_write.get(), 2);
+  // Its own process group (to kill it with its children), default signal
+  // dispositions (we may ignore SIGPIPE), nothing blocked.
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (const int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&defaults, sig);
+  posix_spawnattr_setpgroup(&setup.attr, 0);
+  posix_spawnattr_setsigmask(&setup.attr, &none);
+  posix_spawnattr_setsigdefault(&setup.attr, &defaults);
+  posix_spawnattr_setflags(&setup.attr, static_cast<short>(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                           POSIX_SPAWN_SETSIGDEF));
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));  // posix_spawn's historic signature
+  args.push_back(nullptr);
+  return ::posix_spawnp(&pid, args[0], &setup.actions, &setup.attr, args.data(), environ);
+}
+
+// One read from the child's stdout or stderr into `result`; closes the
+// stream at its end. OutputTooLarge when stdout passes its limit.
+std::optional<End> read_stream(Fd& fd, bool is_stdout, std::span<char> buf, SubprocessResult& result,
+                               const SubprocessLimits& limits) {
+  const ssize_t r = ::read(fd.get(), buf.data(), buf.size());
+  if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+    fd.reset();
+    return std::nullopt;
+  }
+  if (r < 0) return std::nullopt;
+  const std::string_view got(buf.data(), static_cast<std::size_t>(r));
+  if (is_stdout) {
+    if (result.out.size() + got.size() > limits.max_stdout) return End::OutputTooLarge;
+    result.out.append(got);
+  } else {
+    result.err_tail.append(got);
+    if (result.err_tail.size() > 2 * limits.max_stderr_tail) {
+      result.err_tail.erase(0, result.err_tail.size() - limits.max_stderr_tail);
+    }
+  }
+  return std::nullopt;
+}
+
+// Feeds `input` to the child's stdin and reads its stdout and stderr until
+// both close: nullopt, or why the child is to be killed (a stop request, the
+// deadline, too much output).
+std::optional<End> exchange(pid_t pid, ChildStreams& s, std::string_view input, Deadline deadline,
+                            SubprocessResult& result, const SubprocessLimits& limits) {
+  std::size_t sent = 0;
+  if (input.empty()) s.in_parent.reset();
+  std::array<char, 65536> buf{};
+  while (s.out_read.get() >= 0 || s.err_read.get() >= 0) {
+    if (stop_requested()) return End::Cancelled;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return End::TimedOut;
+    std::array<pollfd, 3> fds{{{s.out_read.get(), POLLIN, 0}, {s.err_read.get(), POLLIN, 0}, {s.in_parent.get(), POLLOUT, 0}}};
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left.count(), kPollSliceMs)));
+    if (n < 0 && errno != EINTR) {
+      kill_group(pid);
+      wait_blocking(pid);
+      fail(ErrorKind::Io, "poll: {}", std::strerror(errno));
+    }
+    if (n <= 0) continue;
+    if (fds[2].revents != 0) {
+      const ssize_t w = ::send(s.in_parent.get(), input.data() + sent, input.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) sent += static_cast<std::size_t>(w);
+      // Done, or the child closed its stdin (EPIPE): it answers without the rest.
+      if (sent == input.size() || (w < 0 && errno != EAGAIN && errno != EINTR)) s.in_parent.reset();
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[static_cast<std::size_t>(i)].revents == 0) continue;
+      if (const auto end = read_stream(i == 0 ? s.out_read : s.err_read, i == 0, buf, result, limits)) return end;
+    }
+  }
+  return std::nullopt;
+}
+
+// Output closed: the child is exiting (or closed its pipes and lingers,
+// which the deadline ends). nullopt with its wait status, or why it is to be
+// killed.
+std::optional<End> wait_for_exit(pid_t pid, Deadline deadline, int& status) {
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) return std::nullopt;
+    if (w < 0 && errno != EINTR) return std::nullopt;
+    std::optional<End> why;
+    if (stop_requested()) why = End::Cancelled;
+    if (std::chrono::steady_clock::now() >= deadline) why = End::TimedOut;  // the deadline is the reason when both
+    if (why) return why;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 SubprocessResult run_subprocess(const std::vector<std::string>& argv, std::string_view input,
@@ -100,123 +219,27 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, std::strin
     if (a.find('\0') != std::string::npos) fail(ErrorKind::Usage, "a program argument holds a NUL byte");
   }
   SubprocessResult result;
-
-  // stdin is a socket so that writing to a child that stopped reading fails
-  // with EPIPE (MSG_NOSIGNAL) instead of raising SIGPIPE in this process.
-  Fd in_parent, in_child, out_read, out_write, err_read, err_write;
-  {
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-      fail(ErrorKind::Io, "socketpair: {}", std::strerror(errno));
-    }
-    in_parent.adopt(sv[0]);
-    in_child.adopt(sv[1]);
-  }
-  make_pipe(out_read, out_write);
-  make_pipe(err_read, err_write);
-
-  SpawnSetup setup;
-  posix_spawn_file_actions_adddup2(&setup.actions, in_child.get(), 0);
-  posix_spawn_file_actions_adddup2(&setup.actions, out_write.get(), 1);
-  posix_spawn_file_actions_adddup2(&setup.actions, err_write.get(), 2);
-  // Its own process group (to kill it with its children), default signal
-  // dispositions (we may ignore SIGPIPE), nothing blocked.
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (const int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&defaults, s);
-  posix_spawnattr_setpgroup(&setup.attr, 0);
-  posix_spawnattr_setsigmask(&setup.attr, &none);
-  posix_spawnattr_setsigdefault(&setup.attr, &defaults);
-  posix_spawnattr_setflags(&setup.attr, static_cast<short>(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                           POSIX_SPAWN_SETSIGDEF));
-
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));  // posix_spawn's historic signature
-  args.push_back(nullptr);
+  ChildStreams streams;
   pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, args[0], &setup.actions, &setup.attr, args.data(), environ);
-  if (rc != 0) {
-    result.end = SubprocessResult::End::NotStarted;
+  if (const int rc = spawn_child(argv, streams, pid); rc != 0) {
+    result.end = End::NotStarted;
     result.start_error = std::strerror(rc);
     return result;
   }
-  in_child.reset();
-  out_write.reset();
-  err_write.reset();
-  set_nonblocking(in_parent.get());
-  set_nonblocking(out_read.get());
-  set_nonblocking(err_read.get());
+  streams.in_child.reset();
+  streams.out_write.reset();
+  streams.err_write.reset();
+  set_nonblocking(streams.in_parent.get());
+  set_nonblocking(streams.out_read.get());
+  set_nonblocking(streams.err_read.get());
 
-  std::size_t sent = 0;
-  if (input.empty()) in_parent.reset();
-  const auto deadline = std::chrono::steady_clock::now() + limits.timeout;
-  std::optional<SubprocessResult::End> killed;
-  std::array<char, 65536> buf{};
-  while (out_read.get() >= 0 || err_read.get() >= 0) {
-    if (stop_requested()) {
-      killed = SubprocessResult::End::Cancelled;
-      break;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      killed = SubprocessResult::End::TimedOut;
-      break;
-    }
-    std::array<pollfd, 3> fds{{{out_read.get(), POLLIN, 0}, {err_read.get(), POLLIN, 0}, {in_parent.get(), POLLOUT, 0}}};
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left.count(), kPollSliceMs)));
-    if (n < 0 && errno != EINTR) {
-      kill_group(pid);
-      wait_blocking(pid);
-      fail(ErrorKind::Io, "poll: {}", std::strerror(errno));
-    }
-    if (n <= 0) continue;
-    if (fds[2].revents != 0) {
-      const ssize_t w = ::send(in_parent.get(), input.data() + sent, input.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) sent += static_cast<std::size_t>(w);
-      // Done, or the child closed its stdin (EPIPE): it answers without the rest.
-      if (sent == input.size() || (w < 0 && errno != EAGAIN && errno != EINTR)) in_parent.reset();
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[static_cast<std::size_t>(i)].revents == 0) continue;
-      Fd& fd = i == 0 ? out_read : err_read;
-      const ssize_t r = ::read(fd.get(), buf.data(), buf.size());
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-        fd.reset();
-        continue;
-      }
-      if (r < 0) continue;
-      const std::string_view got(buf.data(), static_cast<std::size_t>(r));
-      if (i == 0) {
-        if (result.out.size() + got.size() > limits.max_stdout) {
-          killed = SubprocessResult::End::OutputTooLarge;
-          break;
-        }
-        result.out.append(got);
-      } else {
-        result.err_tail.append(got);
-        if (result.err_tail.size() > 2 * limits.max_stderr_tail) {
-          result.err_tail.erase(0, result.err_tail.size() - limits.max_stderr_tail);
-        }
-      }
-    }
-    if (killed) break;
-  }
+  const Deadline deadline = std::chrono::steady_clock::now() + limits.timeout;
+  std::optional<End> killed = exchange(pid, streams, input, deadline, result, limits);
   if (result.err_tail.size() > limits.max_stderr_tail) {
     result.err_tail.erase(0, result.err_tail.size() - limits.max_stderr_tail);
   }
-  // Output closed: the child is exiting (or closed its pipes and lingers,
-  // which the deadline ends).
   int status = 0;
-  while (!killed) {
-    const pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (w < 0 && errno != EINTR) break;
-    if (stop_requested()) killed = SubprocessResult::End::Cancelled;
-    if (std::chrono::steady_clock::now() >= deadline) killed = SubprocessResult::End::TimedOut;
-    if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  if (!killed) killed = wait_for_exit(pid, deadline, status);
   if (killed) {
     kill_group(pid);
     wait_blocking(pid);
@@ -224,10 +247,10 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, std::strin
     return result;
   }
   if (WIFEXITED(status)) {
-    result.end = SubprocessResult::End::Exited;
+    result.end = End::Exited;
     result.status = WEXITSTATUS(status);
   } else {
-    result.end = SubprocessResult::End::Signaled;
+    result.end = End::Signaled;
     result.status = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   }
   return result;
