@@ -176,6 +176,75 @@ void check_row(const ModulePlan& m, const PlanFile& p, const Json& name, std::st
   }
 }
 
+// SRC and DST: the bytes (hex) in the current format, checked against their
+// display text; the text itself in mx2nv-plan/2.
+void read_paths(const Json& j, bool v2, std::string_view what, PlanFile& p) {
+  const std::string& source_text = get_string(member(j, what, "source"), what, "source");
+  const std::string& target_text = get_string(member(j, what, "target"), what, "target");
+  if (v2) {
+    p.source = v2_path(source_text, what, "SRC");
+    p.target = v2_path(target_text, what, "DST");
+  } else {
+    const auto source = from_hex(get_string(member(j, what, "source_bytes"), what, "source_bytes"));
+    const auto target = from_hex(get_string(member(j, what, "target_bytes"), what, "target_bytes"));
+    if (!source || !target) fail_input("{}: source_bytes or target_bytes is not lower-case hex", what);
+    p.source = *source;
+    p.target = *target;
+    // The display text is derived from the bytes: one more place a damaged
+    // or edited plan shows.
+    if (json_text(p.source) != source_text || json_text(p.target) != target_text) {
+      fail_input("{}: \"source\"/\"target\" do not spell source_bytes/target_bytes", what);
+    }
+  }
+  check_planned_path(p.source, what, "SRC");
+  check_planned_path(p.target, what, "DST");
+}
+
+void read_shards(const Json& shards, std::string_view what, PlanFile& p) {
+  if (!shards.is_array() || shards.empty()) fail_input("{}: \"shards\" is not a non-empty list", what);
+  std::set<std::string_view> files;
+  for (const Json& s : shards) {
+    if (!s.is_object()) fail_input("{}: a shard is not an object", what);
+    PlannedShard ps;
+    ps.file = get_string(member(s, what, "file"), what, "a shard's file");
+    if (!is_confined_relative_path(ps.file)) {
+      fail_input("{}: shard {} is not a plain relative path", what, printable(ps.file));
+    }
+    ps.source_size = get_u64(member(s, what, "source_size"), what, "source_size");
+    ps.source_mtime_ns = get_i64(member(s, what, "source_mtime_ns"), what, "source_mtime_ns");
+    ps.source_header_hash = get_u64(member(s, what, "source_header_hash"), what, "source_header_hash");
+    ps.plan_hash = get_u64(member(s, what, "plan_hash"), what, "plan_hash");
+    ps.output_data_bytes = get_u64(member(s, what, "output_data_bytes"), what, "output_data_bytes");
+    ps.output_tensors = get_u64(member(s, what, "output_tensors"), what, "output_tensors");
+    p.shards.push_back(std::move(ps));
+  }
+  for (const auto& s : p.shards) {
+    if (!files.insert(s.file).second) fail_input("{}: shard {} is planned twice", what, printable(s.file));
+  }
+}
+
+// One module row (its name, column 0, is read by the caller), checked
+// against the plan's window and choice.
+ModulePlan read_row(const Json& row, const PlanFile& p, std::string_view what) {
+  ModulePlan m;
+  m.m = get_int(row[1], what, "m", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+  const std::uint64_t bits = get_u64(row[2], what, "divisor_bits");
+  if (bits > std::numeric_limits<std::uint32_t>::max()) fail_input("{}: divisor_bits {} is not 32 bits", what, bits);
+  m.divisor = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+  m.zero_scales = get_int(row[3], what, "zero_scales", 0, 1) != 0;
+  m.span = get_int(row[4], what, "span", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+  m.groups_outside = get_u64(row[5], what, "groups_outside");
+  m.canonical_zero_groups = get_u64(row[6], what, "canonical_zero_groups");
+  m.marlin_zeroed_groups = get_u64(row[7], what, "marlin_zeroed_groups");
+  const int treatment = get_int(row[8], what, "treatment", 0, 255);
+  if (treatment > static_cast<int>(Treatment::Bf16)) {
+    fail_input("{}: module {} has an unknown treatment {}", what, row[0].dump(), treatment);
+  }
+  m.treatment = static_cast<Treatment>(treatment);
+  check_row(m, p, row[0], what);
+  return m;
+}
+
 }  // namespace
 
 std::string plan_file_to_text(PlanFile& p) {
@@ -211,68 +280,14 @@ PlanFile plan_file_from_text(std::string_view text, std::string_view what) {
     const auto overspan = parse_overspan(get_string(member(j, what, "overspan"), what, "overspan"));
     if (!overspan) fail_input("{}: unknown overspan choice {}", what, j.at("overspan").dump());
     p.overspan = *overspan;
-    const std::string& source_text = get_string(member(j, what, "source"), what, "source");
-    const std::string& target_text = get_string(member(j, what, "target"), what, "target");
-    if (v2) {
-      p.source = v2_path(source_text, what, "SRC");
-      p.target = v2_path(target_text, what, "DST");
-    } else {
-      const auto source = from_hex(get_string(member(j, what, "source_bytes"), what, "source_bytes"));
-      const auto target = from_hex(get_string(member(j, what, "target_bytes"), what, "target_bytes"));
-      if (!source || !target) fail_input("{}: source_bytes or target_bytes is not lower-case hex", what);
-      p.source = *source;
-      p.target = *target;
-      // The display text is derived from the bytes: one more place a damaged
-      // or edited plan shows.
-      if (json_text(p.source) != source_text || json_text(p.target) != target_text) {
-        fail_input("{}: \"source\"/\"target\" do not spell source_bytes/target_bytes", what);
-      }
-    }
-    check_planned_path(p.source, what, "SRC");
-    check_planned_path(p.target, what, "DST");
-    const Json& shards = member(j, what, "shards");
-    if (!shards.is_array() || shards.empty()) fail_input("{}: \"shards\" is not a non-empty list", what);
-    std::set<std::string_view> files;
-    for (const Json& s : shards) {
-      if (!s.is_object()) fail_input("{}: a shard is not an object", what);
-      PlannedShard ps;
-      ps.file = get_string(member(s, what, "file"), what, "a shard's file");
-      if (!is_confined_relative_path(ps.file)) {
-        fail_input("{}: shard {} is not a plain relative path", what, printable(ps.file));
-      }
-      ps.source_size = get_u64(member(s, what, "source_size"), what, "source_size");
-      ps.source_mtime_ns = get_i64(member(s, what, "source_mtime_ns"), what, "source_mtime_ns");
-      ps.source_header_hash = get_u64(member(s, what, "source_header_hash"), what, "source_header_hash");
-      ps.plan_hash = get_u64(member(s, what, "plan_hash"), what, "plan_hash");
-      ps.output_data_bytes = get_u64(member(s, what, "output_data_bytes"), what, "output_data_bytes");
-      ps.output_tensors = get_u64(member(s, what, "output_tensors"), what, "output_tensors");
-      p.shards.push_back(std::move(ps));
-    }
-    for (const auto& s : p.shards) {
-      if (!files.insert(s.file).second) fail_input("{}: shard {} is planned twice", what, printable(s.file));
-    }
+    read_paths(j, v2, what, p);
+    read_shards(member(j, what, "shards"), what, p);
     const Json& modules = member(j, what, "modules");
     if (!modules.is_array()) fail_input("{}: \"modules\" is not a list", what);
     for (const Json& row : modules) {
       if (!row.is_array() || row.size() != 9) fail_input("{}: a module row is not 9 columns", what);
       p.module_names.push_back(get_string(row[0], what, "a module name"));
-      ModulePlan m;
-      m.m = get_int(row[1], what, "m", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
-      const std::uint64_t bits = get_u64(row[2], what, "divisor_bits");
-      if (bits > std::numeric_limits<std::uint32_t>::max()) fail_input("{}: divisor_bits {} is not 32 bits", what, bits);
-      m.divisor = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
-      m.zero_scales = get_int(row[3], what, "zero_scales", 0, 1) != 0;
-      m.span = get_int(row[4], what, "span", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
-      m.groups_outside = get_u64(row[5], what, "groups_outside");
-      m.canonical_zero_groups = get_u64(row[6], what, "canonical_zero_groups");
-      m.marlin_zeroed_groups = get_u64(row[7], what, "marlin_zeroed_groups");
-      const int treatment = get_int(row[8], what, "treatment", 0, 255);
-      if (treatment > static_cast<int>(Treatment::Bf16)) {
-        fail_input("{}: module {} has an unknown treatment {}", what, row[0].dump(), treatment);
-      }
-      m.treatment = static_cast<Treatment>(treatment);
-      check_row(m, p, row[0], what);
-      p.modules.push_back(m);
+      p.modules.push_back(read_row(row, p, what));
     }
     // What was read is what was checked: the canonical text of the values
     // read spells the document (no field ignored, none read differently).
