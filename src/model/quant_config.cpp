@@ -113,32 +113,13 @@ void check_weights(const std::string& group, const Json& w) {
   }
 }
 
-}  // namespace
-
-bool is_known_quantization_args_key(std::string_view key) {
-  for (const auto k : kQuantizationArgsKeys) {
-    if (k == key) return true;
-  }
-  return false;
-}
-
-bool is_known_scheme_key(std::string_view key) {
-  for (const auto k : kSchemeKeys) {
-    if (k == key) return true;
-  }
-  return false;
-}
-
-SourceQuantConfig read_source_quant_config(std::string_view config_text) {
-  SourceQuantConfig src;
-  src.config = parse_strict_json(config_text, "config.json").value;
-  if (!src.config.is_object()) fail_input("config.json: not a JSON object");
-
-  // K3 nests the language model's config (and its quantization_config) under
-  // text_config; most models keep it at the top level. Exactly one must exist.
+// K3 nests the language model's config (and its quantization_config) under
+// text_config; most models keep it at the top level. Exactly one must exist:
+// "" for the top level, else the key holding it.
+std::string quant_config_parent(const Json& config) {
   std::vector<std::string> found;
-  if (src.config.contains("quantization_config")) found.emplace_back();
-  for (const auto& [key, value] : src.config.items()) {
+  if (config.contains("quantization_config")) found.emplace_back();
+  for (const auto& [key, value] : config.items()) {
     if (value.is_object() && value.contains("quantization_config")) found.push_back(key);
   }
   if (found.empty()) fail_input("config.json: no quantization_config (top level or one level down)");
@@ -146,12 +127,12 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
     fail_input("config.json: {} quantization_config objects found (top level and/or under \"{}\"); expected one",
                found.size(), found[found.size() - 1]);
   }
-  src.parent = found.front();
-  src.quant_config = src.parent.empty() ? src.config["quantization_config"]
-                                        : src.config[src.parent]["quantization_config"];
-  const Json& qc = src.quant_config;
-  const std::string where = src.parent.empty() ? "quantization_config" : src.parent + ".quantization_config";
-  if (!qc.is_object()) fail_input("config.json: {} is not an object", where);
+  return found.front();
+}
+
+// The JSON types of quantization_config's fields, as compressed-tensors
+// declares them.
+void check_quant_config_types(const Json& qc, const std::string& where) {
   using T = JsonType;
   require_types(qc, where, "quant_method", {T::String}, "a string");
   require_types(qc, where, "format", {T::String, T::Null}, "a string or null");
@@ -172,6 +153,11 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
     require_string_list(sc, sc_where, "targets");
     require_string_list(sc, sc_where, "ignore");
   }
+}
+
+// An MXFP4 compressed-tensors checkpoint, stored compressed and dense, with
+// config groups.
+void check_quant_config_values(const Json& qc, const std::string& where) {
   if (!qc.contains("quant_method") || qc["quant_method"] != "compressed-tensors") {
     fail_input("config.json: {}.quant_method is {}, not \"compressed-tensors\"", where,
                qc.contains("quant_method") ? qc["quant_method"].dump() : "absent");
@@ -190,38 +176,72 @@ SourceQuantConfig read_source_quant_config(std::string_view config_text) {
   if (!qc.contains("config_groups") || !qc["config_groups"].is_object() || qc["config_groups"].empty()) {
     fail_input("config.json: {}.config_groups is missing or empty", where);
   }
-  for (const auto& [name, scheme] : qc["config_groups"].items()) {
-    if (!scheme.is_object()) {
-      fail_input("config.json: quantization group \"{}\" is a preset shorthand; write out its scheme", name);
-    }
-    for (const auto& [key, _] : scheme.items()) {
-      if (!is_known_scheme_key(key)) {
-        fail_input("config.json: quantization group \"{}\": key \"{}\" is unknown to compressed-tensors", name, key);
-      }
-    }
-    const std::string group_where = "config_groups." + name;
-    require_types(scheme, group_where, "format", {T::String, T::Null}, "a string or null");
-    require_types(scheme, group_where, "weights", {T::Object, T::Null}, "an object or null");
-    require_types(scheme, group_where, "input_activations", {T::Object, T::Null}, "an object or null");
-    require_types(scheme, group_where, "output_activations", {T::Object, T::Null}, "an object or null");
-    require_string_list(scheme, group_where, "targets");
-    const Json* format_value = scheme.contains("format") && scheme["format"].is_string() ? &scheme["format"]
-                               : qc.contains("format") && qc["format"].is_string()     ? &qc["format"]
-                                                                                        : nullptr;
-    const std::string format = format_value ? format_value->get<std::string>() : "";
-    if (format != kSourceFormat) {
-      fail_input("config.json: quantization group \"{}\" has format \"{}\", not \"{}\"", name, format, kSourceFormat);
-    }
-    if (!is_null_or_absent(scheme, "input_activations")) {
-      fail_input("config.json: quantization group \"{}\" quantizes input activations; only weight-only (A16) "
-                 "sources are supported",
-                 name);
-    }
-    if (!is_null_or_absent(scheme, "output_activations")) {
-      fail_input("config.json: quantization group \"{}\" quantizes output activations; not supported", name);
-    }
-    check_weights(name, scheme.contains("weights") ? scheme["weights"] : Json());
+}
+
+// One config group: known keys and types, MXFP4 weights only.
+void check_config_group(const std::string& name, const Json& scheme, const Json& qc) {
+  using T = JsonType;
+  if (!scheme.is_object()) {
+    fail_input("config.json: quantization group \"{}\" is a preset shorthand; write out its scheme", name);
   }
+  for (const auto& [key, _] : scheme.items()) {
+    if (!is_known_scheme_key(key)) {
+      fail_input("config.json: quantization group \"{}\": key \"{}\" is unknown to compressed-tensors", name, key);
+    }
+  }
+  const std::string group_where = "config_groups." + name;
+  require_types(scheme, group_where, "format", {T::String, T::Null}, "a string or null");
+  require_types(scheme, group_where, "weights", {T::Object, T::Null}, "an object or null");
+  require_types(scheme, group_where, "input_activations", {T::Object, T::Null}, "an object or null");
+  require_types(scheme, group_where, "output_activations", {T::Object, T::Null}, "an object or null");
+  require_string_list(scheme, group_where, "targets");
+  const Json* format_value = scheme.contains("format") && scheme["format"].is_string() ? &scheme["format"]
+                             : qc.contains("format") && qc["format"].is_string()     ? &qc["format"]
+                                                                                      : nullptr;
+  const std::string format = format_value ? format_value->get<std::string>() : "";
+  if (format != kSourceFormat) {
+    fail_input("config.json: quantization group \"{}\" has format \"{}\", not \"{}\"", name, format, kSourceFormat);
+  }
+  if (!is_null_or_absent(scheme, "input_activations")) {
+    fail_input("config.json: quantization group \"{}\" quantizes input activations; only weight-only (A16) "
+               "sources are supported",
+               name);
+  }
+  if (!is_null_or_absent(scheme, "output_activations")) {
+    fail_input("config.json: quantization group \"{}\" quantizes output activations; not supported", name);
+  }
+  check_weights(name, scheme.contains("weights") ? scheme["weights"] : Json());
+}
+
+}  // namespace
+
+bool is_known_quantization_args_key(std::string_view key) {
+  for (const auto k : kQuantizationArgsKeys) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+bool is_known_scheme_key(std::string_view key) {
+  for (const auto k : kSchemeKeys) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+SourceQuantConfig read_source_quant_config(std::string_view config_text) {
+  SourceQuantConfig src;
+  src.config = parse_strict_json(config_text, "config.json").value;
+  if (!src.config.is_object()) fail_input("config.json: not a JSON object");
+  src.parent = quant_config_parent(src.config);
+  src.quant_config = src.parent.empty() ? src.config["quantization_config"]
+                                        : src.config[src.parent]["quantization_config"];
+  const Json& qc = src.quant_config;
+  const std::string where = src.parent.empty() ? "quantization_config" : src.parent + ".quantization_config";
+  if (!qc.is_object()) fail_input("config.json: {} is not an object", where);
+  check_quant_config_types(qc, where);
+  check_quant_config_values(qc, where);
+  for (const auto& [name, scheme] : qc["config_groups"].items()) check_config_group(name, scheme, qc);
   return src;
 }
 
