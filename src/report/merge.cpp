@@ -205,6 +205,8 @@ void global_conflicts_at(const Part& p, const Json& v, std::uint64_t scale_group
   }
 }
 
+}  // namespace
+
 // What a part says, checked.
 struct PartData {
   std::uint64_t index = 0, count = 1;  // shard_subset I/N; a whole report is 0/1
@@ -217,6 +219,8 @@ struct PartData {
   Json whole;  // the fields every part computes on the whole checkpoint
 };
 
+namespace {
+
 // The counts each part makes over its own shards (added up); the others are
 // the whole checkpoint's, the same in every part.
 bool per_part_count(std::string_view key) {
@@ -224,8 +228,8 @@ bool per_part_count(std::string_view key) {
          key == "passthrough_tensors";
 }
 
-PartData read_part(const Part& p, const Json& j) {
-  PartData d;
+// A verify report of this schema from mx2nv: its keys, window and provenance.
+void check_report_keys(const Part& p, const Json& j) {
   if (!j.is_object()) p.bad("", "must be a JSON object, not {}", type_name(j));
   if (!j.contains("command")) p.bad("command", "is missing");
   if (const std::string& command = string_at(p, j["command"], "command"); command != "verify") {
@@ -249,7 +253,11 @@ PartData read_part(const Part& p, const Json& j) {
   absolute_path_at(p, prov["source"], "provenance.source");
   absolute_path_at(p, prov["target"], "provenance.target");
   if (!prov["revision"].is_null()) string_at(p, prov["revision"], "provenance.revision");
+}
 
+// The counts: those each part makes over its own shards go into `d`; the
+// whole checkpoint's are returned.
+Json read_counts(const Part& p, const Json& j, PartData& d) {
   const Json& counts = j["counts"];
   check_object(p, counts, "counts",
                {"shards", "resumed_shards", "modules", "scale_groups", "active_groups", "zero_groups",
@@ -264,9 +272,13 @@ PartData read_part(const Part& p, const Json& j) {
   d.zero_groups = counts["zero_groups"].get<std::uint64_t>();
   d.marlin_zeroed_groups = counts["marlin_zeroed_groups"].get<std::uint64_t>();
   d.passthrough_tensors = counts["passthrough_tensors"].get<std::uint64_t>();
+  return whole_counts;
+}
+
+// The part's own results and sizes, and the whole checkpoint's refusals.
+void read_results(const Part& p, const Json& j, PartData& d, const Json& whole_counts) {
   const std::uint64_t modules = whole_counts["modules"].get<std::uint64_t>();
   const std::uint64_t scale_groups = whole_counts["scale_groups"].get<std::uint64_t>();
-
   if (j.contains("shard_subset")) std::tie(d.index, d.count) = subset_at(p, j["shard_subset"]);
   if (j.contains("merged_parts")) {
     if (uint_at(p, j["merged_parts"], "merged_parts") == 0) p.bad("merged_parts", "must be at least 1");
@@ -289,13 +301,19 @@ PartData read_part(const Part& p, const Json& j) {
   }
   // verify lists kMaxReportedDifferences, then one "... and K more".
   strings_at(p, j["differences"], "differences", kMaxReportedDifferences + 1, "verify lists at most that many");
+}
 
-  // Requantized modules (convert --overspan requantize): each part lists those of its own shards.
-  std::uint64_t zeroed_blocks = 0;
-  std::size_t requantized = 0;
+// Requantized modules (convert --overspan requantize): each part lists those
+// of its own shards.
+struct RequantizedRows {
+  std::size_t modules = 0;
+  std::uint64_t zeroed_blocks = 0;  // their marlin_zeroed_blocks, added up
+};
+RequantizedRows read_requantized(const Part& p, const Json& j, std::uint64_t modules) {
+  RequantizedRows r;
   if (j.contains("requantized")) {
     const Json& rows = array_at(p, j["requantized"], "requantized", modules, "counts.modules");
-    requantized = rows.size();
+    r.modules = rows.size();
     std::set<std::string_view> names;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const std::string at = item("requantized", i);
@@ -311,12 +329,18 @@ PartData read_part(const Part& p, const Json& j) {
         if (const auto e = error_at(p, row[key], join(at, key)); e && *e < 0) p.bad(join(at, key), "must not be negative");
       }
       error_at(p, row["cosine"], join(at, "cosine"));
-      const auto blocks = checked_add(zeroed_blocks, uint_at(p, row["marlin_zeroed_blocks"], join(at, "marlin_zeroed_blocks")));
+      const auto blocks = checked_add(r.zeroed_blocks, uint_at(p, row["marlin_zeroed_blocks"], join(at, "marlin_zeroed_blocks")));
       if (!blocks) p.bad(join(at, "marlin_zeroed_blocks"), "adds up past 2^64 - 1");
-      zeroed_blocks = *blocks;
+      r.zeroed_blocks = *blocks;
     }
   }
-  Json whole_overspan;  // null: no over-span section (convert --overspan fail)
+  return r;
+}
+
+// The over-span section, checked against the requantized rows; its whole
+// checkpoint part is returned (null: no section, convert --overspan fail).
+Json read_overspan(const Part& p, const Json& j, std::uint64_t modules, const RequantizedRows& rows) {
+  Json whole_overspan;
   if (j.contains("overspan")) {
     const Json& o = j["overspan"];
     check_object(p, o, "overspan", {"choice", "lossy", "resolved_over_span", "bf16_layers", "requantized_marlin_zeroed_blocks"});
@@ -341,22 +365,25 @@ PartData read_part(const Part& p, const Json& j) {
     }
     if (layer_modules > modules) p.contradicts("overspan.bf16_layers list {} modules, counts.modules is {}", layer_modules, modules);
     const std::uint64_t claimed = uint_at(p, o["requantized_marlin_zeroed_blocks"], "overspan.requantized_marlin_zeroed_blocks");
-    if (lossy != (requantized > 0)) {
-      p.contradicts("overspan.lossy is {}, but requantized lists {} modules", lossy, requantized);
+    if (lossy != (rows.modules > 0)) {
+      p.contradicts("overspan.lossy is {}, but requantized lists {} modules", lossy, rows.modules);
     }
-    if (claimed != zeroed_blocks) {
+    if (claimed != rows.zeroed_blocks) {
       p.contradicts("overspan.requantized_marlin_zeroed_blocks is {}, the requantized rows add up to {}", claimed,
-                    zeroed_blocks);
+                    rows.zeroed_blocks);
     }
-    if (requantized > 0 && choice != "requantize") {
-      p.contradicts("requantized lists {} modules, but overspan.choice is \"{}\"", requantized, choice);
+    if (rows.modules > 0 && choice != "requantize") {
+      p.contradicts("requantized lists {} modules, but overspan.choice is \"{}\"", rows.modules, choice);
     }
     whole_overspan = {{"choice", choice}, {"resolved_over_span", o["resolved_over_span"]}, {"bf16_layers", layers}};
-  } else if (requantized > 0) {
-    p.contradicts("requantized lists {} modules, but there is no overspan section", requantized);
+  } else if (rows.modules > 0) {
+    p.contradicts("requantized lists {} modules, but there is no overspan section", rows.modules);
   }
+  return whole_overspan;
+}
 
-  // result, exit_code, error and the counts must tell one story.
+// result, exit_code, error and the counts must tell one story.
+void read_outcome(const Part& p, const Json& j, PartData& d) {
   d.result = string_at(p, j["result"], "result");
   const std::int64_t exit = int_at(p, j["exit_code"], "exit_code");
   const bool has_error = j.contains("error"), has_kind = j.contains("error_kind");
@@ -394,7 +421,17 @@ PartData read_part(const Part& p, const Json& j) {
   if (d.mismatches > d.values_compared) {
     p.contradicts("{} mismatches among {} values compared", d.mismatches, d.values_compared);
   }
+}
 
+PartData read_part(const Part& p, const Json& j) {
+  PartData d;
+  check_report_keys(p, j);
+  Json whole_counts = read_counts(p, j, d);
+  const std::uint64_t modules = whole_counts["modules"].get<std::uint64_t>();
+  read_results(p, j, d, whole_counts);
+  const RequantizedRows requantized = read_requantized(p, j, modules);
+  Json whole_overspan = read_overspan(p, j, modules, requantized);
+  read_outcome(p, j, d);
   d.whole = {{"counts", std::move(whole_counts)},
              {"source_tensor_bytes", j["source_tensor_bytes"]},
              {"target_tensor_bytes", j["target_tensor_bytes"]},
@@ -456,6 +493,18 @@ std::string unescaped(std::string_view text) {
   return out;
 }
 
+// A part's text as JSON, within the caps on its size and values.
+Json parse_part(std::string_view name, std::string_view text) {
+  if (text.size() > kMaxMergePartBytes) {
+    fail_input("--merge: {}: {} bytes, more than the {} a verify report may have", name, text.size(), kMaxMergePartBytes);
+  }
+  try {
+    return parse_strict_json(text, name, kMaxMergePartValues).value;
+  } catch (const Error& e) {
+    rethrow_with_context(e, "--merge");
+  }
+}
+
 }  // namespace
 
 VerifyReportMerger::VerifyReportMerger(std::size_t parts) : expected_parts_(parts) {
@@ -467,18 +516,16 @@ VerifyReportMerger::VerifyReportMerger(std::size_t parts) : expected_parts_(part
 
 void VerifyReportMerger::add(std::string_view name, std::string_view text) {
   const Part p(name);
-  if (text.size() > kMaxMergePartBytes) {
-    fail_input("--merge: {}: {} bytes, more than the {} a verify report may have", name, text.size(), kMaxMergePartBytes);
-  }
-  Json j;
-  try {
-    j = parse_strict_json(text, name, kMaxMergePartValues).value;
-  } catch (const Error& e) {
-    rethrow_with_context(e, "--merge");
-  }
+  Json j = parse_part(name, text);
   PartData d = read_part(p, j);
+  check_identity(name, j, d);
+  keep_whole(name, d);
+  add_results(name, j, d);
+}
 
-  // Identity: every part is of the same SRC, DST, window, mx2nv and split.
+// Every part is of the same SRC, DST, window, mx2nv and split, and each
+// part index comes once.
+void VerifyReportMerger::check_identity(std::string_view name, const Json& j, const PartData& d) {
   const Json& prov = j["provenance"];
   for (const char* key : {"source", "target"}) {
     const std::string& path = prov[key].get_ref<const std::string&>();
@@ -517,7 +564,12 @@ void VerifyReportMerger::add(std::string_view name, std::string_view text) {
   if (const auto [at, inserted] = seen_.emplace(d.index, std::string(name)); !inserted) {
     fail(ErrorKind::Usage, "--merge: part {}/{} given twice ({} and {})", d.index, count_, at->second, name);
   }
+}
 
+// The whole-checkpoint fields: kept from the first part not in error (or
+// the first part until one comes), and equal in every other part not in
+// error.
+void VerifyReportMerger::keep_whole(std::string_view name, PartData& d) {
   const bool in_error = d.result == "error";
   if (!in_error && !whole_from_error_part_) {
     if (const auto diff = first_difference(whole_, d.whole)) {
@@ -531,8 +583,11 @@ void VerifyReportMerger::add(std::string_view name, std::string_view text) {
     whole_name_ = name;
     whole_from_error_part_ = in_error;
   }
+}
 
-  // Per-part results add up.
+// What each part counts, lists or finds on its own shards.
+void VerifyReportMerger::add_results(std::string_view name, Json& j, PartData& d) {
+  const bool in_error = d.result == "error";
   const auto add = [&](std::uint64_t& total, std::uint64_t v, const char* key) {
     const auto sum = checked_add(total, v);
     if (!sum) fail_input("--merge: {}: \"{}\": the parts' {} add up past 2^64 - 1", name, key, key);

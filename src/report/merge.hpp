@@ -56,6 +56,8 @@ inline constexpr std::size_t kMaxMergePartValues = 1 << 20;
 inline constexpr std::size_t kMaxMergeParts = kMaxShards;
 inline constexpr std::size_t kMaxListedMissingParts = 10;
 
+struct PartData;  // what one part says, checked (merge.cpp)
+
 class VerifyReportMerger {
  public:
   // `parts`: how many parts will be added. Throws Error(Usage) for none or
@@ -82,6 +84,9 @@ class VerifyReportMerger {
   const std::string& target() const { return target_; }
 
  private:
+  void check_identity(std::string_view name, const Json& j, const PartData& d);
+  void keep_whole(std::string_view name, PartData& d);
+  void add_results(std::string_view name, Json& j, PartData& d);
   void add_difference(std::uint64_t part, std::uint64_t position, const std::string& text);
 
   std::size_t expected_parts_;
