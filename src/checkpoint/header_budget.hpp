@@ -1,6 +1,6 @@
 // Shard headers held at once across worker threads. A header is small in a
-// real checkpoint (~0.7 MB at Kimi K3's scale) but may be 100 MB in a hostile
-// one, and what the parsed header and the layouts derived from it hold is a
+// real checkpoint but may be 100 MB (the format's cap) in a hostile one, and
+// what the parsed header and the layouts derived from it hold is a
 // few times its text. Each worker holds a shard's header while it works on
 // the shard, so without a gate N workers could hold N capped headers. A
 // ticket for a header of length L takes min(L, kHeaderBytesInFlight) of one

@@ -211,8 +211,9 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads, 
 
 void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
                          const TextSink& sink) {
-  // convert drops the index's names while it writes shards (~100 MB at the
-  // caps) and reads them again here, checking they are the ones it planned from.
+  // convert drops the names of an index too large to keep while it writes
+  // shards (IndexNames::KeepIfSmall) and reads them again here, checking
+  // they are the ones it planned from.
   std::optional<ShardIndex> reread;
   if (source.checkpoint.index.value().tensors.size() == 0) {
     const File file = File::open_read(source.checkpoint.root / std::string(kIndexFileName));

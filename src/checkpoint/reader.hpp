@@ -3,8 +3,8 @@
 // quantized modules, all validated before anything else looks at them.
 // Symlinks are followed (Hugging Face cache snapshots link into blobs/).
 //
-// Bounded by design at Kimi K3's scale (96 shards, ~500k tensors): headers
-// are streamed and validated one shard at a time and then dropped; what stays
+// Bounded by design, whatever the shard and tensor counts: headers are
+// streamed and validated one shard at a time and then dropped; what stays
 // is a summary per shard, the interned index and the module table. Work that
 // needs a header again re-reads it (read_shard). Open files are bounded too:
 // the pass holds one per worker, and later reads go through ShardFiles, a
@@ -107,15 +107,14 @@ struct SourceCheckpoint {
 // checked against it. Nothing looks a name up again; convert writes them
 // into DST's index at the end (render_target_index reads them again if
 // dropped). Dropping them before the module table is finished keeps the two
-// from peaking together (~45 MB at K3, ~110 MB at the caps). KeepIfSmall
-// keeps them up to kKeptIndexTensors and kKeptIndexNameBytes: K3's index
-// with headroom, whose names then cost no second parse (reading the index
-// again was a quarter of convert's time at K3's structure), while an index
-// near the caps, whose module table alone takes most of the memory budget
-// (README Performance), is still read again.
+// from peaking together. KeepIfSmall keeps them up to kKeptIndexTensors and
+// kKeptIndexNameBytes, set above the largest real checkpoint's index
+// (docs/performance.md), so a real checkpoint's names cost no second parse,
+// while an index near the caps, whose module table alone takes most of the
+// memory budget, is read again.
 enum class IndexNames { Keep, Drop, KeepIfSmall };
-inline constexpr std::size_t kKeptIndexTensors = 600'000;             // K3: ~497k
-inline constexpr std::uint64_t kKeptIndexNameBytes = 48ull << 20;     // K3: ~38 MB
+inline constexpr std::size_t kKeptIndexTensors = 600'000;
+inline constexpr std::uint64_t kKeptIndexNameBytes = 48ull << 20;
 SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads = 1,
                                         IndexNames index_names = IndexNames::Keep);
 

@@ -44,9 +44,9 @@ Report convert_checkpoint(const ConvertOptions& options) {
 
   // --- plan: nothing is written until every module has been decided.
   // The index's names go into DST's index at the end: kept for an index of
-  // K3's size, read again then (render_target_index) for a larger one rather
-  // than held while modules are scanned and shards written (~110 MB for an
-  // index at the caps).
+  // a real checkpoint's size (IndexNames::KeepIfSmall), read again then
+  // (render_target_index) for a larger one rather than held while modules are
+  // scanned and shards written.
   // A planned conversion's DST is refused before the plan step's scan.
   refuse_planned_destination(out);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);

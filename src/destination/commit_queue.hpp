@@ -1,8 +1,8 @@
 // Commits written files on a thread of its own, so a shard worker does not
 // wait for the device: the fsync (and the rename, and whatever the caller
 // does once a file is in place, such as its resume record) happens while the
-// worker computes its next shard. At K3's structure (96 shards of a few MiB)
-// the fsyncs, done by the workers, were an eighth of convert's time.
+// worker computes its next shard. With many small shards, fsyncs done by the
+// workers themselves would hold up every shard.
 //
 // Bounded: at most `max_pending` files wait, each holding its descriptor and
 // whatever its callback keeps (a shard's lock, its record); push() blocks

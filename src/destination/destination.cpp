@@ -22,7 +22,7 @@ namespace mx2nv {
 namespace {
 
 constexpr std::uint64_t kMaxRecordBytes = 1 << 20;
-constexpr std::uint64_t kMaxFinishedRecordBytes = 256 << 20;  // ~250 bytes a shard record
+constexpr std::uint64_t kMaxFinishedRecordBytes = 256 << 20;  // a record per shard, up to kMaxShards, with room to spare
 
 bool is_within(const fs::path& inner, const fs::path& outer) {
   const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());

@@ -13,11 +13,11 @@
 // Files are written as ".mx2nv-tmp.<n>.<name>" in their final directory,
 // fsynced and renamed into place; the directories that received names are
 // fsynced together (sync_directories) before finished.json, before the
-// commit point and at the end of a per-shard step, not once per file (four
-// fsyncs a shard cost more than the shard's data at K3's structure, 96
-// shards of a few MiB). Resume records are not fsynced at all: a lost or torn
-// one only means its shard is redone. A run that finished
-// nothing leaves DST as it found it; finished shards and their records stay
+// commit point and at the end of a per-shard step, not once per file (for
+// many small shards, an fsync per file costs more than writing their data).
+// Resume records are not fsynced at all: a lost or torn one only means its
+// shard is redone. A run that finished nothing leaves DST as it found it;
+// finished shards and their records stay
 // for --resume. A conversion is complete once its commit point (the index, or
 // config.json for a single-file model) exists next to .mx2nv/finished.json.
 //
@@ -154,7 +154,7 @@ class Destination {
   // the destructor keeps everything.
   void finish(const FinishedRecord& record, const std::string& commit_point, std::string_view commit_contents);
   // The same for a commit point already written under its temporary name
-  // (begin(), written in pieces: a K3 index is ~90 MB, never one string).
+  // (begin(), written in pieces: a large index is never held as one string).
   void finish(const FinishedRecord& record, Pending& commit_point);
 
  private:

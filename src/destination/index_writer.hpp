@@ -5,8 +5,8 @@
 // convert starts it on a thread of its own before the shards are written:
 // nothing in it depends on the shards (metadata.total_size is predicted from
 // the module table, target_totals, and checked when the shards are done), so
-// its ~0.15 s at K3's structure (743k entries) overlaps the shard pass
-// instead of following it. Only where that costs no memory worth counting:
+// rendering it overlaps the shard pass instead of following it. Only where
+// that costs no memory worth counting:
 // the index's names were kept (an index read again would be held beside the
 // shard workers), and no module is written as BF16 (a size target_totals does
 // not model).

@@ -5,8 +5,9 @@
 //   checksum of the bytes mx2nv wrote itself (header, scales, globals).
 //   `--resume` reuses a finished shard only when its record still matches;
 //   anything else is redone.
-//   Why the unchanged bytes (94%, possibly shared with SRC) need not be read
-//   again: they were copied or shared from the source shard, whose identity
+//   Why the unchanged bytes (most of a shard: the packed ones, possibly
+//   shared with SRC) need not be read again: they were copied or shared
+//   from the source shard, whose identity
 //   the record checks, and the file has not been written since the record
 //   was made: every write, truncation or clone into a file sets its ctime to
 //   the current time, and no system call sets ctime to a chosen value; a file

@@ -75,7 +75,8 @@ struct Heatmap {
 };
 
 // One SVG per module pattern; horizontal runs of identical cells share one
-// rect (and one tooltip), which keeps a 61 x 384 K3 map small.
+// rect (and one tooltip), which keeps a map of hundreds of experts per
+// layer small.
 std::string heatmap_svg(const std::string& pattern, const Heatmap& h) {
   const int cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(h.experts, 1), 2, 18));
   const int ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(h.layers, 1), 3, 18));

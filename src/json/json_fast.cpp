@@ -33,7 +33,7 @@ std::array<std::mutex, kFastJsonParsers>& permits() {
 bool fast_path_can_match(std::string_view text) {
   if (text.starts_with(kUtf8Bom) || text.find("-0") != std::string_view::npos) return false;
   // Control characters and backslashes, 16 bytes a step where SSE2 is there
-  // (every x86-64): a header is ~0.7 MB at K3, read twice per command.
+  // (every x86-64): every header is scanned, each read more than once.
   std::size_t i = 0;
 #if defined(__SSE2__) && defined(__x86_64__)
   const __m128i space = _mm_set1_epi8(0x20), backslash = _mm_set1_epi8('\\'), flip = _mm_set1_epi8(-128);
@@ -157,9 +157,9 @@ LargeScan scan_large(std::string_view text) {
   counts.add(' ', byte(0));  // the document's start is a boundary
   std::size_t i = 1;
 #if defined(__SSE2__) && defined(__x86_64__)
-  // 16 bytes a step (SSE2 is in every x86-64): ~60 MB in a few milliseconds
-  // instead of a tenth of a second byte by byte. Each byte's bytes-before
-  // come from a load one byte earlier.
+  // 16 bytes a step (SSE2 is in every x86-64), not byte by byte: the index
+  // is the largest document read. Each byte's bytes-before come from a load
+  // one byte earlier.
   int bad_mask = 0;
   const auto splat = [](char c) { return _mm_set1_epi8(c); };
   const __m128i quote = splat('"'), colon = splat(':'), comma = splat(','), open_brace = splat('{'),
@@ -178,7 +178,7 @@ LargeScan scan_large(std::string_view text) {
   };
   // Hits counted per byte lane (a hit is -1: subtracting it adds one), the
   // lanes summed every 255 steps before they could wrap (baseline x86-64
-  // has no popcount instruction: its library call was 4% of the index parse).
+  // has no popcount instruction, and a library call per step is not free).
   __m128i lanes = zero;
   unsigned steps = 0;
   const auto add_lanes = [&] {
@@ -311,8 +311,9 @@ bool parse_large_object_fast(const ByteSource& source, std::uint64_t length, Str
   const std::scoped_lock lock(one_at_a_time);
   try {
     const auto n = static_cast<std::size_t>(length);
-    // Not zeroed (every byte but the padding is read into it): one pass over
-    // ~60 MB saved; the padding is zeroed, as simdjson requires it readable.
+    // Not zeroed (every byte but the padding is read into it): a pass over
+    // the whole index saved; the padding is zeroed, as simdjson requires it
+    // readable.
     const auto text_bytes = std::make_unique_for_overwrite<char[]>(n + simdjson::SIMDJSON_PADDING);
     const std::span<char> text(text_bytes.get(), n + simdjson::SIMDJSON_PADDING);
     std::fill(text.begin() + static_cast<std::ptrdiff_t>(n), text.end(), '\0');

@@ -1,9 +1,9 @@
-// The fast path for small strict JSON documents (a shard header is ~0.7 MB
-// at Kimi K3's scale; 96 of them are read twice per convert). nlohmann's
-// lexer reads a character at a time (~130 MB/s here); simdjson validates a
-// whole document at several GB/s. This path parses with simdjson and feeds
-// the handler the very events nlohmann's SAX parser would, so every rule
-// (schema, duplicate keys, depth, caps) stays in the one handler.
+// The fast path for small strict JSON documents (shard headers, each read
+// more than once per command). nlohmann's lexer reads a character at a
+// time; simdjson validates a whole document with vector instructions. This
+// path parses with simdjson and feeds the handler the very events
+// nlohmann's SAX parser would, so every rule (schema, duplicate keys, depth,
+// caps) stays in the one handler.
 //
 // It only *accepts*: it declines, having fed the handler nothing, whenever
 // the two parsers could differ or an error must be reported, and the caller
@@ -39,10 +39,10 @@ inline constexpr unsigned kFastJsonParsers = 4;
 bool parse_json_fast(const ByteSource& source, std::uint64_t offset, std::uint64_t length, StrictSax& handler);
 
 // The fast path for one large document whose top level is an object of
-// mostly strings: the shard index (~60 MB at K3, parsed once per command,
-// ~0.4 s with the streaming parser). simdjson's On-Demand API walks it
-// without a DOM: the text, plus 4 bytes per structural character, is all it
-// holds (~70 MB at K3, freed before the index's tables grow past it). Object
+// mostly strings: the shard index (parsed once per command). simdjson's
+// On-Demand API walks it without a DOM: the text, plus 4 bytes per
+// structural character, is all it holds, freed before the index's tables
+// grow past it. Object
 // keys and string values are fed from the text itself; every other value
 // (numbers, nested objects and arrays: the index's small "metadata") is fed
 // by the streaming parser from its raw JSON, so numbers keep nlohmann's

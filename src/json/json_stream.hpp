@@ -1,7 +1,8 @@
 // Strict, streaming JSON for the large untrusted documents (shard headers up
-// to 100 MB, an index of ~60 MB at Kimi K3's scale). The text is read in
-// fixed chunks from a ByteSource and fed to nlohmann's SAX parser, so memory
-// is what the handler keeps, never the document or a DOM of it.
+// to 100 MB, an index up to 512 MB: the caps of checkpoint/reader.hpp). The
+// text is read in fixed chunks from a ByteSource and fed to nlohmann's SAX
+// parser, so memory is what the handler keeps, never the document or a DOM
+// of it.
 //
 // Small documents (shard headers) and an index of up to 64 MiB go through
 // simdjson first (json_fast.hpp), which accepts only where it is certain to

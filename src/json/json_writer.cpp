@@ -12,8 +12,8 @@ namespace {
 
 bool plain_byte(char c) { return c >= 0x20 && c < 0x7F && c != '"' && c != '\\'; }
 
-// Eight bytes at once (the names of an index are ~60 bytes, ~750k of them at
-// K3): a byte of `word` is below 0x20, 0x7F or above, '"' or '\\'. The
+// Eight bytes at once (names are tens of bytes, and an index holds hundreds
+// of thousands): a byte of `word` is below 0x20, 0x7F or above, '"' or '\\'. The
 // classic exact tests: (v - 0x01..) & ~v & 0x80.. flags a zero byte, and
 // with n*0x01.. instead of 0x01.. a byte below n (n <= 0x80).
 bool word_needs_escape(std::uint64_t word) {

@@ -1,8 +1,8 @@
 // Writing JSON text for documents with hundreds of thousands of names (a
-// K3-sized index, shard headers). Building an nlohmann value per name just
-// to dump it was a tenth of convert's CPU; these write the same bytes
-// Json::dump() writes (compact, UTF-8 passed through, strict on invalid
-// UTF-8) with a fast path for the common case of printable ASCII.
+// large checkpoint's index, shard headers), without building an nlohmann
+// value per name just to dump it. These write the same bytes Json::dump()
+// writes (compact, UTF-8 passed through, strict on invalid UTF-8), with a
+// fast path for the common case of printable ASCII.
 #pragma once
 
 #include <cstdint>

@@ -9,10 +9,11 @@
 // (gate_up_partner, model/module_names.hpp); nothing else is ever paired, so
 // a module never shares a global across parents.
 //
-// Scale: ~250k modules at Kimi K3's size. Discovery sees one shard header at
-// a time (ModuleCollector) and keeps, per module, its name and where its two
+// Scale: a large MoE checkpoint has hundreds of thousands of modules, so a
+// module's record is small and fixed. Discovery sees one shard header at a
+// time (ModuleCollector) and keeps, per module, its name and where its two
 // tensors are, not the headers. Each module name is stored once (the set's
-// NameArena) and viewed from its record: ~100 bytes a module plus its name.
+// NameArena) and viewed from its record.
 #pragma once
 
 #include "safetensors/dtype.hpp"
@@ -64,7 +65,7 @@ struct QuantModule {
 };
 
 // Modules sharing one global: a gate/up pair or a lone module, so at most
-// two, held inline (a vector each cost ~56 bytes per group at K3's 124k).
+// two, held inline (no allocation per group).
 class ScaleGroup {
  public:
   ScaleGroup() = default;
@@ -103,7 +104,7 @@ class ModuleCollector {
   // `file` names the shard in messages; shards are numbered by the caller.
   void add_shard(std::size_t shard, std::string_view file, const ShardHeader& header);
   // Room for `modules` records up front (the index's packed tensors), so the
-  // table is not grown by doubling (up to 2x its size at K3 scale, ~25 MB).
+  // table is not grown by doubling (which holds up to twice its size).
   void reserve(std::size_t modules);
   ModuleSet finish() &&;
 
@@ -111,7 +112,7 @@ class ModuleCollector {
   // What finish() checks that the module itself does not keep: the scale's
   // shape and which halves were seen. The module record is built in place
   // (groups holds the packed row length until finish() checks it), so
-  // collecting needs no second copy of ~250k modules.
+  // collecting needs no second copy of the module table.
   struct Pending {
     std::uint64_t scale_dims[2] = {0, 0};
     bool packed = false, scale = false;

@@ -38,9 +38,9 @@ ModuleScanner::ModuleScanner(const QuantModule& module, const ModuleLocation& wh
 template <typename Visit>
 void ModuleScanner::for_each_scale(Visit&& visit) {
   const std::uint64_t total = module_.group_count();
-  // A scale tensor that fits one chunk (every real expert's: 448 KiB at K3's
-  // 2048 x 7168) is read once and kept for the later passes, so a module costs
-  // one scale read, not one per pass (~5 preads a module at K3's 250k).
+  // A scale tensor that fits one chunk (every real expert's: N x K/32 bytes)
+  // is read once and kept for the later passes, so a module costs one scale
+  // read, not one per pass.
   if (total <= kScaleChunk) {
     if (kept_scales_.size() != total && !read_small_module_at_once()) {
       kept_scales_.resize(static_cast<std::size_t>(total));
@@ -86,9 +86,8 @@ std::optional<ModuleSpan> small_module_span(const QuantModule& module, std::uint
 
 bool ModuleScanner::read_small_module_at_once() {
   // A small module's packed bytes are almost always probed, and checkpoints
-  // write a module's tensors side by side: one read then serves both (at
-  // 250k small modules, a system call saved per module is a tenth of a
-  // second). Only when the bytes between them are few.
+  // write a module's tensors side by side: one read then serves both, a
+  // system call saved per module. Only when the bytes between them are few.
   if (where_.packed != where_.scale) return false;
   const auto span = small_module_span(module_, where_.packed_offset, where_.scale_offset);
   if (!span) return false;

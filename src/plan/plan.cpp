@@ -31,7 +31,7 @@ void SparseHistogram::set(std::size_t i, Entry e) {
 
 SparseHistogram to_sparse(const ByteHistogram& dense) {
   // One branch-free pass collects the bytes present (a module uses a few
-  // dozen of 256, at unpredictable places; ~250k modules at Kimi K3's scale),
+  // dozen of 256, at unpredictable places, and this runs once per module),
   // then an exactly sized block is filled.
   std::array<std::uint8_t, 256> present;
   std::size_t n = 0;

@@ -25,10 +25,11 @@
 namespace mx2nv {
 
 // Scale bytes present in a module and how often: sparse, because a model has
-// ~10^5 modules and each uses only a few dozen of the 255 exponents. One
-// exactly sized block per module, 9 bytes an entry (the counts, then the
-// bytes), behind a 16-byte handle: a vector of (byte, count) pairs took 16
-// bytes an entry plus 24 and the allocator's slack (46 MB at K3's 247k).
+// hundreds of thousands of modules and each uses only a few dozen of the 255
+// exponents. One exactly sized block per module, 9 bytes an entry (the
+// counts, then the bytes), behind a 16-byte handle, where a vector of (byte,
+// count) pairs takes 16 bytes an entry plus its own 24 and the allocator's
+// slack.
 class SparseHistogram {
  public:
   using Entry = std::pair<std::uint8_t, std::uint64_t>;
@@ -73,7 +74,7 @@ struct ModuleFacts {
   std::optional<int> k_max;  // over active groups
   std::optional<int> k_min;
   // False when the scan did not keep the histogram (its memory budget was
-  // spent: a module can have 254 distinct scale bytes, ~2.3 KB here, and a
+  // spent: a module can have 254 distinct scale bytes, 254 x 9 here, and a
   // checkpoint within the caps ~400k modules); make_plan reads it again.
   bool histogram_kept = true;
 };

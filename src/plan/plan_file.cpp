@@ -56,7 +56,7 @@ Json content_json(const PlanFile& p, std::string_view format) {
                       {"output_data_bytes", s.output_data_bytes},
                       {"output_tensors", s.output_tensors}});
   }
-  // Modules as rows of numbers: K3 has ~250k of them.
+  // Modules as rows of numbers, not objects: a plan has one per module.
   Json modules = Json::array();
   for (std::size_t i = 0; i < p.modules.size(); ++i) {
     const ModulePlan& m = p.modules[i];

@@ -18,8 +18,7 @@ constexpr std::size_t kDropped = static_cast<std::size_t>(-1);
 // ModuleSet::module_of with a guess: a shard's tensors mostly come in the
 // modules' name order (a module's packed and scale tensors, then the next
 // module's), so the module found last, or the one after it, is tried before
-// a binary search over all of them (~250k names at K3, where the searches
-// were a third of building a layout).
+// a binary search over all of them (one lookup per tensor of every shard).
 class ModuleLookup {
  public:
   explicit ModuleLookup(const ModuleSet& modules) : modules_(modules) {}

@@ -84,7 +84,8 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
 // tensor bytes plus, per module, the second half of its scale (E4M3
 // [N, K/16] replaces E8M0 [N, K/32]) and a 4-byte global; every tensor but
 // a module's two is passed through. Equal to summing make_target_layout over
-// the shards (tested), without reading a header again: inspect at K3's scale.
+// the shards (tested), without reading a header again (inspect reads no
+// header twice).
 struct TargetTotals {
   std::uint64_t tensor_bytes = 0;
   std::uint64_t passthrough_tensors = 0;

@@ -48,8 +48,9 @@
 
 namespace mx2nv {
 
-// A real part is a few MB at Kimi K3's scale (the over-span layers list
-// every module of an affected layer; ~300 bytes per requantized module).
+// Room for a real part, whose size grows with the modules it lists (the
+// over-span layers list every module of an affected layer, and each
+// requantized module has a row), far above a real checkpoint's.
 inline constexpr std::uint64_t kMaxMergePartBytes = 32 << 20;
 inline constexpr std::size_t kMaxMergePartValues = 1 << 20;
 // No checkpoint has more shards (safetensors/index.hpp), so no split needs more parts.

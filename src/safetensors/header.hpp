@@ -27,15 +27,14 @@ static_assert(std::endian::native == std::endian::little, "big-endian hosts are 
 inline constexpr std::uint64_t kHeaderLengthBytes = 8;
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // safetensors MAX_HEADER_SIZE
 inline constexpr std::size_t kMaxRank = 16;
-// Tensors in one shard header. Kimi K3 has ~5,200 per shard (~7,800 once
-// converted: 12x / 8x headroom); the cap bounds the memory a hostile header
-// can claim while a shard is worked on: its tensors are held as parsed, as the
-// target layout and as the serialized header, ~500 bytes each besides names,
-// by each worker (2^18 let one 262k-tensor shard take over 400 MiB in convert).
+// Tensors in one shard header, with headroom over real checkpoints' shards,
+// converted ones included (docs/performance.md, "memory at the caps"). The
+// cap bounds the memory a hostile header can claim while a shard is worked
+// on: each worker holds its tensors as parsed, as the target layout and as
+// the serialized header.
 inline constexpr std::size_t kMaxTensorsPerShard = 1 << 16;
-// Bytes of tensor names and of __metadata__ in one header (K3: ~0.4 MB of
-// names per shard, ~0.6 MB converted: 13x headroom); held about three times
-// over while a shard is converted.
+// Bytes of tensor names and of __metadata__ in one header, with headroom
+// over real shards; held about three times over while a shard is converted.
 inline constexpr std::uint64_t kMaxShardNameBytes = 8ull << 20;
 inline constexpr std::uint64_t kMaxShardMetadataBytes = 1ull << 20;
 

@@ -2,10 +2,11 @@
 // come from an untrusted file and become paths, so they are confined to the
 // checkpoint directory here, before the I/O layer ever sees them.
 //
-// At Kimi K3's scale the index is ~60 MB with ~500k entries, so it is parsed
-// as a stream (json_stream.hpp) into interned names and flat arrays; only the
-// members outside weight_map are kept as JSON, under a cap. Caps below bound
-// what a hostile index can make us hold (~20 bytes per entry plus its name).
+// A large MoE checkpoint's index has hundreds of thousands of entries, so it
+// is parsed as a stream (json_stream.hpp) into interned names and flat
+// arrays; only the members outside weight_map are kept as JSON, under a cap.
+// Caps below bound what a hostile index can make us hold (a fixed record per
+// entry plus its name).
 #pragma once
 
 #include "common/byte_source.hpp"
@@ -25,14 +26,13 @@
 
 namespace mx2nv {
 
-// Tensors and name bytes of an index: K3 has ~497k tensors and ~38 MB of
-// names, ~743k and ~58 MB once converted (verify and --resume read DST's
-// index under the same caps: 1.7x headroom there, 2.5x on SRC's). What an
-// index at the caps costs while held, ~18 bytes a tensor plus its name, and
-// the module table it implies (<= 417k modules, ~160 bytes each besides
-// names) keep inspect, convert and verify under 256 MiB (README Performance).
+// Tensors and name bytes of an index. The caps leave headroom over the
+// largest real checkpoints once converted (verify and --resume read DST's
+// index under the same caps), and what an index at the caps costs while
+// held, with the module table it implies, keeps inspect, convert and verify
+// within their memory budget (docs/performance.md, "memory at the caps").
 inline constexpr std::size_t kMaxIndexTensors = 1'250'000;
-inline constexpr std::uint64_t kMaxIndexNameBytes = 96ull << 20;    // K3: ~38 MB of tensor names
+inline constexpr std::uint64_t kMaxIndexNameBytes = 96ull << 20;
 inline constexpr std::uint64_t kMaxIndexOtherBytes = 16ull << 20;   // members outside weight_map
 inline constexpr std::size_t kMaxShards = 100'000;
 
@@ -54,15 +54,15 @@ struct ShardIndex {
   // the other members, to tell that a re-read index is the one read first.
   std::uint64_t fingerprint = 0;
   std::string_view shard_for(std::string_view tensor) const;  // "" when not indexed
-  // Drops the tensor names and their shards (~20 bytes a tensor plus its
-  // name) for a caller done with them; shard_for then finds nothing.
+  // Drops the tensor names and their shards for a caller done with them;
+  // shard_for then finds nothing.
   void forget_tensors();
 };
 
 // Streams bytes [0, size) of `source`; `what` names the file in errors.
 // `parser`: Fast tries simdjson first (json_fast.hpp: holds the text and its
-// structurals while the tables are built, ~70 MB more at K3); Streaming holds
-// only the tables (a re-read while the module table and plan are held).
+// structurals while the tables are built); Streaming holds only the tables
+// (a re-read while the module table and plan are held).
 enum class IndexParser { Fast, Streaming };
 ShardIndex read_shard_index(const ByteSource& source, std::uint64_t size, std::string_view what,
                             IndexParser parser = IndexParser::Fast);
@@ -108,7 +108,7 @@ bool full_name_less(const IndexEntry& a, const IndexEntry& b);
 // members with weight_map replaced by `weight_map` and metadata.total_size
 // set (sum of tensor bytes, as huggingface_hub computes it). Keys sorted,
 // 2-space indent, as transformers writes. Streamed to `sink` in pieces of
-// about kJsonChunkBytes, so a K3-sized index is never one string.
+// about kJsonChunkBytes, so a large index is never one string.
 using TextSink = std::function<void(std::string_view)>;
 // `entry(i)` for i in [0, count) gives the entries (in any order; they are
 // sorted here by index, 4 bytes each, not copied).

@@ -50,9 +50,9 @@ class NameTable {
   std::pair<Id, bool> insert(std::string_view name);
   // Bulk loading (a large index): appends `name` without looking it up, and
   // index_appended() later places every such name in the lookup with each
-  // slot prefetched well ahead of its use. An insert costs a cache miss on the
-  // slots (~8 MB at K3's 500k names): a quarter of parsing K3's index. Until
-  // then the appended names are not found and may repeat.
+  // slot prefetched well ahead of its use, where an insert costs a cache miss
+  // once the slots outgrow the cache. Until then the appended names are not
+  // found and may repeat.
   Id append_unindexed(std::string_view name);
   // Places the names appended since the last call; the id of the first one
   // that repeats an earlier name, if any (the table is then unusable).
@@ -73,8 +73,8 @@ class NameTable {
  private:
   static constexpr Id kEmpty = ~Id{0};
   // A slot keeps 32 bits of its name's hash: probing past other names and
-  // growing the table compare and rehash those, never touching the names
-  // (at K3's 500k names each such touch was a cache miss). That keeps probe
+  // growing the table compare and rehash those, never touching the names (in
+  // a large table each such touch is a cache miss). That keeps probe
   // sequences cheap enough for a load of 3/4 (half the slots of 1/2).
   struct Slot {
     Id id = kEmpty;
@@ -92,8 +92,8 @@ class NameTable {
   std::size_t indexed_ = 0;  // ids below this are in slots_
 };
 
-// XXH3 of a name: several times faster than std::hash on names of ~60-100
-// bytes, which every table here hashes by the hundred thousand.
+// XXH3 of a name, under a per-process seed (name_table.cpp): the one hash
+// every table here uses, on names by the hundred thousand.
 std::uint64_t name_hash(std::string_view name);
 
 // An open-addressing set of dense ids whose names live elsewhere (a shard

@@ -58,8 +58,8 @@ class ModuleSources {
 // The scan visits modules in file order, a run of them per task. In a run,
 // the small modules of one shard (each read whole, model/scale_scan.hpp) are
 // read ahead through one BatchedReader, so a checkpoint of many small
-// modules (K3's structure with test-sized experts: 250k) costs a system call
-// per window instead of one per module. Large modules read as before.
+// modules costs a system call per window instead of one per module. Large
+// modules read as before.
 constexpr std::size_t kModulesPerTask = 256;
 constexpr std::uint64_t kScaleBytesPerTask = 1 << 20;
 

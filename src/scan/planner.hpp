@@ -11,8 +11,9 @@
 namespace mx2nv {
 
 // Bytes of scale histograms a scan keeps for planning; beyond it, the plan
-// reads a module's scales again (never at K3's structure: ~25 bytes a module
-// there; a real checkpoint uses a few dozen exponents, 9 bytes each).
+// reads a module's scales again. A histogram takes 9 bytes per distinct
+// exponent and a real module uses a few dozen, so a real checkpoint's stay
+// within it; a hostile one (254 exponents per module) is read again.
 inline constexpr std::uint64_t kKeptHistogramBytes = 48ull << 20;
 
 struct ScanResult {

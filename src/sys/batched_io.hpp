@@ -1,9 +1,8 @@
 // Many small positional reads and writes served by a few large ones.
 //
-// A checkpoint of many small tensors (K3's structure with test-sized
-// experts: ~5,200 tensors a shard, most of them a few KiB) would otherwise
-// cost a system call per tensor read and per tensor written, and at half a
-// million tensors those calls, not the bytes, are the conversion's time. Real
+// A checkpoint of many small tensors (thousands a shard, most of them a few
+// KiB) would otherwise cost a system call per tensor read and per tensor
+// written, and then those calls, not the bytes, are the conversion's time. Real
 // expert tensors (MiBs) pass straight through both: nothing is batched that
 // is larger than kMaxBatchedRead, and a write larger than the buffer is
 // written directly.

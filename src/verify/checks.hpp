@@ -53,8 +53,8 @@ class MaybeOffset {
 };
 
 // A module's tensors as found in DST by the shard pass. Each field is written
-// by the worker of the one shard that holds that tensor. 48 bytes, one per
-// module (~250k at K3's scale).
+// by the worker of the one shard that holds that tensor. Kept small: there
+// is one per module.
 struct TargetModule {
   MaybeOffset packed_offset;  // absolute, in DST's packed shard
   MaybeOffset scale_offset;

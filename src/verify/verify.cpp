@@ -18,10 +18,10 @@ Report verify_checkpoint(const VerifyOptions& options) {
   progress.phase(ProgressPhase::Plan);
   Differences diff;
 
-  // Memory at K3's scale: each index is checked against its shards when it
-  // is opened and its names (~60-100 MB) are dropped right after; DST is
-  // opened first, so its names never coexist with SRC's module table (the
-  // largest thing verify keeps). Where a tensor DST lacks went is looked up
+  // Memory: each index is checked against its shards when it is opened and
+  // its names are dropped right after; DST is opened first, so its names
+  // never coexist with SRC's module table (the largest thing verify keeps).
+  // Where a tensor DST lacks went is looked up
   // again in DST's index (check_shards). SRC's errors still come first: an
   // error opening DST waits until SRC has opened.
   std::optional<Checkpoint> opened;
