@@ -3,6 +3,7 @@
 #include "checkpoint/reader.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "destination/index_writer.hpp"
@@ -14,10 +15,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A DST holding a plan is a planned conversion's: its steps continue it
 // (convert --plan P --shards/--finalize). A whole-DST run would finish it

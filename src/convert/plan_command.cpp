@@ -2,6 +2,7 @@
 
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
+#include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/plan_file.hpp"
@@ -12,10 +13,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const fs::path& src, const fs::path& dst) {
   PlanFile f;

@@ -4,6 +4,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/overspan.hpp"
@@ -20,10 +21,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // DST of a plan kept at its default place, DST/.mx2nv/plan.json.
 std::optional<fs::path> destination_of_default_plan(const fs::path& plan) {

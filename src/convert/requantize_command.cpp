@@ -3,6 +3,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
+#include "common/stopwatch.hpp"
 #include "common/stream_hash.hpp"
 #include "convert/shard_writer.hpp"
 #include "destination/destination.hpp"
@@ -21,10 +22,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 struct ShardOutcome {
   std::uint64_t target_bytes = 0;

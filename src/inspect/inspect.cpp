@@ -3,6 +3,7 @@
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "common/stopwatch.hpp"
 #include "gate/rules.hpp"
 #include "plan/target_layout.hpp"
 #include "scan/overspan_values.hpp"
@@ -90,7 +91,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   std::vector<ModuleShape> shapes;
   for (const auto& m : in.modules) shapes.push_back({m.name, m.rows, m.groups * 32});
   in.moe_dims = moe_dims_of(shapes);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  r.seconds = seconds_since(started);
   return in;
 }
 

@@ -2,6 +2,7 @@
 
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "common/stopwatch.hpp"
 #include "verify/checks.hpp"
 #include "verify/config_check.hpp"
 
@@ -72,7 +73,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
 
   report.differences = diff.take();
   if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  report.seconds = seconds_since(started);
   progress.done();
   return report;
 }
