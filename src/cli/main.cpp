@@ -364,11 +364,11 @@ void print_runtime_checks(const GateResult& r) {
     std::string who = op.runtime + (op.version.empty() ? "" : " " + op.version);
     if (op.version_differs()) who += fmt::format(" (gate's rules were read from {})", op.pinned);
     std::string said;
-    switch (op.outcome) {
-      case RuntimeOpinion::Outcome::NotInstalled: said = "not installed there"; break;
-      case RuntimeOpinion::Outcome::CouldNotAsk: said = "could not ask: " + op.reason; break;
-      case RuntimeOpinion::Outcome::Refused: said = "its selector refuses this config: " + op.reason; break;
-      case RuntimeOpinion::Outcome::Selected:
+    switch (op.answer) {
+      case RuntimeOpinion::Answer::NotInstalled: said = "not installed there"; break;
+      case RuntimeOpinion::Answer::CouldNotAsk: said = "could not ask: " + op.reason; break;
+      case RuntimeOpinion::Answer::Refused: said = "its selector refuses this config: " + op.reason; break;
+      case RuntimeOpinion::Answer::Selected:
         said = fmt::format("selects {} ({})", op.selected,
                            op.selects_nvfp4a16 ? "the NVFP4A16 MoE method" : "not the NVFP4A16 MoE method");
         break;
