@@ -270,9 +270,9 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
   render_shard_index(index.other, kept.size(), [&](std::size_t k) { return entry(kept[k]); }, total_size, sink);
 }
 
-Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target) {
+Report start_report(Command command, Window window, const fs::path& source, const fs::path* target) {
   Report r;
-  r.command = std::move(command);
+  r.command = command;
   r.window = window;
   // An empty path is one the command does not know (a planned step whose
   // plan is gone and which was given no SRC): left empty in the report.

@@ -130,6 +130,6 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
 // A report for `command` with its provenance filled in: absolute paths and,
 // when SRC is a Hugging Face cache snapshot, its revision. An empty path (one
 // the command does not know) stays empty.
-Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target);
+Report start_report(Command command, Window window, const fs::path& source, const fs::path* target);
 
 }  // namespace mx2nv

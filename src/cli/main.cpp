@@ -72,14 +72,14 @@ void print_counts(const Report& r) {
              r.companion_files);
   if (r.active_groups + r.zero_groups > 0) {
     fmt::print("  groups   {} active, {} all-zero", r.active_groups, r.zero_groups);
-    if (r.command == "convert") fmt::print(" ({} zero-group scales canonicalised to 0x00)", r.canonicalised_zero_groups);
+    if (r.command == Command::Convert) fmt::print(" ({} zero-group scales canonicalised to 0x00)", r.canonicalised_zero_groups);
     fmt::print("\n");
   }
   fmt::print("  size     {} -> {} tensor bytes ({:+.2f}%)\n", human_bytes(r.source_tensor_bytes),
              human_bytes(r.target_tensor_bytes), r.size_change_percent());
-  if (!r.copy_mode.empty()) {
+  if (r.copy_mode) {
     fmt::print("  output   {} shared with SRC, {} copied, {} written (--copy {})\n", human_bytes(r.shared_bytes),
-               human_bytes(r.copied_bytes), human_bytes(r.written_bytes), r.copy_mode);
+               human_bytes(r.copied_bytes), human_bytes(r.written_bytes), copy_mode_name(*r.copy_mode));
   }
 }
 
@@ -247,7 +247,7 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
         }
         const ReportFile file = report_file(merger);
         Report r;
-        r.command = "verify";
+        r.command = Command::Verify;
         r.window = *merger.window();
         r.provenance.source = merger.source();
         r.provenance.target = merger.target();
@@ -793,11 +793,11 @@ int main(int argc, char** argv) {
       // The error path's report is the success path's, with result "error".
       try {
         const fs::path target(used_dst);
-        const char* command = convert->parsed()      ? "convert"
-                              : plan->parsed()       ? "plan"
-                              : requantize->parsed() ? "requantize"
-                              : inspect->parsed()    ? "inspect"
-                                                     : "verify";
+        const Command command = convert->parsed()      ? Command::Convert
+                                : plan->parsed()       ? Command::Plan
+                                : requantize->parsed() ? Command::Requantize
+                                : inspect->parsed()    ? Command::Inspect
+                                                       : Command::Verify;
         Report r = start_report(command, window, used_src, inspect->parsed() ? nullptr : &target);
         r.shard_subset = verify_subset;  // a failed part of verify --shards I/N is still part I/N for --merge
         r.set_error(e);

@@ -203,7 +203,7 @@ std::string render_html_report(const HtmlReportInput& input) {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
 )";
-  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(r.command), esc(outcome_name(r.result)));
+  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(command_name(r.command)), esc(outcome_name(r.result)));
   html += R"(<style>
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;padding:0 16px;color:#111827;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
@@ -222,7 +222,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
 .err{background:#fef2f2;border:1px solid #fecaca;border-radius:6px;padding:8px 12px;white-space:pre-wrap}
 </style></head><body>
 )";
-  html += fmt::format("<h1>mx2nv {} <span class=\"badge {}\">{}</span></h1>\n", esc(r.command), esc(outcome_name(r.result)), esc(outcome_name(r.result)));
+  html += fmt::format("<h1>mx2nv {} <span class=\"badge {}\">{}</span></h1>\n", esc(command_name(r.command)), esc(outcome_name(r.result)), esc(outcome_name(r.result)));
   html += fmt::format("<div class=\"mono\">{}{}</div>\n", esc(r.provenance.source),
                       r.provenance.target.empty() ? "" : " &rarr; " + esc(r.provenance.target));
   if (!r.error.empty()) html += fmt::format("<p class=\"err\">{}</p>\n", esc(r.error));
@@ -237,7 +237,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
   html += card(fmt::format("{}", r.scale_groups), "global scales");
   html += card(fmt::format("{}", r.shards), "shards");
   if (in) html += card(fmt::format("{}", in->max_span), "widest span");
-  if (r.command == "verify") {
+  if (r.command == Command::Verify) {
     html += card(fmt::format("{}", r.values_compared), "values compared");
     html += card(fmt::format("{}", r.mismatches), "value mismatches");
   }
@@ -388,7 +388,7 @@ code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-al
   // --- provenance
   html += "<h2>Provenance</h2><table>";
   html += row({"tool", "mx2nv " + esc(r.provenance.tool_version)});
-  html += row({"command", esc(r.command)});
+  html += row({"command", esc(command_name(r.command))});
   html += row({"window", esc(window_name(r.window))});
   html += row({"source", "<code>" + esc(r.provenance.source) + "</code>"});
   if (!r.provenance.target.empty()) html += row({"target", "<code>" + esc(r.provenance.target) + "</code>"});
@@ -410,7 +410,7 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
   }
   std::optional<GateResult> gate;
   std::string gate_unavailable;
-  const bool output_finished = (report.command == "convert" || report.command == "verify") &&
+  const bool output_finished = (report.command == Command::Convert || report.command == Command::Verify) &&
                                report.result == Outcome::Ok && !report.provenance.target.empty();
   if (output_finished) {
     try {
@@ -422,7 +422,7 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
     } catch (const Error& e) {
       gate_unavailable = fmt::format("mx2nv gate could not judge {}: {}.", report.provenance.target, e.what());
     }
-  } else if (report.command == "inspect") {
+  } else if (report.command == Command::Inspect) {
     gate_unavailable = "inspect reads the MXFP4 source; the runtimes' rules judge the NVFP4 output. Convert it and run "
                        "mx2nv gate on DST (or pass --html to convert or verify).";
   } else {

@@ -150,7 +150,7 @@ CommandReturn written(const CommandOutputs& outputs, CommandReturn returned) {
 // The report the CLI writes for a failed command (the success path's report
 // with result "error"), with the error's exit code, written to the output
 // files if they were checked already. Called inside a catch.
-CommandReturn error_return(const std::string& command, Window window, const fs::path& src, const fs::path* dst,
+CommandReturn error_return(Command command, Window window, const fs::path& src, const fs::path* dst,
                             const CommandOutputs& outputs, unsigned threads) {
   const Error e = current_exception_as_error();
   Report r;
@@ -192,7 +192,7 @@ CommandReturn convert(const std::string& src, const std::string& dst, const std:
           if (html) page = render_html_for(r, nullptr, threads);
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_return("convert", o.window, o.source, &o.target, outputs, threads);
+          return error_return(Command::Convert, o.window, o.source, &o.target, outputs, threads);
         }
       },
       callback, mailbox);
@@ -215,7 +215,7 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
           if (html) page = render_html_for(r, nullptr, threads);
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_return("verify", o.window, o.source, &o.target, outputs, threads);
+          return error_return(Command::Verify, o.window, o.source, &o.target, outputs, threads);
         }
       },
       callback, mailbox);
@@ -238,7 +238,7 @@ CommandReturn inspect(const std::string& src, const std::string& window, unsigne
           if (outputs.html) outputs.html->write(*page);
           return returned;
         } catch (...) {
-          return error_return("inspect", w, src, nullptr, outputs, threads);
+          return error_return(Command::Inspect, w, src, nullptr, outputs, threads);
         }
       },
       nb::none(), mailbox);
@@ -261,7 +261,7 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
           if (!written_to.empty()) plan_path = written_to.string();
           return {r.exit_code(), dump_json(report_to_json(r)), plan_path};
         } catch (...) {
-          return error_return("plan", o.window, o.source, &o.target, {}, threads);
+          return error_return(Command::Plan, o.window, o.source, &o.target, {}, threads);
         }
       },
       nb::none(), mailbox);
@@ -293,7 +293,7 @@ CommandOutputs planned_outputs(const PlannedOptions& o, const std::optional<std:
 // The error report of a plan step: the paths it uses when known, else the plan's path.
 CommandReturn planned_error(const PlannedOptions& o, const PlannedPaths& paths, const CommandOutputs& outputs) {
   const fs::path target = paths.target.value_or(fs::path());
-  return error_return("convert", Window::Marlin, paths.source.value_or(o.plan), paths.target ? &target : nullptr,
+  return error_return(Command::Convert, Window::Marlin, paths.source.value_or(o.plan), paths.target ? &target : nullptr,
                        outputs, o.threads);
 }
 

@@ -41,9 +41,18 @@ Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts) {
   return out;
 }
 
+Json over_span_to_json(const std::vector<OverSpan>& over_span) {
+  Json out = Json::array();
+  for (const auto& o : over_span) {
+    out.push_back(
+        {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
+  }
+  return out;
+}
+
 Json report_to_json(const Report& r) {
   Json j;
-  j["command"] = r.command;
+  j["command"] = command_name(r.command);
   j["result"] = outcome_name(r.result);
   j["window"] = window_name(r.window);
   j["provenance"] = {{"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
@@ -61,11 +70,11 @@ Json report_to_json(const Report& r) {
                  {"global_conflicts", r.global_conflicts.size()},
                  {"passthrough_tensors", r.passthrough_tensors},
                  {"companion_files", r.companion_files}};
-  if (r.command == "convert") j["already_complete"] = r.already_complete;
+  if (r.command == Command::Convert) j["already_complete"] = r.already_complete;
   if (!r.shard_subset.empty()) j["shard_subset"] = r.shard_subset;
   if (!r.groups_counted) j["counts"]["active_groups"] = j["counts"]["zero_groups"] = nullptr;
-  if (!r.copy_mode.empty()) {
-    j["copy"] = {{"mode", r.copy_mode},
+  if (r.copy_mode) {
+    j["copy"] = {{"mode", copy_mode_name(*r.copy_mode)},
                  {"shared_bytes", r.shared_bytes},
                  {"copied_bytes", r.copied_bytes},
                  {"written_bytes", r.written_bytes}};
@@ -76,12 +85,8 @@ Json report_to_json(const Report& r) {
   j["values_compared"] = r.values_compared;
   j["mismatches"] = r.mismatches;
   j["max_abs_error"] = std::isfinite(r.max_abs_error) ? Json(r.max_abs_error) : Json("inf");
-  j["over_span"] = Json::array();
-  for (const auto& o : r.over_span) {
-    j["over_span"].push_back(
-        {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
-  }
-  if (r.command == "requantize" || !r.requantized.empty()) {
+  j["over_span"] = over_span_to_json(r.over_span);
+  if (r.command == Command::Requantize || !r.requantized.empty()) {
     const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
     j["requantized"] = Json::array();
     for (const auto& m : r.requantized) {
@@ -94,7 +99,7 @@ Json report_to_json(const Report& r) {
                                   {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
     }
   }
-  if (r.overspan != "fail") {
+  if (r.overspan != OverSpanChoice::Fail) {
     Json layers = Json::array();
     for (const auto& l : r.bf16_layers) {
       Json modules = Json::array(), refused = Json::array();
@@ -107,14 +112,9 @@ Json report_to_json(const Report& r) {
                         {"nvfp4_bytes", l.nvfp4_bytes},
                         {"size_cost_bytes", static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
     }
-    Json resolved = Json::array();
-    for (const auto& o : r.resolved_over_span) {
-      resolved.push_back(
-          {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
-    }
-    j["overspan"] = {{"choice", r.overspan},
+    j["overspan"] = {{"choice", overspan_name(r.overspan)},
                      {"lossy", !r.requantized.empty()},
-                     {"resolved_over_span", resolved},
+                     {"resolved_over_span", over_span_to_json(r.resolved_over_span)},
                      {"bf16_layers", layers},
                      {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
   }
