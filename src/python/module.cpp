@@ -167,7 +167,7 @@ CommandReturn error_return(Command command, Window window, const fs::path& src, 
   if (outputs.html) page = render_html_for(r, nullptr, threads);
   CommandReturn returned{r.exit_code(), dump_json(report_to_json(r)), page};
   try {
-    return written(outputs, std::move(returned));
+    return written(outputs, returned);  // a copy: `returned` is what the catch below returns
   } catch (...) {  // the error is the command's; a report that cannot be written is not a second one
     return returned;
   }
