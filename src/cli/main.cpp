@@ -246,12 +246,10 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
           fail(ErrorKind::Usage, "the parts do not all name their SRC and DST, which the report must stay out of");
         }
         const ReportFile file = report_file(merger);
-        Report r;
-        r.command = Command::Verify;
-        r.window = *merger.window();
-        r.provenance.source = merger.source();
-        r.provenance.target = merger.target();
-        r.set_error(e);
+        Provenance named;
+        named.source = merger.source();
+        named.target = merger.target();
+        const Report r = failed_report(Command::Verify, *merger.window(), std::move(named), e);
         std::fflush(stdout);
         file.write(dump_json(report_to_json(r)) + "\n");
       } catch (...) {
@@ -792,15 +790,14 @@ int main(int argc, char** argv) {
     if ((report_file || html_file) && (*convert || *verify || *plan || *requantize || *inspect)) {
       // The error path's report is the success path's, with result "error".
       try {
-        const fs::path target(used_dst);
         const Command command = convert->parsed()      ? Command::Convert
                                 : plan->parsed()       ? Command::Plan
                                 : requantize->parsed() ? Command::Requantize
                                 : inspect->parsed()    ? Command::Inspect
                                                        : Command::Verify;
-        Report r = start_report(command, window, used_src, inspect->parsed() ? nullptr : &target);
+        Report r = failed_report(command, window, used_src, inspect->parsed() ? fs::path() : fs::path(used_dst), e,
+                                 UnresolvedPaths::Throw);
         r.shard_subset = verify_subset;  // a failed part of verify --shards I/N is still part I/N for --merge
-        r.set_error(e);
         write_report(report_file, r);
         write_html(html_file, r, nullptr, threads);
       } catch (...) {

@@ -34,7 +34,7 @@ void refuse_planned_destination(const Destination& out) {
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Destination out(options.source, options.target, options.resume);
-  Report report = start_report(Command::Convert, options.window, options.source, &options.target);
+  Report report = start_report(Command::Convert, options.window, options.source, options.target);
   report.copy_mode = options.copy;
   ProgressTracker progress("convert", "shards", options.progress);
   progress.phase(ProgressPhase::Plan);

@@ -44,7 +44,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     plan_file_out.emplace(*options.plan_out, std::vector<fs::path>{options.source, options.target}, "--plan-out");
   }
   Destination out(options.source, options.target, true);
-  Report report = start_report(Command::Plan, options.window, options.source, &options.target);
+  Report report = start_report(Command::Plan, options.window, options.source, options.target);
   // The plan names no index entry: the index's names go once it is checked.
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   add_source_counts(report, source);

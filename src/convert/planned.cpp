@@ -168,7 +168,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   if (options.source) {
     Destination out(*options.source, dst, true);
     const SourceCheckpoint source = open_source_checkpoint(*options.source, 1, IndexNames::Drop);
-    Report report = start_report(Command::Convert, window, *options.source, &dst);
+    Report report = start_report(Command::Convert, window, *options.source, dst);
     add_source_counts(report, source);
     if (!answer_finished(report, out, source.checkpoint, window, choice)) return no_plan();
     report.seconds = seconds_since(started);
@@ -239,7 +239,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
-  Report report = start_report(Command::Convert, loaded->file.window, loaded->source, &loaded->target);
+  Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::Drop);  // shards need no index names
   add_source_counts(report, source);
   const Plan plan = planned(source, loaded->file);
@@ -290,7 +290,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
-  Report report = start_report(Command::Convert, loaded->file.window, loaded->source, &loaded->target);
+  Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);

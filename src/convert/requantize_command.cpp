@@ -103,7 +103,7 @@ std::uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(),
 Report requantize_checkpoint(const RequantizeOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Destination out(options.source, options.target, /*resume=*/false);
-  Report report = start_report(Command::Requantize, Window::Marlin, options.source, &options.target);
+  Report report = start_report(Command::Requantize, Window::Marlin, options.source, options.target);
 
   const SourceCheckpoint source = open_source_checkpoint(options.source, 1, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;

@@ -17,7 +17,7 @@ namespace mx2nv {
 Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned threads) {
   const auto started = std::chrono::steady_clock::now();
   Inspection in;
-  in.report = start_report(Command::Inspect, window, path, nullptr);
+  in.report = start_report(Command::Inspect, window, path);
   Report& r = in.report;
 
   // The index was checked on opening and is not used again.

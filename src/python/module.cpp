@@ -9,7 +9,6 @@
 // field. Where the report and the HTML page go is checked before any work,
 // against the SRC and DST the command uses (with a plan, the plan's), and
 // they are written here as the CLI writes them (report/report_file.hpp).
-#include "checkpoint/reader.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -147,22 +146,12 @@ CommandReturn written(const CommandOutputs& outputs, CommandReturn returned) {
   return returned;
 }
 
-// The report the CLI writes for a failed command (the success path's report
-// with result "error"), with the error's exit code, written to the output
-// files if they were checked already. Called inside a catch.
-CommandReturn error_return(Command command, Window window, const fs::path& src, const fs::path* dst,
-                            const CommandOutputs& outputs, unsigned threads) {
-  const Error e = current_exception_as_error();
-  Report r;
-  try {
-    r = start_report(command, window, src, dst);
-  } catch (...) {  // SRC unusable even for provenance: the plain paths
-    r.command = command;
-    r.window = window;
-    r.provenance.source = src.string();
-    if (dst) r.provenance.target = dst->string();
-  }
-  r.set_error(e);
+// The report the CLI writes for a failed command (report/report.hpp
+// failed_report), with the error's exit code, written to the output files if
+// they were checked already. Called inside a catch.
+CommandReturn error_return(Command command, Window window, const fs::path& src, const fs::path& dst,
+                           const CommandOutputs& outputs, unsigned threads) {
+  const Report r = failed_report(command, window, src, dst, current_exception_as_error(), UnresolvedPaths::AsGiven);
   std::optional<std::string> page;
   if (outputs.html) page = render_html_for(r, nullptr, threads);
   CommandReturn returned{r.exit_code(), dump_json(report_to_json(r)), page};
@@ -192,7 +181,7 @@ CommandReturn convert(const std::string& src, const std::string& dst, const std:
           if (html) page = render_html_for(r, nullptr, threads);
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_return(Command::Convert, o.window, o.source, &o.target, outputs, threads);
+          return error_return(Command::Convert, o.window, o.source, o.target, outputs, threads);
         }
       },
       callback, mailbox);
@@ -215,7 +204,7 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
           if (html) page = render_html_for(r, nullptr, threads);
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_return(Command::Verify, o.window, o.source, &o.target, outputs, threads);
+          return error_return(Command::Verify, o.window, o.source, o.target, outputs, threads);
         }
       },
       callback, mailbox);
@@ -238,7 +227,7 @@ CommandReturn inspect(const std::string& src, const std::string& window, unsigne
           if (outputs.html) outputs.html->write(*page);
           return returned;
         } catch (...) {
-          return error_return(Command::Inspect, w, src, nullptr, outputs, threads);
+          return error_return(Command::Inspect, w, src, {}, outputs, threads);
         }
       },
       nb::none(), mailbox);
@@ -261,7 +250,7 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
           if (!written_to.empty()) plan_path = written_to.string();
           return {r.exit_code(), dump_json(report_to_json(r)), plan_path};
         } catch (...) {
-          return error_return(Command::Plan, o.window, o.source, &o.target, {}, threads);
+          return error_return(Command::Plan, o.window, o.source, o.target, {}, threads);
         }
       },
       nb::none(), mailbox);
@@ -292,9 +281,8 @@ CommandOutputs planned_outputs(const PlannedOptions& o, const std::optional<std:
 
 // The error report of a plan step: the paths it uses when known, else the plan's path.
 CommandReturn planned_error(const PlannedOptions& o, const PlannedPaths& paths, const CommandOutputs& outputs) {
-  const fs::path target = paths.target.value_or(fs::path());
-  return error_return(Command::Convert, Window::Marlin, paths.source.value_or(o.plan), paths.target ? &target : nullptr,
-                       outputs, o.threads);
+  return error_return(Command::Convert, Window::Marlin, paths.source.value_or(o.plan),
+                      paths.target.value_or(fs::path()), outputs, o.threads);
 }
 
 // convert --plan P --shard I | --shards I/N: (exit code, report JSON, None).

@@ -17,6 +17,45 @@ std::optional<std::string> hf_snapshot_revision(const std::string& path) {
   return rev;
 }
 
+Report start_report(Command command, Window window, const fs::path& source, const fs::path& target) {
+  Report r;
+  r.command = command;
+  r.window = window;
+  // An empty path is one the command does not know (a planned step whose
+  // plan is gone and which was given no SRC): left empty in the report.
+  if (!source.empty()) {
+    r.provenance.source = fs::absolute(source).lexically_normal().string();
+    r.provenance.revision = hf_snapshot_revision(r.provenance.source);
+  }
+  if (!target.empty()) r.provenance.target = fs::absolute(target).lexically_normal().string();
+  return r;
+}
+
+Report failed_report(Command command, Window window, const fs::path& source, const fs::path& target,
+                     const Error& error, UnresolvedPaths unresolved) {
+  Report r;
+  try {
+    r = start_report(command, window, source, target);
+  } catch (...) {
+    if (unresolved == UnresolvedPaths::Throw) throw;
+    Provenance as_given;
+    as_given.source = source.string();
+    as_given.target = target.string();
+    return failed_report(command, window, std::move(as_given), error);
+  }
+  r.set_error(error);
+  return r;
+}
+
+Report failed_report(Command command, Window window, Provenance provenance, const Error& error) {
+  Report r;
+  r.command = command;
+  r.window = window;
+  r.provenance = std::move(provenance);
+  r.set_error(error);
+  return r;
+}
+
 double Report::size_change_percent() const {
   if (source_tensor_bytes == 0) return 0;
   return 100.0 * (static_cast<double>(target_tensor_bytes) - static_cast<double>(source_tensor_bytes)) /

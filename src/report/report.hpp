@@ -104,6 +104,26 @@ struct Report {
   void set_error(const Error& error);
 };
 
+// A report of `command` with its provenance filled in: absolute paths and,
+// when SRC is a Hugging Face cache snapshot, its revision. An empty path (one
+// the command does not know, or has not: inspect's DST) stays empty.
+Report start_report(Command command, Window window, const fs::path& source, const fs::path& target = {});
+
+// The report of a command that failed, which the CLI and the Python package
+// write alike: the report its success path starts, with result "error" and
+// the error's kind and message. `source` and `target` are the SRC and DST
+// the command uses (with a plan, the plan's), empty where unknown.
+// `unresolved` says what happens when they cannot be made absolute (the
+// working directory is gone): Throw (the CLI then writes no report), or
+// AsGiven (the paths as given, no revision: the Python package returns a
+// report whatever happens).
+enum class UnresolvedPaths { Throw, AsGiven };
+Report failed_report(Command command, Window window, const fs::path& source, const fs::path& target,
+                     const Error& error, UnresolvedPaths unresolved);
+// The same for a command that knows its SRC and DST only as recorded
+// (verify --merge: as its parts name them), kept as they are.
+Report failed_report(Command command, Window window, Provenance provenance, const Error& error);
+
 Json report_to_json(const Report& report);
 // [{module, span, limit, groups_outside}]: refusals (over_span, resolved_over_span, inspect's outcomes).
 Json over_span_to_json(const std::vector<OverSpan>& over_span);
