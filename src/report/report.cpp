@@ -89,12 +89,58 @@ Json over_span_to_json(const std::vector<OverSpan>& over_span) {
   return out;
 }
 
+namespace {
+
+Json requantized_to_json(const std::vector<ModuleError>& requantized) {
+  const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
+  Json out = Json::array();
+  for (const auto& m : requantized) {
+    out.push_back({{"module", json_text(m.module)},
+                   {"global_scale", m.global_scale},
+                   {"values", m.values},
+                   {"relative_rmse", number(m.relative_rmse)},
+                   {"cosine", number(m.cosine)},
+                   {"max_abs_error", number(m.max_abs_error)},
+                   {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
+  }
+  return out;
+}
+
+Json bf16_layers_to_json(const std::vector<Bf16Layer>& bf16_layers) {
+  Json out = Json::array();
+  for (const auto& l : bf16_layers) {
+    Json modules = Json::array(), refused = Json::array();
+    for (const auto& m : l.modules) modules.push_back(json_text(m));
+    for (const auto& m : l.refused) refused.push_back(json_text(m));
+    out.push_back({{"layer", json_text(l.layer)},
+                   {"modules", modules},
+                   {"why", refused},
+                   {"bf16_bytes", l.bf16_bytes},
+                   {"nvfp4_bytes", l.nvfp4_bytes},
+                   {"size_cost_bytes",
+                    static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
+  }
+  return out;
+}
+
+// convert --overspan bf16|requantize: the choice, the refusals it resolved, what it wrote.
+Json overspan_to_json(const Report& r) {
+  return {{"choice", overspan_name(r.overspan)},
+          {"lossy", !r.requantized.empty()},
+          {"resolved_over_span", over_span_to_json(r.resolved_over_span)},
+          {"bf16_layers", bf16_layers_to_json(r.bf16_layers)},
+          {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
+}
+
+}  // namespace
+
 Json report_to_json(const Report& r) {
   Json j;
   j["command"] = command_name(r.command);
   j["result"] = outcome_name(r.result);
   j["window"] = window_name(r.window);
-  j["provenance"] = {{"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
+  j["provenance"] = {
+      {"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
   j["provenance"]["revision"] = r.provenance.revision ? Json(json_text(*r.provenance.revision)) : Json(nullptr);
   if (!r.provenance.target.empty()) j["provenance"]["target"] = json_text(r.provenance.target);
   j["counts"] = {{"shards", r.shards},
@@ -125,38 +171,8 @@ Json report_to_json(const Report& r) {
   j["mismatches"] = r.mismatches;
   j["max_abs_error"] = std::isfinite(r.max_abs_error) ? Json(r.max_abs_error) : Json("inf");
   j["over_span"] = over_span_to_json(r.over_span);
-  if (r.command == Command::Requantize || !r.requantized.empty()) {
-    const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
-    j["requantized"] = Json::array();
-    for (const auto& m : r.requantized) {
-      j["requantized"].push_back({{"module", json_text(m.module)},
-                                  {"global_scale", m.global_scale},
-                                  {"values", m.values},
-                                  {"relative_rmse", number(m.relative_rmse)},
-                                  {"cosine", number(m.cosine)},
-                                  {"max_abs_error", number(m.max_abs_error)},
-                                  {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
-    }
-  }
-  if (r.overspan != OverSpanChoice::Fail) {
-    Json layers = Json::array();
-    for (const auto& l : r.bf16_layers) {
-      Json modules = Json::array(), refused = Json::array();
-      for (const auto& m : l.modules) modules.push_back(json_text(m));
-      for (const auto& m : l.refused) refused.push_back(json_text(m));
-      layers.push_back({{"layer", json_text(l.layer)},
-                        {"modules", modules},
-                        {"why", refused},
-                        {"bf16_bytes", l.bf16_bytes},
-                        {"nvfp4_bytes", l.nvfp4_bytes},
-                        {"size_cost_bytes", static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
-    }
-    j["overspan"] = {{"choice", overspan_name(r.overspan)},
-                     {"lossy", !r.requantized.empty()},
-                     {"resolved_over_span", over_span_to_json(r.resolved_over_span)},
-                     {"bf16_layers", layers},
-                     {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
-  }
+  if (r.command == Command::Requantize || !r.requantized.empty()) j["requantized"] = requantized_to_json(r.requantized);
+  if (r.overspan != OverSpanChoice::Fail) j["overspan"] = overspan_to_json(r);
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
   j["global_conflicts"] = global_conflicts_to_json(r.global_conflicts);
