@@ -36,7 +36,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   Destination out(options.source, options.target, options.resume);
   Report report = start_report(Command::Convert, options.window, options.source, options.target);
   report.copy_mode = options.copy;
-  ProgressTracker progress("convert", "shards", options.progress);
+  ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
 
   // --- plan: nothing is written until every module has been decided.

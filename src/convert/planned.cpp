@@ -234,7 +234,7 @@ PlannedPaths planned_paths(const PlannedOptions& options, const std::vector<fs::
 
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection) {
   const auto started = std::chrono::steady_clock::now();
-  ProgressTracker progress("convert", "shards", options.progress);
+  ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
@@ -285,7 +285,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
 
 Report finalize_planned(const PlannedOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  ProgressTracker progress("convert", "shards", options.progress);
+  ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);

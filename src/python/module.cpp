@@ -70,7 +70,7 @@ class ProgressMailbox {
 
 nb::dict progress_dict(const Progress& p) {
   nb::dict d;
-  d["command"] = p.command;
+  d["command"] = std::string(command_name(p.command));
   d["phase"] = phase_name(p.phase);
   d["bytes_done"] = p.bytes_done;
   d["bytes_total"] = p.bytes_total;

@@ -15,7 +15,7 @@ namespace mx2nv {
 Report verify_checkpoint(const VerifyOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Report report = start_report(Command::Verify, options.window, options.source, options.target);
-  ProgressTracker progress("verify", "modules", options.progress);
+  ProgressTracker progress(Command::Verify, "modules", options.progress);
   progress.phase(ProgressPhase::Plan);
   Differences diff;
 
