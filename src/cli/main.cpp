@@ -15,9 +15,7 @@
 #include <sstream>
 #include <vector>
 
-using namespace mx2nv;
-using namespace mx2nv::cli;
-
+namespace mx2nv::cli {
 namespace {
 
 // SIGINT/SIGTERM unwind through the library's cleanup (temporary files
@@ -62,8 +60,11 @@ int report_failure(Command command, const CommandRun& state) {
 }
 
 }  // namespace
+}  // namespace mx2nv::cli
 
 int main(int argc, char** argv) {
+  using namespace mx2nv;
+  using namespace mx2nv::cli;
   stop_on_signals();
   CLI::App app{"mx2nv: lossless MXFP4 -> NVFP4A16 transcoder for compressed-tensors MoE checkpoints"};
   app.set_version_flag("--version", std::string("mx2nv ") + MX2NV_VERSION);

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/printable.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 namespace mx2nv::cli {

@@ -6,6 +6,7 @@
 #include "common/printable.hpp"
 #include "fixture/fixture.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <fstream>

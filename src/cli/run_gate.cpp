@@ -5,6 +5,7 @@
 #include "common/printable.hpp"
 #include "gate/gate.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <chrono>

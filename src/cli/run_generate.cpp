@@ -5,6 +5,7 @@
 #include "common/printable.hpp"
 #include "fixture/fixture.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <charconv>

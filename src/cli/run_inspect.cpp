@@ -8,6 +8,7 @@
 #include "gate/rules.hpp"
 #include "inspect/inspect.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 namespace mx2nv::cli {

@@ -6,6 +6,7 @@
 #include "common/printable.hpp"
 #include "convert/plan_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 namespace mx2nv::cli {

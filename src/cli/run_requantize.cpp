@@ -5,6 +5,7 @@
 #include "cli/summary.hpp"
 #include "convert/requantize_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>

@@ -5,12 +5,15 @@
 #include "numerics/window.hpp"
 #include "sys/file.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace mx2nv::cli {
 

@@ -10,12 +10,14 @@
 #include "report/report_file.hpp"
 #include "verify/verify.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace mx2nv::cli {
 
@@ -41,14 +43,14 @@ class Subcommand {
 
   Command command() const { return command_; }
   // Whether the command line named this subcommand.
-  bool chosen() const { return app_->parsed(); }
+  bool chosen() const;
   // Runs the chosen subcommand: its exit code; throws on failure, with
   // `state` holding what its error report needs.
   virtual int run(CommandRun& state) = 0;
 
  protected:
-  Subcommand(CLI::App& mx2nv, Command command, const std::string& description)
-      : command_(command), app_(mx2nv.add_subcommand(std::string(command_name(command)), description)) {}
+  // Registers the subcommand (named by command_name) on `mx2nv`.
+  Subcommand(CLI::App& mx2nv, Command command, const std::string& description);
 
   const Command command_;
   CLI::App* const app_;
