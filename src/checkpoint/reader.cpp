@@ -271,18 +271,4 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
   render_shard_index(index.other, kept.size(), [&](std::size_t k) { return entry(kept[k]); }, total_size, sink);
 }
 
-Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target) {
-  Report r;
-  r.command = std::move(command);
-  r.window = window;
-  // An empty path is one the command does not know (a planned step whose
-  // plan is gone and which was given no SRC): left empty in the report.
-  if (!source.empty()) {
-    r.provenance.source = fs::absolute(source).lexically_normal().string();
-    r.provenance.revision = hf_snapshot_revision(r.provenance.source);
-  }
-  if (target != nullptr && !target->empty()) r.provenance.target = fs::absolute(*target).lexically_normal().string();
-  return r;
-}
-
 }  // namespace mx2nv

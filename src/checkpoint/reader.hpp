@@ -15,7 +15,7 @@
 #include "checkpoint/header_budget.hpp"
 #include "model/modules.hpp"
 #include "model/quant_config.hpp"
-#include "report/report.hpp"
+#include "plan/plan.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
 #include "sys/file.hpp"
@@ -125,10 +125,5 @@ SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads =
 // module's weight_packed becomes its `weight`, and it has no scale or global.
 void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
                          const TextSink& sink);
-
-// A report for `command` with its provenance filled in: absolute paths and,
-// when SRC is a Hugging Face cache snapshot, its revision. An empty path (one
-// the command does not know) stays empty.
-Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target);
 
 }  // namespace mx2nv

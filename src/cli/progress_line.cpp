@@ -48,7 +48,7 @@ std::optional<ProgressMode> parse_progress_mode(const std::string& text) {
 }
 
 std::string format_progress_line(const Progress& p, double phase_seconds) {
-  std::string line = fmt::format("{} {:<8}", p.command, phase_name(p.phase));
+  std::string line = fmt::format("{} {:<8}", command_name(p.command), phase_name(p.phase));
   if (p.bytes_total > 0) {
     const double percent = 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total);
     line += fmt::format(" {} {:3.0f}%  {:.2f} GB/s", amount(p.bytes_done, p.bytes_total), percent,
@@ -62,7 +62,7 @@ std::string format_progress_line(const Progress& p, double phase_seconds) {
 
 std::string format_progress_json(const Progress& p, double phase_seconds) {
   const auto e = eta(p, phase_seconds);
-  Json j = {{"command", p.command},
+  Json j = {{"command", command_name(p.command)},
             {"phase", phase_name(p.phase)},
             {"bytes_done", p.bytes_done},
             {"bytes_total", p.bytes_total},

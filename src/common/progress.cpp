@@ -12,8 +12,8 @@ const char* phase_name(ProgressPhase phase) noexcept {
   return "unknown";
 }
 
-ProgressTracker::ProgressTracker(std::string command, std::string unit, ProgressCallback callback)
-    : callback_(std::move(callback)), command_(std::move(command)), unit_(std::move(unit)) {}
+ProgressTracker::ProgressTracker(Command command, std::string unit, ProgressCallback callback)
+    : callback_(std::move(callback)), command_(command), unit_(std::move(unit)) {}
 
 void ProgressTracker::phase(ProgressPhase phase, std::uint64_t bytes_total, std::uint64_t units_total) {
   if (!callback_) return;

@@ -9,6 +9,8 @@
 // always delivered.
 #pragma once
 
+#include "common/command.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,7 +29,7 @@ enum class ProgressPhase {
 const char* phase_name(ProgressPhase phase) noexcept;
 
 struct Progress {
-  std::string command;  // "convert" | "verify"
+  Command command = Command::Convert;  // convert or verify
   ProgressPhase phase = ProgressPhase::Plan;
   std::uint64_t bytes_done = 0;   // bytes of tensor data written (convert) or compared (verify)
   std::uint64_t bytes_total = 0;  // 0 while unknown (plan)
@@ -45,7 +47,7 @@ class ProgressTracker {
  public:
   static constexpr std::chrono::milliseconds kMinInterval{50};
 
-  ProgressTracker(std::string command, std::string unit, ProgressCallback callback);
+  ProgressTracker(Command command, std::string unit, ProgressCallback callback);
 
   // Enters a phase; totals of 0 mean "unknown". Resets the done counters.
   void phase(ProgressPhase phase, std::uint64_t bytes_total = 0, std::uint64_t units_total = 0);
@@ -57,7 +59,8 @@ class ProgressTracker {
   void emit(bool force);
 
   ProgressCallback callback_;
-  std::string command_, unit_;
+  Command command_;
+  std::string unit_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<std::int64_t> last_emit_ns_{0};
   std::atomic<std::uint64_t> bytes_done_{0}, units_done_{0};

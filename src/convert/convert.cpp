@@ -3,6 +3,7 @@
 #include "checkpoint/reader.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "destination/index_writer.hpp"
@@ -14,10 +15,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A DST holding a plan is a planned conversion's: its steps continue it
 // (convert --plan P --shards/--finalize). A whole-DST run would finish it
@@ -37,9 +34,9 @@ void refuse_planned_destination(const Destination& out) {
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Destination out(options.source, options.target, options.resume);
-  Report report = start_report("convert", options.window, options.source, &options.target);
-  report.copy_mode = std::string(copy_mode_name(options.copy));
-  ProgressTracker progress("convert", "shards", options.progress);
+  Report report = start_report(Command::Convert, options.window, options.source, options.target);
+  report.copy_mode = options.copy;
+  ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
 
   // --- plan: nothing is written until every module has been decided.

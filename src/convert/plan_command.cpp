@@ -2,6 +2,7 @@
 
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
+#include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/plan_file.hpp"
@@ -12,10 +13,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const fs::path& src, const fs::path& dst) {
   PlanFile f;
@@ -47,7 +44,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     plan_file_out.emplace(*options.plan_out, std::vector<fs::path>{options.source, options.target}, "--plan-out");
   }
   Destination out(options.source, options.target, true);
-  Report report = start_report("plan", options.window, options.source, &options.target);
+  Report report = start_report(Command::Plan, options.window, options.source, options.target);
   // The plan names no index entry: the index's names go once it is checked.
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   add_source_counts(report, source);

@@ -4,6 +4,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/overspan.hpp"
@@ -20,10 +21,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // DST of a plan kept at its default place, DST/.mx2nv/plan.json.
 std::optional<fs::path> destination_of_default_plan(const fs::path& plan) {
@@ -171,14 +168,14 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   if (options.source) {
     Destination out(*options.source, dst, true);
     const SourceCheckpoint source = open_source_checkpoint(*options.source, 1, IndexNames::Drop);
-    Report report = start_report("convert", window, *options.source, &dst);
+    Report report = start_report(Command::Convert, window, *options.source, dst);
     add_source_counts(report, source);
     if (!answer_finished(report, out, source.checkpoint, window, choice)) return no_plan();
     report.seconds = seconds_since(started);
     return report;
   }
   Report report;
-  report.command = "convert";
+  report.command = Command::Convert;
   report.window = window;
   report.provenance.target = fs::absolute(dst).lexically_normal().string();
   report.already_complete = true;
@@ -237,12 +234,12 @@ PlannedPaths planned_paths(const PlannedOptions& options, const std::vector<fs::
 
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection) {
   const auto started = std::chrono::steady_clock::now();
-  ProgressTracker progress("convert", "shards", options.progress);
+  ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
-  Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
+  Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::Drop);  // shards need no index names
   add_source_counts(report, source);
   const Plan plan = planned(source, loaded->file);
@@ -275,7 +272,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   if (!out.open_for_shards()) return answer();
   out.claim_identity(identity);
   report.shards = shards.size();
-  report.copy_mode = std::string(copy_mode_name(options.copy));
+  report.copy_mode = options.copy;
   CopyEngine engine(options.copy);
   const std::vector<ShardRecord> records =
       execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine, &progress);
@@ -288,12 +285,12 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
 
 Report finalize_planned(const PlannedOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  ProgressTracker progress("convert", "shards", options.progress);
+  ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
   if (!loaded) return plan_gone(options, started);
   Destination out(loaded->source, loaded->target, true);
-  Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
+  Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
@@ -337,7 +334,7 @@ Report finalize_planned(const PlannedOptions& options) {
   add_plan_counts(report, plan);
   if (plan.overspan != OverSpanChoice::Fail) add_overspan_report(report, source, plan, options.threads);
   add_shard_counts(report, records);
-  report.copy_mode = std::string(copy_mode_name(options.copy));
+  report.copy_mode = options.copy;
   CopyEngine engine(options.copy);
   finalize_conversion(source, plan, report, std::move(records), out, &engine);
   report.seconds = seconds_since(started);

@@ -3,6 +3,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
+#include "common/stopwatch.hpp"
 #include "common/stream_hash.hpp"
 #include "convert/shard_writer.hpp"
 #include "destination/destination.hpp"
@@ -21,10 +22,6 @@
 
 namespace mx2nv {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 struct ShardOutcome {
   std::uint64_t target_bytes = 0;
@@ -106,7 +103,7 @@ std::uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(),
 Report requantize_checkpoint(const RequantizeOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Destination out(options.source, options.target, /*resume=*/false);
-  Report report = start_report("requantize", Window::Marlin, options.source, &options.target);
+  Report report = start_report(Command::Requantize, Window::Marlin, options.source, options.target);
 
   const SourceCheckpoint source = open_source_checkpoint(options.source, 1, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;

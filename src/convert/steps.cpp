@@ -137,7 +137,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
                                         std::uint64_t& reused, CopyEngine* engine, ProgressTracker* progress) {
   CopyEngine auto_engine(CopyMode::Auto);
   CopyEngine& copier = engine ? *engine : auto_engine;
-  ProgressTracker silent("convert", "shards", {});
+  ProgressTracker silent(Command::Convert, "shards", {});
   ProgressTracker& counter = progress ? *progress : silent;
   std::vector<ShardRecord> records(shards.size());
   std::atomic<std::uint64_t> reused_count{0};

@@ -419,7 +419,7 @@ Json gate_to_json(const GateResult& r) {
   for (const auto& c : r.checks) {
     const RuntimeOpinion& op = c.opinion;
     asked["runtimes"].push_back({{"runtime", json_text(op.runtime)},
-                                 {"outcome", outcome_name(op.outcome)},
+                                 {"outcome", answer_name(op.answer)},
                                  {"version", json_text(op.version)},
                                  {"pinned", json_text(op.pinned)},
                                  {"version_differs", op.version_differs()},

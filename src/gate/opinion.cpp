@@ -58,12 +58,12 @@ std::string call_text(const std::string& cls, const Json& args) {
 
 }  // namespace
 
-std::string_view outcome_name(RuntimeOpinion::Outcome o) {
-  switch (o) {
-    case RuntimeOpinion::Outcome::NotInstalled: return "not-installed";
-    case RuntimeOpinion::Outcome::Selected: return "selected";
-    case RuntimeOpinion::Outcome::Refused: return "refused";
-    case RuntimeOpinion::Outcome::CouldNotAsk: return "could-not-ask";
+std::string_view answer_name(RuntimeOpinion::Answer a) {
+  switch (a) {
+    case RuntimeOpinion::Answer::NotInstalled: return "not-installed";
+    case RuntimeOpinion::Answer::Selected: return "selected";
+    case RuntimeOpinion::Answer::Refused: return "refused";
+    case RuntimeOpinion::Answer::CouldNotAsk: return "could-not-ask";
   }
   return "could-not-ask";
 }
@@ -136,13 +136,13 @@ ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<std::str
     o.reason = string_member(r, "reason", where);
     const std::string outcome = string_member(r, "outcome", where);
     if (outcome == "not-installed") {
-      o.outcome = RuntimeOpinion::Outcome::NotInstalled;
+      o.answer = RuntimeOpinion::Answer::NotInstalled;
     } else if (outcome == "refused") {
-      o.outcome = RuntimeOpinion::Outcome::Refused;
+      o.answer = RuntimeOpinion::Answer::Refused;
     } else if (outcome == "could-not-ask") {
-      o.outcome = RuntimeOpinion::Outcome::CouldNotAsk;
+      o.answer = RuntimeOpinion::Answer::CouldNotAsk;
     } else if (outcome == "selected") {
-      o.outcome = RuntimeOpinion::Outcome::Selected;
+      o.answer = RuntimeOpinion::Answer::Selected;
       const Json& sel = member(r, "selected", Json::value_t::object, where);
       const std::string cls = string_member(sel, "class", where);
       const Json& args = member(sel, "args", Json::value_t::object, where);
@@ -173,11 +173,11 @@ ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<std::str
 }
 
 Agreement agreement(const RuntimeOpinion& o, bool gate_selects) {
-  switch (o.outcome) {
-    case RuntimeOpinion::Outcome::NotInstalled:
-    case RuntimeOpinion::Outcome::CouldNotAsk: return Agreement::NoOpinion;
-    case RuntimeOpinion::Outcome::Refused: return gate_selects ? Agreement::Disagrees : Agreement::Agrees;
-    case RuntimeOpinion::Outcome::Selected:
+  switch (o.answer) {
+    case RuntimeOpinion::Answer::NotInstalled:
+    case RuntimeOpinion::Answer::CouldNotAsk: return Agreement::NoOpinion;
+    case RuntimeOpinion::Answer::Refused: return gate_selects ? Agreement::Disagrees : Agreement::Agrees;
+    case RuntimeOpinion::Answer::Selected:
       return o.selects_nvfp4a16 == gate_selects ? Agreement::Agrees : Agreement::Disagrees;
   }
   return Agreement::NoOpinion;

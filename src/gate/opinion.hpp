@@ -16,12 +16,12 @@ namespace mx2nv {
 
 struct RuntimeOpinion {
   std::string runtime;  // "vllm" | "sglang"
-  enum class Outcome {
+  enum class Answer {
     NotInstalled,  // not importable in that interpreter: no opinion
     Selected,      // its selector chose `selected`
     Refused,       // its parser or selector raised on this config (reason)
     CouldNotAsk,   // import failed, probe failed, interpreter missing... (reason)
-  } outcome = Outcome::CouldNotAsk;
+  } answer = Answer::CouldNotAsk;
   std::string version;      // installed release ("" when unknown)
   std::string pinned;       // the release gate's rules were read from
   std::string selected;     // "Class(arg=value, ...)" when Selected
@@ -30,7 +30,7 @@ struct RuntimeOpinion {
 
   bool version_differs() const { return !version.empty() && version != pinned; }
 };
-std::string_view outcome_name(RuntimeOpinion::Outcome o);
+std::string_view answer_name(RuntimeOpinion::Answer a);
 
 struct ProbeAnswer {
   std::string python_version;  // of the interpreter that answered

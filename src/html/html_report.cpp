@@ -180,9 +180,9 @@ std::string page_head(const Report& r) {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
 )";
-  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(r.command), esc(outcome_name(r.result)));
+  html += fmt::format("<title>mx2nv {} report: {}</title>\n", esc(command_name(r.command)), esc(outcome_name(r.result)));
   html += kStyle;
-  html += fmt::format("<h1>mx2nv {} <span class=\"badge {}\">{}</span></h1>\n", esc(r.command), esc(outcome_name(r.result)), esc(outcome_name(r.result)));
+  html += fmt::format("<h1>mx2nv {} <span class=\"badge {}\">{}</span></h1>\n", esc(command_name(r.command)), esc(outcome_name(r.result)), esc(outcome_name(r.result)));
   html += fmt::format("<div class=\"mono\">{}{}</div>\n", esc(r.provenance.source),
                       r.provenance.target.empty() ? "" : " &rarr; " + esc(r.provenance.target));
   if (!r.error.empty()) html += fmt::format("<p class=\"err\">{}</p>\n", esc(r.error));
@@ -200,7 +200,7 @@ std::string summary_cards(const Report& r, const Inspection* in) {
   html += card(fmt::format("{}", r.scale_groups), "global scales");
   html += card(fmt::format("{}", r.shards), "shards");
   if (in) html += card(fmt::format("{}", in->max_span), "widest span");
-  if (r.command == "verify") {
+  if (r.command == Command::Verify) {
     html += card(fmt::format("{}", r.values_compared), "values compared");
     html += card(fmt::format("{}", r.mismatches), "value mismatches");
   }
@@ -358,7 +358,7 @@ std::string runtime_verdicts(const HtmlReportInput& input) {
 std::string provenance(const Report& r) {
   std::string html = "<h2>Provenance</h2><table>";
   html += row({"tool", "mx2nv " + esc(r.provenance.tool_version)});
-  html += row({"command", esc(r.command)});
+  html += row({"command", esc(command_name(r.command))});
   html += row({"window", esc(window_name(r.window))});
   html += row({"source", "<code>" + esc(r.provenance.source) + "</code>"});
   if (!r.provenance.target.empty()) html += row({"target", "<code>" + esc(r.provenance.target) + "</code>"});

@@ -24,7 +24,7 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
   }
   std::optional<GateResult> gate;
   std::string gate_unavailable;
-  const bool output_finished = (report.command == "convert" || report.command == "verify") &&
+  const bool output_finished = (report.command == Command::Convert || report.command == Command::Verify) &&
                                report.result == Outcome::Ok && !report.provenance.target.empty();
   if (output_finished) {
     try {
@@ -36,7 +36,7 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
     } catch (const Error& e) {
       gate_unavailable = fmt::format("mx2nv gate could not judge {}: {}.", report.provenance.target, e.what());
     }
-  } else if (report.command == "inspect") {
+  } else if (report.command == Command::Inspect) {
     gate_unavailable = "inspect reads the MXFP4 source; the runtimes' rules judge the NVFP4 output. Convert it and run "
                        "mx2nv gate on DST (or pass --html to convert or verify).";
   } else {

@@ -3,6 +3,7 @@
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "common/stopwatch.hpp"
 #include "gate/rules.hpp"
 #include "plan/target_layout.hpp"
 #include "scan/overspan_values.hpp"
@@ -16,7 +17,7 @@ namespace mx2nv {
 Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned threads) {
   const auto started = std::chrono::steady_clock::now();
   Inspection in;
-  in.report = start_report("inspect", window, path, nullptr);
+  in.report = start_report(Command::Inspect, window, path);
   Report& r = in.report;
 
   // The index was checked on opening and is not used again.
@@ -91,7 +92,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   std::vector<ModuleShape> shapes;
   for (const auto& m : in.modules) shapes.push_back({m.name, m.rows, m.groups * 32});
   in.moe_dims = moe_dims_of(shapes);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  r.seconds = seconds_since(started);
   return in;
 }
 
@@ -108,14 +109,9 @@ Json inspection_to_json(const Inspection& in) {
   j["modules_fully_scanned"] = in.fully_scanned_modules;
   j["outcomes"] = Json::object();
   for (const auto& o : in.outcomes) {
-    Json over = Json::array();
-    for (const auto& s : o.over_span) {
-      over.push_back(
-          {{"module", json_text(s.module)}, {"span", s.span}, {"limit", s.limit}, {"groups_outside", s.groups_outside}});
-    }
     j["outcomes"][std::string(window_name(o.window))] = {
         {"result", o.refused ? "refused" : "ok"},
-        {"over_span", over},
+        {"over_span", over_span_to_json(o.over_span)},
         {"unrepresentable_globals", texts(o.unrepresentable_globals)},
         {"global_conflicts", global_conflicts_to_json(o.global_conflicts)},
         {"raised_globals", o.raised_globals},

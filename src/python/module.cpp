@@ -9,7 +9,6 @@
 // field. Where the report and the HTML page go is checked before any work,
 // against the SRC and DST the command uses (with a plan, the plan's), and
 // they are written here as the CLI writes them (report/report_file.hpp).
-#include "checkpoint/reader.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -43,8 +42,9 @@ namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
-// (exit code, report JSON, HTML page or None)
-using Outcome = std::tuple<int, std::string, std::optional<std::string>>;
+// What each function returns to Python: (exit code, JSON text, the HTML page
+// or the plan file written or None); python/mx2nv/_api.py unpacks it.
+using CommandReturn = std::tuple<int, std::string, std::optional<std::string>>;
 
 // Progress updates from worker threads, waiting for the Python thread.
 // Phase changes are queued; updates within a phase replace each other.
@@ -70,7 +70,7 @@ class ProgressMailbox {
 
 nb::dict progress_dict(const Progress& p) {
   nb::dict d;
-  d["command"] = p.command;
+  d["command"] = std::string(command_name(p.command));
   d["phase"] = phase_name(p.phase);
   d["bytes_done"] = p.bytes_done;
   d["bytes_total"] = p.bytes_total;
@@ -81,10 +81,10 @@ nb::dict progress_dict(const Progress& p) {
   return d;
 }
 
-// Runs `work` (which returns an Outcome) off the Python thread; see the
+// Runs `work` (which returns a CommandReturn) off the Python thread; see the
 // file comment.
 template <typename Work>
-Outcome run_released(Work work, const nb::object& callback, ProgressMailbox& mailbox) {
+CommandReturn run_released(Work work, const nb::object& callback, ProgressMailbox& mailbox) {
   auto future = std::async(std::launch::async, std::move(work));
   const auto deliver = [&] {
     if (callback.is_none()) return;
@@ -139,47 +139,37 @@ std::optional<fs::path> path_of(const std::optional<std::string>& p) {
 
 // Writes what a command produced to the output files it was given (checked
 // before the work), the report's JSON as the CLI writes it.
-Outcome written(const CommandOutputs& outputs, Outcome outcome) {
-  const auto& [code, text, page] = outcome;
+CommandReturn written(const CommandOutputs& outputs, CommandReturn returned) {
+  const auto& [code, text, page] = returned;
   if (outputs.report) outputs.report->write(text + "\n");
   if (outputs.html && page) outputs.html->write(*page);
-  return outcome;
+  return returned;
 }
 
-// The report the CLI writes for a failed command (the success path's report
-// with result "error"), with the error's exit code, written to the output
-// files if they were checked already. Called inside a catch.
-Outcome error_outcome(const std::string& command, Window window, const fs::path& src, const fs::path* dst,
-                      const CommandOutputs& outputs, unsigned threads) {
-  const Error e = current_exception_as_error();
-  Report r;
-  try {
-    r = start_report(command, window, src, dst);
-  } catch (...) {  // SRC unusable even for provenance: the plain paths
-    r.command = command;
-    r.window = window;
-    r.provenance.source = src.string();
-    if (dst) r.provenance.target = dst->string();
-  }
-  r.set_error(e);
+// The report the CLI writes for a failed command (report/report.hpp
+// failed_report), with the error's exit code, written to the output files if
+// they were checked already. Called inside a catch.
+CommandReturn error_return(Command command, Window window, const fs::path& src, const fs::path& dst,
+                           const CommandOutputs& outputs, unsigned threads) {
+  const Report r = failed_report(command, window, src, dst, current_exception_as_error(), UnresolvedPaths::AsGiven);
   std::optional<std::string> page;
   if (outputs.html) page = render_html_for(r, nullptr, threads);
-  Outcome outcome{r.exit_code(), dump_json(report_to_json(r)), page};
+  CommandReturn returned{r.exit_code(), dump_json(report_to_json(r)), page};
   try {
-    return written(outputs, std::move(outcome));
+    return written(outputs, returned);  // a copy: `returned` is what the catch below returns
   } catch (...) {  // the error is the command's; a report that cannot be written is not a second one
-    return outcome;
+    return returned;
   }
 }
 
-Outcome convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-                bool resume, const std::string& copy, const std::string& overspan, const nb::object& callback,
-                const std::optional<std::string>& report, const std::optional<std::string>& html) {
+CommandReturn convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+                      bool resume, const std::string& copy, const std::string& overspan, const nb::object& callback,
+                      const std::optional<std::string>& report, const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   ConvertOptions o{src, dst, Window::Marlin, threads, resume};
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         CommandOutputs outputs;
         try {
           outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
@@ -191,20 +181,20 @@ Outcome convert(const std::string& src, const std::string& dst, const std::strin
           if (html) page = render_html_for(r, nullptr, threads);
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_outcome("convert", o.window, o.source, &o.target, outputs, threads);
+          return error_return(Command::Convert, o.window, o.source, o.target, outputs, threads);
         }
       },
       callback, mailbox);
 }
 
-Outcome verify(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-               const nb::object& callback, const std::optional<std::string>& report,
-               const std::optional<std::string>& html) {
+CommandReturn verify(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+                     const nb::object& callback, const std::optional<std::string>& report,
+                     const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   VerifyOptions o{src, dst, Window::Marlin, threads, std::nullopt};
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         CommandOutputs outputs;
         try {
           outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
@@ -214,18 +204,18 @@ Outcome verify(const std::string& src, const std::string& dst, const std::string
           if (html) page = render_html_for(r, nullptr, threads);
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
-          return error_outcome("verify", o.window, o.source, &o.target, outputs, threads);
+          return error_return(Command::Verify, o.window, o.source, o.target, outputs, threads);
         }
       },
       callback, mailbox);
 }
 
-Outcome inspect(const std::string& src, const std::string& window, unsigned threads,
-                const std::optional<std::string>& html) {
+CommandReturn inspect(const std::string& src, const std::string& window, unsigned threads,
+                      const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   Window w = Window::Marlin;
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         CommandOutputs outputs;
         try {
           outputs = check_command_outputs(std::nullopt, path_of(html), {fs::path(src)});
@@ -233,24 +223,24 @@ Outcome inspect(const std::string& src, const std::string& window, unsigned thre
           const Inspection in = inspect_checkpoint(src, w, threads);
           std::optional<std::string> page;
           if (html) page = render_html_for(in.report, &in, threads);
-          Outcome outcome{in.report.exit_code(), dump_json(inspection_to_json(in)), page};
+          CommandReturn returned{in.report.exit_code(), dump_json(inspection_to_json(in)), page};
           if (outputs.html) outputs.html->write(*page);
-          return outcome;
+          return returned;
         } catch (...) {
-          return error_outcome("inspect", w, src, nullptr, outputs, threads);
+          return error_return(Command::Inspect, w, src, {}, outputs, threads);
         }
       },
       nb::none(), mailbox);
 }
 
 // mx2nv plan: (exit code, report JSON, the plan file written or None).
-Outcome plan(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-             const std::optional<std::string>& plan_out, const std::string& overspan) {
+CommandReturn plan(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+                   const std::optional<std::string>& plan_out, const std::string& overspan) {
   ProgressMailbox mailbox;
   PlanOptions o{src, dst, Window::Marlin, threads, std::nullopt};
   if (plan_out) o.plan_out = *plan_out;
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         try {
           o.window = window_of(window);
           o.overspan = overspan_of(overspan);
@@ -260,7 +250,7 @@ Outcome plan(const std::string& src, const std::string& dst, const std::string& 
           if (!written_to.empty()) plan_path = written_to.string();
           return {r.exit_code(), dump_json(report_to_json(r)), plan_path};
         } catch (...) {
-          return error_outcome("plan", o.window, o.source, &o.target, {}, threads);
+          return error_return(Command::Plan, o.window, o.source, o.target, {}, threads);
         }
       },
       nb::none(), mailbox);
@@ -290,21 +280,21 @@ CommandOutputs planned_outputs(const PlannedOptions& o, const std::optional<std:
 }
 
 // The error report of a plan step: the paths it uses when known, else the plan's path.
-Outcome planned_error(const PlannedOptions& o, const PlannedPaths& paths, const CommandOutputs& outputs) {
-  const fs::path target = paths.target.value_or(fs::path());
-  return error_outcome("convert", Window::Marlin, paths.source.value_or(o.plan), paths.target ? &target : nullptr,
-                       outputs, o.threads);
+CommandReturn planned_error(const PlannedOptions& o, const PlannedPaths& paths, const CommandOutputs& outputs) {
+  return error_return(Command::Convert, Window::Marlin, paths.source.value_or(o.plan),
+                      paths.target.value_or(fs::path()), outputs, o.threads);
 }
 
 // convert --plan P --shard I | --shards I/N: (exit code, report JSON, None).
-Outcome convert_shards(const std::string& plan_path, const std::string& selection, const std::optional<std::string>& src,
-                       const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
-                       const nb::object& callback, const std::optional<std::string>& report) {
+CommandReturn convert_shards(const std::string& plan_path, const std::string& selection,
+                             const std::optional<std::string>& src, const std::optional<std::string>& dst,
+                             unsigned threads, const std::string& copy, const nb::object& callback,
+                             const std::optional<std::string>& report) {
   ProgressMailbox mailbox;
   PlannedOptions o = planned_options(plan_path, src, dst, threads);
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         PlannedPaths paths{o.plan, o.source, o.target};
         CommandOutputs outputs;
         try {
@@ -322,13 +312,13 @@ Outcome convert_shards(const std::string& plan_path, const std::string& selectio
 }
 
 // convert --plan P --finalize: (exit code, report JSON, HTML page or None).
-Outcome finalize(const std::string& plan_path, const std::optional<std::string>& src,
-                 const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
-                 const std::optional<std::string>& report, const std::optional<std::string>& html) {
+CommandReturn finalize(const std::string& plan_path, const std::optional<std::string>& src,
+                       const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
+                       const std::optional<std::string>& report, const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   PlannedOptions o = planned_options(plan_path, src, dst, threads);
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         PlannedPaths paths{o.plan, o.source, o.target};
         CommandOutputs outputs;
         try {
@@ -348,11 +338,11 @@ Outcome finalize(const std::string& plan_path, const std::optional<std::string>&
 // mx2nv gate: (exit code, gate JSON, None); a failure: (its exit code,
 // {"result": "error", "error": message}, None). python: the interpreter to
 // ask the runtimes in, None not to ask.
-Outcome gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, const std::string& dtype,
-             unsigned threads, const std::optional<std::string>& python, unsigned ask_timeout) {
+CommandReturn gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, const std::string& dtype,
+                   unsigned threads, const std::optional<std::string>& python, unsigned ask_timeout) {
   ProgressMailbox mailbox;
   return run_released(
-      [&]() -> Outcome {
+      [&]() -> CommandReturn {
         try {
           if (runtime != "vllm" && runtime != "sglang" && runtime != "all") {
             fail(ErrorKind::Usage, "runtime must be vllm, sglang or all, not \"{}\"", runtime);

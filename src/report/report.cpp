@@ -17,6 +17,45 @@ std::optional<std::string> hf_snapshot_revision(const std::string& path) {
   return rev;
 }
 
+Report start_report(Command command, Window window, const fs::path& source, const fs::path& target) {
+  Report r;
+  r.command = command;
+  r.window = window;
+  // An empty path is one the command does not know (a planned step whose
+  // plan is gone and which was given no SRC): left empty in the report.
+  if (!source.empty()) {
+    r.provenance.source = fs::absolute(source).lexically_normal().string();
+    r.provenance.revision = hf_snapshot_revision(r.provenance.source);
+  }
+  if (!target.empty()) r.provenance.target = fs::absolute(target).lexically_normal().string();
+  return r;
+}
+
+Report failed_report(Command command, Window window, const fs::path& source, const fs::path& target,
+                     const Error& error, UnresolvedPaths unresolved) {
+  Report r;
+  try {
+    r = start_report(command, window, source, target);
+  } catch (...) {
+    if (unresolved == UnresolvedPaths::Throw) throw;
+    Provenance as_given;
+    as_given.source = source.string();
+    as_given.target = target.string();
+    return failed_report(command, window, std::move(as_given), error);
+  }
+  r.set_error(error);
+  return r;
+}
+
+Report failed_report(Command command, Window window, Provenance provenance, const Error& error) {
+  Report r;
+  r.command = command;
+  r.window = window;
+  r.provenance = std::move(provenance);
+  r.set_error(error);
+  return r;
+}
+
 double Report::size_change_percent() const {
   if (source_tensor_bytes == 0) return 0;
   return 100.0 * (static_cast<double>(target_tensor_bytes) - static_cast<double>(source_tensor_bytes)) /
@@ -41,12 +80,67 @@ Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts) {
   return out;
 }
 
+Json over_span_to_json(const std::vector<OverSpan>& over_span) {
+  Json out = Json::array();
+  for (const auto& o : over_span) {
+    out.push_back(
+        {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
+  }
+  return out;
+}
+
+namespace {
+
+Json requantized_to_json(const std::vector<ModuleError>& requantized) {
+  const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
+  Json out = Json::array();
+  for (const auto& m : requantized) {
+    out.push_back({{"module", json_text(m.module)},
+                   {"global_scale", m.global_scale},
+                   {"values", m.values},
+                   {"relative_rmse", number(m.relative_rmse)},
+                   {"cosine", number(m.cosine)},
+                   {"max_abs_error", number(m.max_abs_error)},
+                   {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
+  }
+  return out;
+}
+
+Json bf16_layers_to_json(const std::vector<Bf16Layer>& bf16_layers) {
+  Json out = Json::array();
+  for (const auto& l : bf16_layers) {
+    Json modules = Json::array(), refused = Json::array();
+    for (const auto& m : l.modules) modules.push_back(json_text(m));
+    for (const auto& m : l.refused) refused.push_back(json_text(m));
+    out.push_back({{"layer", json_text(l.layer)},
+                   {"modules", modules},
+                   {"why", refused},
+                   {"bf16_bytes", l.bf16_bytes},
+                   {"nvfp4_bytes", l.nvfp4_bytes},
+                   {"size_cost_bytes",
+                    static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
+  }
+  return out;
+}
+
+// convert --overspan bf16|requantize: the choice, the refusals it resolved, what it wrote.
+Json overspan_to_json(const Report& r) {
+  return {{"choice", overspan_name(r.overspan)},
+          {"lossy", !r.requantized.empty()},
+          {"resolved_over_span", over_span_to_json(r.resolved_over_span)},
+          {"bf16_layers", bf16_layers_to_json(r.bf16_layers)},
+          {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
+}
+
+}  // namespace
+
 Json report_to_json(const Report& r) {
   Json j;
-  j["command"] = r.command;
+  j["command"] = command_name(r.command);
   j["result"] = outcome_name(r.result);
   j["window"] = window_name(r.window);
-  j["provenance"] = {{"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
+  j["provenance"] = {
+      {"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
   j["provenance"]["revision"] = r.provenance.revision ? Json(json_text(*r.provenance.revision)) : Json(nullptr);
   if (!r.provenance.target.empty()) j["provenance"]["target"] = json_text(r.provenance.target);
   j["counts"] = {{"shards", r.shards},
@@ -61,11 +155,11 @@ Json report_to_json(const Report& r) {
                  {"global_conflicts", r.global_conflicts.size()},
                  {"passthrough_tensors", r.passthrough_tensors},
                  {"companion_files", r.companion_files}};
-  if (r.command == "convert") j["already_complete"] = r.already_complete;
+  if (r.command == Command::Convert) j["already_complete"] = r.already_complete;
   if (!r.shard_subset.empty()) j["shard_subset"] = r.shard_subset;
   if (!r.groups_counted) j["counts"]["active_groups"] = j["counts"]["zero_groups"] = nullptr;
-  if (!r.copy_mode.empty()) {
-    j["copy"] = {{"mode", r.copy_mode},
+  if (r.copy_mode) {
+    j["copy"] = {{"mode", copy_mode_name(*r.copy_mode)},
                  {"shared_bytes", r.shared_bytes},
                  {"copied_bytes", r.copied_bytes},
                  {"written_bytes", r.written_bytes}};
@@ -76,48 +170,9 @@ Json report_to_json(const Report& r) {
   j["values_compared"] = r.values_compared;
   j["mismatches"] = r.mismatches;
   j["max_abs_error"] = std::isfinite(r.max_abs_error) ? Json(r.max_abs_error) : Json("inf");
-  j["over_span"] = Json::array();
-  for (const auto& o : r.over_span) {
-    j["over_span"].push_back(
-        {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
-  }
-  if (r.command == "requantize" || !r.requantized.empty()) {
-    const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
-    j["requantized"] = Json::array();
-    for (const auto& m : r.requantized) {
-      j["requantized"].push_back({{"module", json_text(m.module)},
-                                  {"global_scale", m.global_scale},
-                                  {"values", m.values},
-                                  {"relative_rmse", number(m.relative_rmse)},
-                                  {"cosine", number(m.cosine)},
-                                  {"max_abs_error", number(m.max_abs_error)},
-                                  {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
-    }
-  }
-  if (r.overspan != "fail") {
-    Json layers = Json::array();
-    for (const auto& l : r.bf16_layers) {
-      Json modules = Json::array(), refused = Json::array();
-      for (const auto& m : l.modules) modules.push_back(json_text(m));
-      for (const auto& m : l.refused) refused.push_back(json_text(m));
-      layers.push_back({{"layer", json_text(l.layer)},
-                        {"modules", modules},
-                        {"why", refused},
-                        {"bf16_bytes", l.bf16_bytes},
-                        {"nvfp4_bytes", l.nvfp4_bytes},
-                        {"size_cost_bytes", static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes)}});
-    }
-    Json resolved = Json::array();
-    for (const auto& o : r.resolved_over_span) {
-      resolved.push_back(
-          {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
-    }
-    j["overspan"] = {{"choice", r.overspan},
-                     {"lossy", !r.requantized.empty()},
-                     {"resolved_over_span", resolved},
-                     {"bf16_layers", layers},
-                     {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
-  }
+  j["over_span"] = over_span_to_json(r.over_span);
+  if (r.command == Command::Requantize || !r.requantized.empty()) j["requantized"] = requantized_to_json(r.requantized);
+  if (r.overspan != OverSpanChoice::Fail) j["overspan"] = overspan_to_json(r);
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
   j["global_conflicts"] = global_conflicts_to_json(r.global_conflicts);

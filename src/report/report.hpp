@@ -2,11 +2,13 @@
 // Field names are a contract: scripts read them.
 #pragma once
 
+#include "common/command.hpp"
 #include "common/error.hpp"
 #include "json/strict_json.hpp"
 #include "numerics/formats.hpp"
 #include "plan/overspan.hpp"
 #include "plan/plan.hpp"
+#include "sys/copy_engine.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -44,7 +46,7 @@ struct ModuleError {
 inline constexpr std::size_t kMaxReportedDifferences = 200;
 
 struct Report {
-  std::string command;
+  Command command = Command::Convert;  // one of the commands that write reports (common/command.hpp)
   Outcome result = Outcome::Ok;
   ErrorKind error_kind = ErrorKind::Io;  // when result == Outcome::Error
   Window window = Window::Marlin;
@@ -68,10 +70,10 @@ struct Report {
   bool groups_counted = true;
 
   // convert: how the output bytes came to be (README "Zero-copy output").
-  std::string copy_mode;            // auto | reflink | copy
-  std::uint64_t shared_bytes = 0;   // unchanged bytes shared with SRC (reflink): no new data blocks
-  std::uint64_t copied_bytes = 0;   // unchanged bytes copied (copy_file_range or read/write)
-  std::uint64_t written_bytes = 0;  // new bytes: shard headers, scales, globals, config, index
+  std::optional<CopyMode> copy_mode;  // how unchanged bytes reach DST (--copy); none: no "copy" in the JSON
+  std::uint64_t shared_bytes = 0;     // unchanged bytes shared with SRC (reflink): no new data blocks
+  std::uint64_t copied_bytes = 0;     // unchanged bytes copied (copy_file_range or read/write)
+  std::uint64_t written_bytes = 0;    // new bytes: shard headers, scales, globals, config, index
 
   std::uint64_t source_tensor_bytes = 0;
   std::uint64_t target_tensor_bytes = 0;
@@ -87,7 +89,7 @@ struct Report {
   std::vector<ModuleError> requantized;  // lossy modules, sorted by name
   // convert --overspan (absent from the JSON for fail): the choice, the
   // refusals it resolved (why), the BF16 layers with their size cost.
-  std::string overspan = "fail";
+  OverSpanChoice overspan = OverSpanChoice::Fail;
   std::vector<OverSpan> resolved_over_span;
   std::vector<Bf16Layer> bf16_layers;
   std::uint64_t requantized_marlin_zeroed_blocks = 0;
@@ -102,7 +104,29 @@ struct Report {
   void set_error(const Error& error);
 };
 
+// A report of `command` with its provenance filled in: absolute paths and,
+// when SRC is a Hugging Face cache snapshot, its revision. An empty path (one
+// the command does not know, or has not: inspect's DST) stays empty.
+Report start_report(Command command, Window window, const fs::path& source, const fs::path& target = {});
+
+// The report of a command that failed, which the CLI and the Python package
+// write alike: the report its success path starts, with result "error" and
+// the error's kind and message. `source` and `target` are the SRC and DST
+// the command uses (with a plan, the plan's), empty where unknown.
+// `unresolved` says what happens when they cannot be made absolute (the
+// working directory is gone): Throw (the CLI then writes no report), or
+// AsGiven (the paths as given, no revision: the Python package returns a
+// report whatever happens).
+enum class UnresolvedPaths { Throw, AsGiven };
+Report failed_report(Command command, Window window, const fs::path& source, const fs::path& target,
+                     const Error& error, UnresolvedPaths unresolved);
+// The same for a command that knows its SRC and DST only as recorded
+// (verify --merge: as its parts name them), kept as they are.
+Report failed_report(Command command, Window window, Provenance provenance, const Error& error);
+
 Json report_to_json(const Report& report);
+// [{module, span, limit, groups_outside}]: refusals (over_span, resolved_over_span, inspect's outcomes).
+Json over_span_to_json(const std::vector<OverSpan>& over_span);
 // [{scale_group, k_max, k_min, needed: [lo, hi], allowed: [lo, hi]}]: global exponents m.
 Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts);
 

@@ -76,7 +76,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
       ctx.diff.add("tensor \"{}\" missing from DST", modules[i].scale_name());
     }
   }
-  report.overspan = std::string(overspan_name(choice));
+  report.overspan = choice;
   report.resolved_over_span = plan.resolved_over_span;
   report.bf16_layers = bf16_layers(ctx.source.modules, plan);
 }

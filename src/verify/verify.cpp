@@ -2,6 +2,7 @@
 
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "common/stopwatch.hpp"
 #include "verify/checks.hpp"
 #include "verify/config_check.hpp"
 
@@ -13,8 +14,8 @@ namespace mx2nv {
 
 Report verify_checkpoint(const VerifyOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  Report report = start_report("verify", options.window, options.source, &options.target);
-  ProgressTracker progress("verify", "modules", options.progress);
+  Report report = start_report(Command::Verify, options.window, options.source, options.target);
+  ProgressTracker progress(Command::Verify, "modules", options.progress);
   progress.phase(ProgressPhase::Plan);
   Differences diff;
 
@@ -72,7 +73,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
 
   report.differences = diff.take();
   if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  report.seconds = seconds_since(started);
   progress.done();
   return report;
 }

@@ -69,7 +69,7 @@ TEST(OverSpanRequantize, OnlyRefusedGroupsAreRequantizedAsTheCompanionWouldAndTh
   const Report r = convert_checkpoint(options(d / "src", d / "dst", OverSpanChoice::Requantize));
   ASSERT_EQ(r.result, Outcome::Ok);
   EXPECT_TRUE(r.over_span.empty());
-  EXPECT_EQ(r.overspan, "requantize");
+  EXPECT_EQ(r.overspan, OverSpanChoice::Requantize);
   ASSERT_EQ(r.requantized.size(), 3u);
   std::set<std::string> lossy;
   for (const auto& m : r.requantized) lossy.insert(m.module);

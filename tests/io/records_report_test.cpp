@@ -121,7 +121,7 @@ TEST(Records, DamagedRecordsAreNoRecordNeverAnException) {
 
 TEST(Report, MatchesTheGoldenFile) {
   Report r;
-  r.command = "convert";
+  r.command = Command::Convert;
   r.window = Window::Marlin;
   r.provenance.tool_version = "0.1.0";  // the golden file must not change with the version
   r.provenance.source = "/data/hub/models--org--m/snapshots/abc123/\xff";
@@ -138,7 +138,7 @@ TEST(Report, MatchesTheGoldenFile) {
   r.source_tensor_bytes = 1000;
   r.target_tensor_bytes = 1010;
   r.over_span = {{"layers.0.experts.1.w2", 15, 14, 3}};
-  r.copy_mode = "auto";
+  r.copy_mode = CopyMode::Auto;
   r.shared_bytes = 900;
   r.copied_bytes = 20;
   r.written_bytes = 100;

@@ -131,7 +131,7 @@ AskResult ask(const std::string& python, std::chrono::seconds timeout = std::chr
 void expect_could_not_ask(const AskResult& r, const std::string& fragment) {
   ASSERT_EQ(r.opinions.size(), 2u);
   for (const auto& o : r.opinions) {
-    EXPECT_EQ(o.outcome, RuntimeOpinion::Outcome::CouldNotAsk);
+    EXPECT_EQ(o.answer, RuntimeOpinion::Answer::CouldNotAsk);
     EXPECT_NE(o.reason.find(fragment), std::string::npos) << o.reason;
   }
 }

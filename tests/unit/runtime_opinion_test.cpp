@@ -31,12 +31,12 @@ TEST(RuntimeOpinion, ParsesEachOutcome) {
   EXPECT_EQ(a.python_version, "3.11.7");
   ASSERT_EQ(a.runtimes.size(), 2u);
   EXPECT_EQ(a.runtimes[0].runtime, "vllm");
-  EXPECT_EQ(a.runtimes[0].outcome, RuntimeOpinion::Outcome::Selected);
+  EXPECT_EQ(a.runtimes[0].answer, RuntimeOpinion::Answer::Selected);
   EXPECT_EQ(a.runtimes[0].selected, "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)");
   EXPECT_TRUE(a.runtimes[0].selects_nvfp4a16);
   EXPECT_EQ(a.runtimes[0].pinned, "0.33.0");  // ours, not the probe's "x"
   EXPECT_FALSE(a.runtimes[0].version_differs());
-  EXPECT_EQ(a.runtimes[1].outcome, RuntimeOpinion::Outcome::Refused);
+  EXPECT_EQ(a.runtimes[1].answer, RuntimeOpinion::Answer::Refused);
   EXPECT_EQ(a.runtimes[1].reason, "ValueError: no");
   EXPECT_TRUE(a.runtimes[1].version_differs());  // 0.5.24 is not the pinned 0.5.23
 }
@@ -45,9 +45,9 @@ TEST(RuntimeOpinion, AnswersInTheOrderAskedAndFillsTheMissing) {
   const ProbeAnswer a = parse_probe_answer(answer(entry("sglang", "not-installed", "null", "")), kBoth);
   ASSERT_EQ(a.runtimes.size(), 2u);
   EXPECT_EQ(a.runtimes[0].runtime, "vllm");
-  EXPECT_EQ(a.runtimes[0].outcome, RuntimeOpinion::Outcome::CouldNotAsk);
+  EXPECT_EQ(a.runtimes[0].answer, RuntimeOpinion::Answer::CouldNotAsk);
   EXPECT_NE(a.runtimes[0].reason.find("no entry"), std::string::npos);
-  EXPECT_EQ(a.runtimes[1].outcome, RuntimeOpinion::Outcome::NotInstalled);
+  EXPECT_EQ(a.runtimes[1].answer, RuntimeOpinion::Answer::NotInstalled);
   EXPECT_FALSE(a.runtimes[1].version_differs());  // unknown version: no claim
 }
 
@@ -118,18 +118,18 @@ TEST(RuntimeOpinion, Nvfp4a16IsTheWeightOnlyMethodOnly) {
 }
 
 TEST(RuntimeOpinion, AgreementForEveryCombination) {
-  using O = RuntimeOpinion::Outcome;
-  for (const O outcome : {O::NotInstalled, O::Selected, O::Refused, O::CouldNotAsk}) {
+  using O = RuntimeOpinion::Answer;
+  for (const O given : {O::NotInstalled, O::Selected, O::Refused, O::CouldNotAsk}) {
     for (const bool runtime_selects : {false, true}) {
       for (const bool gate_selects : {false, true}) {
         RuntimeOpinion o;
-        o.outcome = outcome;
+        o.answer = given;
         o.selects_nvfp4a16 = runtime_selects;
         Agreement want = Agreement::NoOpinion;
-        if (outcome == O::Selected) want = runtime_selects == gate_selects ? Agreement::Agrees : Agreement::Disagrees;
-        if (outcome == O::Refused) want = gate_selects ? Agreement::Disagrees : Agreement::Agrees;
+        if (given == O::Selected) want = runtime_selects == gate_selects ? Agreement::Agrees : Agreement::Disagrees;
+        if (given == O::Refused) want = gate_selects ? Agreement::Disagrees : Agreement::Agrees;
         EXPECT_EQ(agreement(o, gate_selects), want)
-            << outcome_name(outcome) << " runtime " << runtime_selects << " gate " << gate_selects;
+            << answer_name(given) << " runtime " << runtime_selects << " gate " << gate_selects;
       }
     }
   }
@@ -139,7 +139,7 @@ TEST(RuntimeOpinion, CouldNotAskNamesEveryRuntime) {
   const auto all = could_not_ask(kBoth, "python3 could not be started: No such file or directory");
   ASSERT_EQ(all.size(), 2u);
   for (const auto& o : all) {
-    EXPECT_EQ(o.outcome, RuntimeOpinion::Outcome::CouldNotAsk);
+    EXPECT_EQ(o.answer, RuntimeOpinion::Answer::CouldNotAsk);
     EXPECT_EQ(agreement(o, true), Agreement::NoOpinion);
     EXPECT_NE(o.reason.find("No such file"), std::string::npos);
   }

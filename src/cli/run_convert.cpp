@@ -1,0 +1,147 @@
+// mx2nv convert: SRC into an empty DST, or with --plan one step of a plan
+// (cli/run_planned.cpp).
+#include "cli/progress_line.hpp"
+#include "cli/shared_options.hpp"
+#include "cli/subcommand.hpp"
+#include "cli/summary.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace mx2nv::cli {
+
+int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report_path,
+                const std::optional<ReportFile>& html) {
+  const Report r = convert_checkpoint(o);
+  if (r.already_complete) {
+    fmt::print("mx2nv convert: already complete: {} holds this conversion of {} (checked from its records; nothing "
+               "was written)\n",
+               printable(o.target.string()), printable(o.source.string()));
+    print_counts(r);
+    return finish(r, report_path, html, o.threads);
+  }
+  if (r.result == Outcome::Refused) {
+    fmt::print("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
+               window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
+    print_over_span(r.over_span, stdout);
+    print_global_conflicts(r.global_conflicts, r.unrepresentable_globals);
+    if (o.window == Window::Marlin) {
+      fmt::print("  --window e4m3 allows spans up to 17 (exact on disk, but vLLM's Marlin path zeroes block scales "
+                 "below 2^-6); run `mx2nv inspect` for both outcomes.\n");
+    }
+    fmt::print("  --overspan bf16 writes the affected MoE layers as BF16 (exact, larger); --overspan requantize "
+               "requantizes only these modules (lossy, measured); `mx2nv inspect` shows both costs.\n");
+    return finish(r, report_path, html, o.threads);
+  }
+  fmt::print("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
+  print_counts(r);
+  print_overspan(r);
+  if (o.resume) fmt::print("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
+  if (r.marlin_zeroed_groups > 0) {
+    fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
+               r.marlin_zeroed_groups);
+  }
+  fmt::print("  next     mx2nv verify {} {}\n", printable(o.source.string()), printable(o.target.string()));
+  return finish(r, report_path, html, o.threads);
+}
+
+namespace {
+
+class ConvertCommand final : public Subcommand {
+ public:
+  explicit ConvertCommand(CLI::App& mx2nv)
+      : Subcommand(mx2nv, Command::Convert, "transcode SRC (MXFP4) into an empty DST (NVFP4A16)") {
+    app_->add_option("SRC", src_, "source checkpoint directory (with --plan: default the plan's)");
+    app_->add_option("DST", dst_, "target directory (created; must be empty) (with --plan: default the plan's)");
+    add_plan_options();
+    window_opt_ = add_window(app_, window_);
+    add_threads(app_, threads_);
+    report_opt_ = add_report(app_, report_path_);
+    app_->add_option("--copy", copy_,
+                     "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
+                     "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy "
+                     "(read and write every byte, never share)")
+        ->check(CLI::IsMember({"auto", "reflink", "copy"}));
+    overspan_opt_ = add_overspan(app_, overspan_);
+    app_->add_flag("--resume", resume_,
+                   "continue an interrupted conversion into DST (finished shards whose records still match are "
+                   "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
+                   "without writing. Safe to repeat. A DST holding a plan (continue it with --plan) or another "
+                   "conversion (other options, another SRC or mx2nv) is refused");
+    html_opt_ = add_html(app_, html_path_);
+    add_progress(app_, progress_);
+  }
+
+  int run(CommandRun& state) override {
+    refuse_empty_paths({{report_opt_, &report_path_}, {html_opt_, &html_path_}, {plan_opt_, &plan_path_}});
+    state.window = window_;
+    state.threads = threads_;
+    state.source = src_;
+    state.target = dst_;
+    ProgressLine progress(parse_progress_mode(progress_).value_or(ProgressMode::Auto), stderr);
+    if (plan_opt_->count() > 0) return run_planned_step(planned_step(progress), state);
+    // Where the reports go is checked before any work.
+    state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
+    if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
+    return run_convert({src_, dst_, window_, threads_, resume_, parse_copy_mode(copy_).value_or(CopyMode::Auto),
+                        parse_overspan(overspan_).value_or(OverSpanChoice::Fail), progress.callback()},
+                       state.outputs.report, state.outputs.html);
+  }
+
+ private:
+  void add_plan_options() {
+    plan_opt_ = app_->add_option("--plan", plan_path_,
+                                 "run steps of a plan made by `mx2nv plan` (see --shard, --shards, --finalize)");
+    auto* shard = app_->add_option("--shard", shard_, "with --plan: convert shard I only")->needs(plan_opt_);
+    auto* shards = app_->add_option("--shards", shards_, "with --plan: convert shards I, I+N, I+2N, ... (I/N)")
+                       ->needs(plan_opt_)
+                       ->excludes(shard);
+    app_->add_flag("--finalize", finalize_,
+                   "with --plan: check every shard is finished, then write companions, config and the index last")
+        ->needs(plan_opt_)
+        ->excludes(shard)
+        ->excludes(shards);
+  }
+
+  // Options a planned step does not use are refused, never ignored:
+  // --resume (implied), --html on a shard step (a finalize writes the
+  // conversion's page); --window and --overspan are checked against the
+  // plan (convert/planned.hpp).
+  PlannedStep planned_step(ProgressLine& progress) const {
+    if (resume_) fail(ErrorKind::Usage, "--resume is implied with --plan");
+    if (shard_.empty() && shards_.empty() && !finalize_) {
+      fail(ErrorKind::Usage, "--plan needs --shard I, --shards I/N or --finalize");
+    }
+    if (!finalize_ && html_opt_->count() > 0) {
+      fail(ErrorKind::Usage, "--html is for a whole conversion: give it to --finalize, not to a shard step");
+    }
+    PlannedStep step;
+    if (!shards_.empty()) step.selection = parse_shard_selection(shards_);
+    if (!shard_.empty()) step.selection = parse_shard_index(shard_);
+    step.options = {plan_path_, std::nullopt, std::nullopt, threads_, parse_copy_mode(copy_).value_or(CopyMode::Auto),
+                    progress.callback(), std::nullopt, std::nullopt};
+    if (!src_.empty()) step.options.source = src_;
+    if (!dst_.empty()) step.options.target = dst_;
+    if (window_opt_->count() > 0) step.options.window = window_;
+    if (overspan_opt_->count() > 0) step.options.overspan = parse_overspan(overspan_);
+    step.report_path = report_path_;
+    step.html_path = html_path_;
+    return step;
+  }
+
+  std::string src_, dst_, report_path_, html_path_, plan_path_, shard_, shards_;
+  std::string copy_ = "auto", overspan_ = "fail", progress_ = "auto";
+  Window window_ = windows().front().window;
+  unsigned threads_ = all_cores();
+  bool resume_ = false, finalize_ = false;
+  CLI::Option *plan_opt_ = nullptr, *window_opt_ = nullptr, *report_opt_ = nullptr, *overspan_opt_ = nullptr,
+              *html_opt_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> add_convert(CLI::App& mx2nv) { return std::make_unique<ConvertCommand>(mx2nv); }
+
+}  // namespace mx2nv::cli

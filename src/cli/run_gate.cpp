@@ -1,0 +1,107 @@
+// mx2nv gate: go/no-go, will vLLM / SGLang run this NVFP4A16 checkpoint
+// exactly? gate's rule table, and the installed runtimes' own selectors.
+#include "cli/shared_options.hpp"
+#include "cli/subcommand.hpp"
+#include "common/printable.hpp"
+#include "gate/gate.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <chrono>
+
+namespace mx2nv::cli {
+namespace {
+
+// What a runtime's own selector answered, in words.
+std::string said(const RuntimeOpinion& op) {
+  switch (op.answer) {
+    case RuntimeOpinion::Answer::NotInstalled: return "not installed there";
+    case RuntimeOpinion::Answer::CouldNotAsk: return "could not ask: " + op.reason;
+    case RuntimeOpinion::Answer::Refused: return "its selector refuses this config: " + op.reason;
+    case RuntimeOpinion::Answer::Selected:
+      return fmt::format("selects {} ({})", op.selected,
+                         op.selects_nvfp4a16 ? "the NVFP4A16 MoE method" : "not the NVFP4A16 MoE method");
+  }
+  return {};
+}
+
+// What the runtimes' own selectors said, one line each (gate --ask-runtimes).
+void print_runtime_checks(const GateResult& r) {
+  if (!r.not_asked.empty()) {
+    fmt::print("  runtimes' own selectors: not asked ({})\n", printable(r.not_asked));
+    return;
+  }
+  fmt::print("  runtimes' own selectors (asked in {}{}, layer {}):\n", printable(r.asked.python),
+             r.asked.python_version.empty() ? "" : fmt::format(", Python {}", printable(r.asked.python_version)),
+             printable(r.expert_layer));
+  for (const auto& c : r.checks) {
+    const RuntimeOpinion& op = c.opinion;
+    std::string who = op.runtime + (op.version.empty() ? "" : " " + op.version);
+    if (op.version_differs()) who += fmt::format(" (gate's rules were read from {})", op.pinned);
+    fmt::print("    {:<22} {}\n", printable(who), printable(said(op)));
+    if (c.agreement != Agreement::NoOpinion) {
+      fmt::print("    {:<22} {} with gate's scheme rule ({} the NVFP4A16 MoE method)\n", "",
+                 agreement_name(c.agreement), c.gate_selects ? "which selects" : "which does not select");
+    }
+  }
+}
+
+int gate_and_print(const GateOptions& o, bool json) {
+  const GateResult r = run_gate(o);
+  if (json) {
+    fmt::print("{}\n", dump_json(gate_to_json(r)));
+    return r.exit_code();
+  }
+  fmt::print("mx2nv gate: {} (hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}\n",
+             printable(r.checkpoint), r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp);
+  for (const auto& v : r.verdicts) {
+    fmt::print("  {:<7} {:<8} {:<7} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
+               v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
+    for (const auto& why : v.reasons) fmt::print("      - {}\n", printable(why));
+  }
+  print_runtime_checks(r);
+  return r.exit_code();
+}
+
+class GateCommand final : public Subcommand {
+ public:
+  explicit GateCommand(CLI::App& mx2nv)
+      : Subcommand(mx2nv, Command::Gate, "go/no-go: will vLLM / SGLang run this NVFP4A16 checkpoint exactly?") {
+    app_->add_option("CHECKPOINT", options_.checkpoint, "compressed-tensors NVFP4 checkpoint directory")->required();
+    app_->add_option("--runtime", options_.runtime, "vllm, sglang or all (default)")
+        ->check(CLI::IsMember({"vllm", "sglang", "all"}));
+    app_->add_option("--tp", options_.tp, "tensor-parallel degree (default 1)")->check(CLI::Range(1u, 1024u));
+    app_->add_option("--dtype", dtype_, "activation dtype: fp16, bf16 or both (default)")
+        ->check(CLI::IsMember({"fp16", "bf16", "both"}));
+    add_threads(app_, threads_);
+    app_->add_flag("--json", json_, "print JSON instead of a summary");
+    app_->add_option("--ask-runtimes", ask_,
+                     "auto (default): also ask the vLLM/SGLang installed in --python which scheme their own code "
+                     "selects; never: do not")
+        ->check(CLI::IsMember({"auto", "never"}));
+    app_->add_option("--python", options_.ask.python, "interpreter to ask the runtimes in (default python3 on PATH)");
+    app_->add_option("--ask-timeout", ask_timeout_, "seconds the interpreter may take (default 120)")
+        ->check(CLI::Range(1u, 3600u));
+  }
+
+  int run(CommandRun&) override {
+    options_.threads = threads_;
+    options_.ask.enabled = ask_ == "auto";
+    options_.ask.timeout = std::chrono::seconds(ask_timeout_);
+    if (dtype_ != "both") options_.dtypes = {dtype_ == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
+    return gate_and_print(options_, json_);
+  }
+
+ private:
+  GateOptions options_;
+  std::string dtype_ = "both", ask_ = "auto";
+  unsigned threads_ = all_cores(), ask_timeout_ = 120;
+  bool json_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> add_gate(CLI::App& mx2nv) { return std::make_unique<GateCommand>(mx2nv); }
+
+}  // namespace mx2nv::cli

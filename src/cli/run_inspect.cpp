@@ -1,0 +1,112 @@
+// mx2nv inspect: the dry run. Spans, the predicted outcome under both
+// windows, what each --overspan choice would cost, sizes, the TP degrees the
+// runtimes would take.
+#include "cli/shared_options.hpp"
+#include "cli/subcommand.hpp"
+#include "cli/summary.hpp"
+#include "common/printable.hpp"
+#include "gate/rules.hpp"
+#include "inspect/inspect.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace mx2nv::cli {
+namespace {
+
+void print_window_outcomes(const Inspection& in, Window selected) {
+  for (const auto& o : in.outcomes) {
+    fmt::print("  window {:<6} {}{}", window_name(o.window), o.refused ? "REFUSED" : "ok",
+               o.window == selected ? "  (selected)" : "");
+    fmt::print(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
+    if (o.marlin_zeroed_groups) {
+      fmt::print(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
+    }
+    if (o.raised_globals) {
+      fmt::print(", {} globals raised above k_max - 8 (fp16 room for routing weights)", o.raised_globals);
+    }
+    fmt::print("\n");
+    print_over_span(o.over_span, stdout);
+    print_global_conflicts(o.global_conflicts, o.unrepresentable_globals);
+  }
+}
+
+// The selected window refuses: what each --overspan choice would cost.
+void print_overspan_costs(const Inspection::OverSpanCost& c) {
+  fmt::print("  --overspan fail        refused, nothing written\n");
+  fmt::print("  --overspan bf16        exact; {} MoE layers as BF16, size {:+} bytes\n", c.bf16_layers.size(),
+             c.bf16_size_change);
+  for (const auto& l : c.bf16_layers) fmt::print("    {}: {} modules\n", printable(l.layer), l.modules.size());
+  fmt::print("  --overspan requantize  LOSSY, same size; {} modules requantized:\n", c.requantized.size());
+  for (const auto& m : c.requantized) {
+    fmt::print("    {}: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}\n", printable(m.module),
+               m.relative_rmse, m.cosine, m.max_abs_error);
+  }
+}
+
+// Per TP degree, the runtime backends that would take the converted checkpoint.
+void print_tp_table(const MoeDims& dims) {
+  fmt::print("  TP       after conversion (hidden {}, intermediate {}):", dims.hidden, dims.intermediate);
+  for (const unsigned tp : tp_degrees()) {
+    std::string ok;
+    for (const auto& b : runtime_backends()) {
+      if (!dims_problem(b, dims, tp)) ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", b.runtime, b.backend);
+    }
+    fmt::print(" {}:{}", tp, ok.empty() ? "none" : ok);
+  }
+  fmt::print("\n");
+}
+
+int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
+                const std::optional<ReportFile>& html) {
+  const Inspection in = inspect_checkpoint(src, window, threads);
+  write_html(html, in.report, &in, threads);
+  if (json) {
+    fmt::print("{}\n", dump_json(inspection_to_json(in)));
+    return in.report.exit_code();
+  }
+  const Report& r = in.report;
+  fmt::print("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", printable(r.provenance.source),
+             in.probes, in.fully_scanned_modules);
+  print_counts(r);
+  fmt::print("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
+  print_window_outcomes(in, window);
+  if (in.overspan) print_overspan_costs(*in.overspan);
+  if (in.moe_dims) print_tp_table(*in.moe_dims);
+  return in.report.exit_code();
+}
+
+class InspectCommand final : public Subcommand {
+ public:
+  explicit InspectCommand(CLI::App& mx2nv)
+      : Subcommand(mx2nv, Command::Inspect, "dry run: spans, predicted outcome under both windows, sizes") {
+    app_->add_option("SRC", src_, "source checkpoint directory")->required();
+    add_window(app_, window_);
+    add_threads(app_, threads_);
+    app_->add_flag("--json", json_, "print JSON instead of a summary");
+    html_opt_ = add_html(app_, html_path_);
+  }
+
+  int run(CommandRun& state) override {
+    refuse_empty_paths({{html_opt_, &html_path_}});
+    state.window = window_;
+    state.threads = threads_;
+    state.source = src_;
+    // Where the page goes is checked before any work.
+    state.outputs = check_command_outputs(std::nullopt, path_if_given(html_path_), {src_});
+    return run_inspect(src_, window_, json_, threads_, state.outputs.html);
+  }
+
+ private:
+  std::string src_, html_path_;
+  Window window_ = windows().front().window;
+  unsigned threads_ = all_cores();
+  bool json_ = false;
+  CLI::Option* html_opt_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> add_inspect(CLI::App& mx2nv) { return std::make_unique<InspectCommand>(mx2nv); }
+
+}  // namespace mx2nv::cli

@@ -1,0 +1,107 @@
+// mx2nv verify --merge PART...: the partial reports of verify --shards I/N
+// joined into one (report/merge.hpp). The parts are input. The report may go
+// anywhere but into the SRC and DST the parts name, and never over a part;
+// that is checked once the parts are read, before anything is printed or
+// written. A failed merge writes its error report only where every part's
+// SRC and DST are known, so the same check can be made.
+#include "cli/subcommand.hpp"
+#include "cli/summary.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
+#include "report/merge.hpp"
+
+#include <fmt/core.h>
+
+namespace mx2nv::cli {
+namespace {
+
+// The merged report's file, checked against the trees the parts name and
+// against the parts themselves.
+ReportFile merged_report_file(const std::string& report_path, const VerifyReportMerger& merger,
+                              const std::vector<fs::path>& parts) {
+  std::vector<fs::path> trees;
+  for (const auto& t : merger.named_trees()) trees.emplace_back(t);
+  ReportFile file(report_path, trees);
+  check_not_an_input(report_path, parts);
+  return file;
+}
+
+Json read_parts(VerifyReportMerger& merger, const std::vector<fs::path>& parts) {
+  check_distinct_inputs(parts, "--merge");
+  for (const auto& part : parts) {
+    std::string text;
+    try {
+      text = read_text_file(part, kMaxMergePartBytes);
+    } catch (const Error& e) {
+      rethrow_with_context(e, "--merge");
+    }
+    merger.add(part.string(), text);
+  }
+  return merger.finish();
+}
+
+// The merge failed with `e`: its error report, where the parts it read
+// name their SRC and DST.
+void write_merge_error(const Error& e, const VerifyReportMerger& merger, const std::string& report_path,
+                       const std::vector<fs::path>& parts) {
+  try {
+    if (!merger.all_parts_named() || !merger.window()) {
+      fail(ErrorKind::Usage, "the parts do not all name their SRC and DST, which the report must stay out of");
+    }
+    const ReportFile file = merged_report_file(report_path, merger, parts);
+    Provenance named;
+    named.source = merger.source();
+    named.target = merger.target();
+    const Report r = failed_report(Command::Verify, *merger.window(), std::move(named), e);
+    std::fflush(stdout);
+    file.write(dump_json(report_to_json(r)) + "\n");
+  } catch (...) {
+    const Error again = current_exception_as_error();
+    fmt::print(stderr, "mx2nv: no report written: {}\n", printable(again.what()));
+  }
+}
+
+void print_merged(const Json& merged, std::size_t parts) {
+  const std::string result = merged["result"].get<std::string>();
+  const bool lossy = merged.contains("requantized");
+  fmt::print("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts,
+             result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
+                                               "every other value identical"
+                                             : "ok, every value identical")
+             : result == "mismatch" ? "MISMATCH"
+                                    : "ERROR",
+             merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
+             merged["differences"].size());
+  if (result == "error") {
+    fmt::print(stderr, "mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
+               printable(merged["error"].get<std::string>()));
+  }
+  for (const auto& d : merged["differences"]) fmt::print(stderr, "mx2nv verify: {}\n", printable(d.get<std::string>()));
+}
+
+}  // namespace
+
+int run_merge(const std::vector<std::string>& parts, const std::string& report_path) {
+  const std::vector<fs::path> paths(parts.begin(), parts.end());
+  if (!report_path.empty()) ReportFile(report_path, {});  // a directory, a missing folder: before reading the parts
+  VerifyReportMerger merger(parts.size());
+  Json merged;
+  try {
+    merged = read_parts(merger, paths);
+  } catch (...) {
+    const Error e = current_exception_as_error();
+    print_error(e);
+    if (!report_path.empty()) write_merge_error(e, merger, report_path, paths);
+    return exit_code(e.kind());
+  }
+  std::optional<ReportFile> file;
+  if (!report_path.empty()) file.emplace(merged_report_file(report_path, merger, paths));
+  print_merged(merged, parts.size());
+  if (file) {
+    std::fflush(stdout);
+    file->write(dump_json(merged) + "\n");
+  }
+  return merged["exit_code"].get<int>();
+}
+
+}  // namespace mx2nv::cli

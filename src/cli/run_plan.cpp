@@ -1,0 +1,82 @@
+// mx2nv plan: plan a conversion once for many processes or machines; the
+// refusals happen here, the steps run with convert --plan.
+#include "cli/shared_options.hpp"
+#include "cli/subcommand.hpp"
+#include "cli/summary.hpp"
+#include "common/printable.hpp"
+#include "convert/plan_command.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace mx2nv::cli {
+namespace {
+
+int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path) {
+  fs::path written;
+  const Report r = plan_checkpoint(o, written);
+  if (r.result == Outcome::Refused) {
+    fmt::print("mx2nv plan: refused under window {}; no plan written\n", window_name(o.window));
+    print_over_span(r.over_span, stdout);
+    return finish(r, report_path);
+  }
+  if (r.already_complete) {
+    fmt::print("mx2nv plan: already complete: {} holds this conversion of {}\n", printable(o.target.string()),
+               printable(o.source.string()));
+    return finish(r, report_path);
+  }
+  fmt::print("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
+             printable(written.string()));
+  print_overspan(r);
+  fmt::print("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
+             printable(written.string()));
+  fmt::print("  then     mx2nv convert --plan {} --finalize\n", printable(written.string()));
+  return finish(r, report_path);
+}
+
+class PlanCommand final : public Subcommand {
+ public:
+  explicit PlanCommand(CLI::App& mx2nv)
+      : Subcommand(mx2nv, Command::Plan,
+                   "plan a conversion once for many processes or machines: refusals happen here") {
+    app_->add_option("SRC", src_, "source checkpoint directory")->required();
+    app_->add_option("DST", dst_, "target directory")->required();
+    plan_out_opt_ = app_->add_option("--plan-out", plan_out_, "write the plan here instead of DST/.mx2nv/plan.json");
+    add_overspan(app_, overspan_);
+    add_window(app_, window_);
+    add_threads(app_, threads_);
+    report_opt_ = add_report(app_, report_path_);
+  }
+
+  int run(CommandRun& state) override {
+    refuse_empty_paths({{report_opt_, &report_path_}, {plan_out_opt_, &plan_out_}});
+    state.window = window_;
+    state.threads = threads_;
+    state.source = src_;
+    state.target = dst_;
+    std::vector<std::pair<fs::path, std::string>> inputs;  // files the report must not replace
+    if (!plan_out_.empty()) inputs.emplace_back(plan_out_, "where --plan-out writes the plan");
+    // Where the report goes is checked before any work.
+    state.outputs = check_command_outputs(path_if_given(report_path_), std::nullopt, {src_, dst_}, inputs);
+    PlanOptions o;
+    if (!plan_out_.empty()) o.plan_out = plan_out_;
+    o.source = src_;
+    o.target = dst_;
+    o.window = window_;
+    o.threads = threads_;
+    o.overspan = parse_overspan(overspan_).value_or(OverSpanChoice::Fail);
+    return run_plan(o, state.outputs.report);
+  }
+
+ private:
+  std::string src_, dst_, plan_out_, report_path_, overspan_ = "fail";
+  Window window_ = windows().front().window;
+  unsigned threads_ = all_cores();
+  CLI::Option *plan_out_opt_ = nullptr, *report_opt_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> add_plan(CLI::App& mx2nv) { return std::make_unique<PlanCommand>(mx2nv); }
+
+}  // namespace mx2nv::cli

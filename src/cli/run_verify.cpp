@@ -1,0 +1,102 @@
+// mx2nv verify: prove every value of DST equals the value in SRC, whole or
+// in parts (--shards I/N) that --merge joins (cli/run_merge.cpp).
+#include "cli/progress_line.hpp"
+#include "cli/shared_options.hpp"
+#include "cli/subcommand.hpp"
+#include "cli/summary.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace mx2nv::cli {
+
+int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_path,
+               const std::optional<ReportFile>& html) {
+  const Report r = verify_checkpoint(o);
+  if (r.result == Outcome::Ok) {
+    if (r.requantized.empty()) {
+      fmt::print("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
+                 r.values_compared, window_name(o.window), r.seconds);
+    } else {
+      fmt::print("mx2nv verify: ok, LOSSY modules equal the documented requantization bit for bit, every other value "
+                 "identical ({} values), window {}, {:.2f} s\n",
+                 r.values_compared, window_name(o.window), r.seconds);
+    }
+    print_counts(r);
+    print_overspan(r);
+  } else {
+    fmt::print("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
+    for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", printable(d));
+  }
+  return finish(r, report_path, html, o.threads);
+}
+
+namespace {
+
+class VerifyCommand final : public Subcommand {
+ public:
+  explicit VerifyCommand(CLI::App& mx2nv)
+      : Subcommand(mx2nv, Command::Verify, "prove every value of DST equals the value in SRC") {
+    app_->add_option("SRC", src_, "source checkpoint directory");
+    app_->add_option("DST", dst_, "converted checkpoint directory");
+    auto* shards = app_->add_option("--shards", shards_,
+                                    "verify shards I, I+N, ... only (I/N) and write a partial report");
+    app_->add_option("--merge", merge_parts_, "join the partial reports of verify --shards I/N into one")
+        ->excludes(shards)
+        ->expected(1, -1);
+    add_window(app_, window_);
+    add_threads(app_, threads_);
+    report_opt_ = add_report(app_, report_path_);
+    html_opt_ = add_html(app_, html_path_);
+    add_progress(app_, progress_);
+  }
+
+  int run(CommandRun& state) override {
+    refuse_empty_paths({{report_opt_, &report_path_}, {html_opt_, &html_path_}});
+    if (!merge_parts_.empty()) return merge();
+    state.window = window_;
+    state.threads = threads_;
+    state.source = src_;
+    state.target = dst_;
+    ProgressLine progress(parse_progress_mode(progress_).value_or(ProgressMode::Auto), stderr);
+    // Where the reports go is checked before any work.
+    state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
+    if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
+    std::optional<ShardSelection> selection;
+    if (!shards_.empty()) {
+      selection = parse_shard_selection(shards_);
+      state.shard_subset = fmt::format("{}/{}", selection->index, selection->stride);
+    }
+    return run_verify({src_, dst_, window_, threads_, selection, progress.callback()}, state.outputs.report,
+                      state.outputs.html);
+  }
+
+ private:
+  // SRC, DST, window and how they were verified come from the parts; an
+  // option that could only be ignored is refused.
+  int merge() const {
+    if (!src_.empty() || !dst_.empty()) {
+      fail(ErrorKind::Usage, "verify --merge takes SRC and DST from the parts: give SRC DST or --merge, not both");
+    }
+    for (const char* option : {"--window", "--threads", "--html", "--progress"}) {
+      if (app_->get_option(option)->count() > 0) {
+        fail(ErrorKind::Usage, "verify --merge: {} does not apply (the parts were verified with their own)", option);
+      }
+    }
+    return run_merge(merge_parts_, report_path_);
+  }
+
+  std::string src_, dst_, shards_, report_path_, html_path_, progress_ = "auto";
+  std::vector<std::string> merge_parts_;
+  Window window_ = windows().front().window;
+  unsigned threads_ = all_cores();
+  CLI::Option *report_opt_ = nullptr, *html_opt_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> add_verify(CLI::App& mx2nv) { return std::make_unique<VerifyCommand>(mx2nv); }
+
+}  // namespace mx2nv::cli
