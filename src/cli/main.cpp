@@ -208,20 +208,27 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
 void print_error(const Error& e) { fmt::print(stderr, "mx2nv: {}: {}\n", kind_name(e.kind()), printable(e.what())); }
 
 // verify --merge (core/report_merge.hpp): the parts are input. The report
-// may go anywhere but into the SRC and DST the parts name, and never over a
-// part; that is checked once the parts are read, before anything is printed
-// or written. A failed merge writes its error report only where every
-// part's SRC and DST are known, so the same check can be made.
+// may go anywhere but into the SRC and DST the parts name (as recorded, as
+// they resolve now, and as they resolved when each part was verified: a
+// symlink re-pointed since protects nothing) and never over a part. The
+// path is resolved (a FIFO opened) before the parts are read, and checked
+// once they are, before anything is printed or written. A failed merge
+// writes its error report only where every part's SRC and DST are known, so
+// the same check can be made.
 int run_merge(const std::vector<std::string>& parts, const std::string& report_path) {
   const std::vector<fs::path> paths(parts.begin(), parts.end());
-  const auto report_file = [&](const VerifyReportMerger& merger) {
+  std::optional<ReportFile> file;
+  if (!report_path.empty()) {
+    file.emplace(report_path, "--report");  // a directory, a missing folder: exit 2 now
+    file->require_directory();
+  }
+  const auto check_file = [&](const VerifyReportMerger& merger) {
     std::vector<fs::path> trees;
     for (const auto& t : merger.named_trees()) trees.emplace_back(t);
-    ReportFile file(report_path, trees);
-    check_not_an_input(report_path, paths);
-    return file;
+    std::vector<std::pair<fs::path, std::string>> inputs;
+    for (const auto& part : paths) inputs.emplace_back(part, fmt::format("{}, a part this merge reads", part.string()));
+    file->check(protect_paths(trees, inputs));
   };
-  if (!report_path.empty()) ReportFile(report_path, {});  // a directory, a missing folder: before reading the parts
   VerifyReportMerger merger(parts.size());
   Json merged;
   try {
@@ -239,12 +246,12 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
   } catch (...) {
     const Error e = current_exception_as_error();
     print_error(e);
-    if (!report_path.empty()) {
+    if (file) {
       try {
         if (!merger.all_parts_named() || !merger.window()) {
           fail(ErrorKind::Usage, "the parts do not all name their SRC and DST, which the report must stay out of");
         }
-        const ReportFile file = report_file(merger);
+        check_file(merger);
         Report r;
         r.command = "verify";
         r.window = *merger.window();
@@ -252,7 +259,7 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
         r.provenance.target = merger.target();
         r.set_error(e);
         std::fflush(stdout);
-        file.write(dump_json(report_to_json(r)) + "\n");
+        file->write(dump_json(report_to_json(r)) + "\n");
       } catch (...) {
         const Error again = current_exception_as_error();
         fmt::print(stderr, "mx2nv: no report written: {}\n", printable(again.what()));
@@ -260,8 +267,7 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
     }
     return exit_code(e.kind());
   }
-  std::optional<ReportFile> file;
-  if (!report_path.empty()) file.emplace(report_file(merger));
+  if (file) check_file(merger);
 
   const std::string result = merged["result"].get<std::string>();
   const bool lossy = merged.contains("requantized");
