@@ -138,6 +138,51 @@ bool planted_link(const fs::path& file) {
   return ::lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1;
 }
 
+// What a finished DST keeps of mx2nv's: finished.json alone. A finalize
+// killed after its commit point (the index) leaves the identity, records,
+// locks and a plan beside it; a retried finalize or convert --resume removes
+// them (tidy_finished). Under the exclusive lock when a lock file is left
+// (skipped while anyone holds it, a step answering "already complete" too:
+// the next retry tidies), without one otherwise (nothing takes a new lock
+// on a finished DST). Only inside .mx2nv/, never a file of the checkpoint;
+// finished.json and the commit point stay, so DST stays finished. Best
+// effort: the answer does not depend on it.
+void tidy_finished_at(int root_fd, const fs::path& root) {
+  const int s = ::openat(root_fd, std::string(kStateDirName).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (s < 0) return;
+  const UniqueFd state(s);
+  bool leftovers = false;
+  {
+    const int scan = ::fcntl(s, F_DUPFD_CLOEXEC, 0);
+    DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr;
+    if (d == nullptr) {
+      if (scan >= 0) ::close(scan);
+      return;
+    }
+    ::rewinddir(d);
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view n = e->d_name;
+      if (n != "." && n != ".." && n != kFinishedFileName) leftovers = true;
+    }
+    ::closedir(d);
+  }
+  if (!leftovers) return;
+  UniqueFd lock(::openat(s, std::string(kLockFileName).c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (lock) {
+    struct stat st {};
+    if (::fstat(lock.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return;
+  } else if (errno != ENOENT) {
+    return;
+  }
+  try {
+    if (!finished_record_at(root_fd, root)) return;
+    remove_entries_except(s, std::string(kFinishedFileName));
+    fsync_directory(s, root / kStateDirName);
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 Destination::Destination(const fs::path& source, fs::path root, bool resume) : root_(std::move(root)), resume_(resume) {
@@ -190,6 +235,17 @@ std::optional<FinishedRecord> Destination::finished_record(const fs::path& root)
   if (fd < 0) return std::nullopt;
   const UniqueFd owned(fd);
   return finished_record_at(fd, root);
+}
+
+void Destination::tidy_finished() {
+  if (state_ == DestinationState::Finished && root_fd_) tidy_finished_at(root_fd_.get(), root_);
+}
+
+void Destination::tidy_finished(const fs::path& root) {
+  const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  const UniqueFd owned(fd);
+  tidy_finished_at(fd, root);
 }
 
 Destination::~Destination() {

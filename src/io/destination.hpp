@@ -66,6 +66,16 @@ class Destination {
   // and SRC are gone); exit 2 for an unreadable record.
   static std::optional<FinishedRecord> finished_record(const fs::path& root);
 
+  // A finished DST keeps only .mx2nv/finished.json of mx2nv's: a finalize
+  // killed after its commit point leaves its identity, records, locks and a
+  // plan beside it. A retried finalize or convert --resume that answers
+  // "already complete" removes them with this (under the exclusive lock
+  // when a lock file is left; skipped while anyone holds it), never a file
+  // outside .mx2nv/; DST stays finished. Best effort, no error. The static
+  // form is for a step whose plan is gone.
+  void tidy_finished();
+  static void tidy_finished(const fs::path& root);
+
   DestinationState state() const { return state_; }
   const fs::path& root() const { return root_; }
   // The finished conversion's record (state() == Finished).

@@ -187,7 +187,9 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
 // A command whose plan is gone: finalize removes a plan kept in DST/.mx2nv, so
 // a retried job after finalize finds DST finished instead. Only then: a plan
 // kept anywhere else is never removed by mx2nv, and missing is missing.
-Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_point started) {
+// A finalize (`tidy`) also removes what a finalize killed after its commit
+// point left in DST's state directory (Destination::tidy_finished).
+Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_point started, bool tidy) {
   const auto home = destination_of_default_plan(options.plan);
   const auto no_plan = [&]() -> Report {
     fail(ErrorKind::Usage, "{}: no such plan (run mx2nv plan first)", options.plan.string());
@@ -219,9 +221,11 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     Report report = start_report("convert", window, *options.source, &dst);
     add_source_counts(report, source);
     if (!answer_finished(report, out, source.checkpoint, window, choice)) return no_plan();
+    if (tidy) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   }
+  if (tidy) Destination::tidy_finished(dst);
   Report report;
   report.command = "convert";
   report.window = window;
@@ -378,7 +382,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   ProgressTracker progress("convert", "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
-  if (!loaded) return plan_gone(options, started);
+  if (!loaded) return plan_gone(options, started, false);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::Drop);  // shards need no index names
@@ -429,7 +433,7 @@ Report finalize_planned(const PlannedOptions& options) {
   ProgressTracker progress("convert", "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
-  if (!loaded) return plan_gone(options, started);
+  if (!loaded) return plan_gone(options, started, true);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report("convert", loaded->file.window, loaded->source, &loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::KeepIfSmall);
@@ -438,7 +442,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes);
+    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   };
