@@ -607,9 +607,12 @@ int main(int argc, char** argv) {
                    "auto (default): also ask the vLLM/SGLang installed in --python which scheme their own code "
                    "selects; never: do not")
       ->check(CLI::IsMember({"auto", "never"}));
-  gate->add_option("--python", gate_options.ask.python, "interpreter to ask the runtimes in (default python3 on PATH)");
-  gate->add_option("--ask-timeout", gate_ask_timeout, "seconds the interpreter may take (default 120)")
-      ->check(CLI::Range(1u, 3600u));
+  auto* gate_python = gate->add_option("--python", gate_options.ask.python,
+                                       "interpreter to ask the runtimes in (default python3 on PATH; not with "
+                                       "--ask-runtimes never)");
+  auto* gate_timeout = gate->add_option("--ask-timeout", gate_ask_timeout,
+                                        "seconds the interpreter may take (default 120; not with --ask-runtimes never)")
+                           ->check(CLI::Range(1u, 3600u));
 
   FixtureSpec gen;
   std::string gen_dir, gen_layout = "k3";
@@ -757,6 +760,16 @@ int main(int argc, char** argv) {
     if (*inspect) return run_inspect(src, window, json, threads, html_file);
     if (*demo) return run_demo(demo_dir, threads);
     if (*gate) {
+      // Options for asking the runtimes, given with --ask-runtimes never,
+      // could only be ignored: refused instead.
+      if (gate_ask == "never") {
+        for (const CLI::Option* o : {gate_python, gate_timeout}) {
+          if (o->count() > 0) {
+            fail(ErrorKind::Usage, "gate {}: does not apply with --ask-runtimes never (nothing is asked)",
+                 o->get_name());
+          }
+        }
+      }
       gate_options.threads = threads;
       gate_options.ask.enabled = gate_ask == "auto";
       gate_options.ask.timeout = std::chrono::seconds(gate_ask_timeout);
