@@ -818,6 +818,7 @@ int main(int argc, char** argv) {
                                                      : "verify";
         Report r = start_report(command, window, used_src, inspect->parsed() ? nullptr : &target);
         r.shard_subset = verify_subset;  // a failed part of verify --shards I/N is still part I/N for --merge
+        if (!verify_subset.empty()) record_resolved_paths(r, used_src, used_dst);
         r.set_error(e);
         write_report(report_file, r);
         write_html(html_file, r, nullptr, threads);

@@ -1,5 +1,7 @@
 #include "io/checkpoint_reader.hpp"
 
+#include "io/report_file.hpp"
+
 #include "core/checkpoint_names.hpp"
 #include "core/error.hpp"
 #include "io/parallel.hpp"
@@ -282,6 +284,15 @@ Report start_report(std::string command, Window window, const fs::path& source, 
   }
   if (target != nullptr && !target->empty()) r.provenance.target = fs::absolute(*target).lexically_normal().string();
   return r;
+}
+
+void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target) {
+  const auto resolved = [](const fs::path& p) {
+    std::error_code ec;
+    return resolved_path(p).value_or(fs::absolute(p, ec).lexically_normal()).string();
+  };
+  report.resolved_source = resolved(source);
+  report.resolved_target = resolved(target);
 }
 
 }  // namespace mx2nv

@@ -131,5 +131,9 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
 // when SRC is a Hugging Face cache snapshot, its revision. An empty path (one
 // the command does not know) stays empty.
 Report start_report(std::string command, Window window, const fs::path& source, const fs::path* target);
+// A part of verify --shards I/N records SRC and DST as they resolve now
+// (Report::resolved_source/target): every symlink followed, or, for one
+// that does not exist, the absolute path as given.
+void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target);
 
 }  // namespace mx2nv
