@@ -21,8 +21,6 @@
 namespace mx2nv {
 namespace {
 
-constexpr std::uint64_t kMaxPlanBytes = 256 << 20;
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -49,6 +47,13 @@ bool same_directory(const fs::path& a, const fs::path& b) {
   struct stat sa {}, sb {};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && S_ISDIR(sa.st_mode) &&
          sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// A plan file, streamed (core/plan_file.hpp: no copy of the text, no DOM;
+// the size capped before anything is read).
+PlanFile read_plan_file(const fs::path& path) {
+  const File f = File::open_read(path);
+  return plan_file_from_source(FileSource(f), f.size(), path.string());
 }
 
 struct LoadedPlan {
@@ -96,9 +101,9 @@ void check_source_matches(const SourceCheckpoint& source, const PlanFile& plan) 
 // SRC's is check_planned_rows' part, for the modules a step writes.
 Plan planned(const SourceCheckpoint& source, const PlanFile& file) {
   check_source_matches(source, file);
-  std::vector<std::string> names;
+  std::vector<std::string_view> names;  // views: K3's ~250k names are not copied again
   names.reserve(source.modules.modules.size());
-  for (const auto& m : source.modules.modules) names.emplace_back(m.name);
+  for (const auto& m : source.modules.modules) names.push_back(m.name);
   Plan plan = plan_for_modules(file, names);
   for (std::size_t s = 0; s < file.shards.size(); ++s) {
     const OpenShard in = source.checkpoint.read_shard(s);
@@ -162,7 +167,7 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
   std::error_code ec;
   if (!fs::exists(options.plan, ec)) return std::nullopt;
   LoadedPlan l;
-  l.file = plan_file_from_text(read_text_file(options.plan, kMaxPlanBytes), options.plan.string());
+  l.file = read_plan_file(options.plan);
   // Another version may plan otherwise (its rows, its fingerprints): a plan
   // is run by the mx2nv that made it.
   if (l.file.tool_version != MX2NV_VERSION) {
@@ -353,7 +358,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     if (fs::exists(fs::symlink_status(plan_written, ec))) {
       std::optional<PlanFile> existing;
       try {
-        existing = plan_file_from_text(read_text_file(plan_written, kMaxPlanBytes), plan_written.string());
+        existing = read_plan_file(plan_written);
       } catch (const Error&) {
       }
       if (!existing || existing->fingerprint != file.fingerprint) {
