@@ -26,6 +26,8 @@ namespace {
 // Every symlink a path may pass through before it is refused (the kernel's
 // own limit is 40).
 constexpr int kMaxLinkHops = 40;
+// How long a FIFO's reader may take to open its end after mx2nv starts.
+constexpr int kFifoReaderGraceMs = 2000;
 // The checkpoint reader follows directory symlinks this deep (io/checkpoint_reader.cpp).
 constexpr std::size_t kMaxTreeDepth = 16;
 
@@ -296,8 +298,15 @@ ReportFile::ReportFile(const fs::path& path, std::string_view option) : path_(pa
     fail(ErrorKind::Usage, "{} {}: is a block device; refusing to write a report onto a disk", option, shown);
   } else if (!S_ISREG(st.st_mode)) {
     // A character device, FIFO, pipe or socket: written through, opened now.
-    // O_NONBLOCK: a FIFO nothing reads is refused here, not waited for.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO nothing reads is refused here, not waited for
+    // forever; a reader started beside mx2nv (`cat ff & mx2nv ... ff`) is
+    // given kFifoReaderGraceMs to open its end.
+    int fd = -1;
+    for (int waited = 0;; waited += 10) {
+      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0 || errno != ENXIO || waited >= kFifoReaderGraceMs || stop_requested()) break;
+      ::usleep(10'000);
+    }
     if (fd < 0) {
       const int err = errno;
       if (err == ENXIO) {
