@@ -329,7 +329,8 @@ ReportFile::ReportFile(const fs::path& path, std::string_view option) : path_(pa
     const auto r = real_path(path);
     struct stat again {};
     if (!r || ::stat(r->c_str(), &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino) {
-      fail(ErrorKind::Usage, "{} {}: leads to a file no path names (deleted?); refusing to write there", option, shown);
+      fail(ErrorKind::Usage, "{} {}: leads to a file no path names (deleted?); refusing to write there", option,
+           shown);
     }
     resolved_ = *r;
     id_ = id_of(st);
@@ -339,7 +340,9 @@ ReportFile::ReportFile(const fs::path& path, std::string_view option) : path_(pa
       struct stat s {};
       if (::fstat(stream, &s) == 0 && S_ISREG(s.st_mode) && s.st_dev == st.st_dev && s.st_ino == st.st_ino) {
         const int fd = ::open(r->c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) fail(ErrorKind::Usage, "{} {}: cannot be opened for writing: {}", option, shown, std::strerror(errno));
+        if (fd < 0) {
+          fail(ErrorKind::Usage, "{} {}: cannot be opened for writing: {}", option, shown, std::strerror(errno));
+        }
         fd_ = UniqueFd(fd);
         struct stat now {};
         if (::fstat(fd, &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino || now.st_nlink == 0) {
@@ -355,7 +358,10 @@ ReportFile::ReportFile(const fs::path& path, std::string_view option) : path_(pa
   name_ = resolved_.filename().string();
   const fs::path dir = resolved_.parent_path();
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail(ErrorKind::Usage, "{} {}: cannot open its directory {}: {}", option, shown, dir.string(), std::strerror(errno));
+  if (dfd < 0) {
+    fail(ErrorKind::Usage, "{} {}: cannot open its directory {}: {}", option, shown, dir.string(),
+         std::strerror(errno));
+  }
   dir_ = UniqueFd(dfd);
 }
 
@@ -384,7 +390,8 @@ void ReportFile::require_directory() const {
 }
 
 void ReportFile::refuse_same_file(const ReportFile& other, std::string_view what) const {
-  if (resolved_.empty() || other.resolved_.empty()) return;  // one FIFO or device twice: written twice, harmlessly
+  // One FIFO, device or stdout's file twice: appended to twice, harmlessly.
+  if (!replace_ || !other.replace_) return;
   if (resolved_ == other.resolved_ || (id_ && id_ == other.id_)) {
     fail(ErrorKind::Usage, "{} {}: is {}; refusing to replace it", option_, path_.string(), what);
   }
