@@ -75,7 +75,9 @@ class ProtectedPaths {
   // tree as spelled, before any resolution (a tree that does not exist yet).
   std::optional<std::string> lexical_refusal(const fs::path& absolute) const;
 
-  static constexpr std::size_t kMaxProtectedEntries = 1'000'000;
+  // A checkpoint holds at most kMaxShards shards and kMaxCompanionFiles other
+  // files (io/checkpoint_reader.hpp), and a few folders.
+  static constexpr std::size_t kMaxProtectedEntries = 250'000;
 
  private:
   struct Tree {
