@@ -97,14 +97,16 @@ class GateResult:
 
 def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int = 1, dtype: str = "both",
          threads: Optional[int] = None, ask_runtimes: bool = True, python: Optional[str] = None,
-         ask_timeout: int = 120) -> GateResult:
+         ask_timeout: Optional[int] = None) -> GateResult:
     """``mx2nv gate``: will vLLM / SGLang run this compressed-tensors NVFP4A16
     checkpoint exactly? BLOCKED and a disagreement are answers, not
     exceptions (see ``result``, ``disagreement``, ``exit_code``).
 
     With ``ask_runtimes`` the runtimes' own config parser and selector are
     asked too (``mx2nv.runtime_probe``), in ``python`` (default: this
-    interpreter, ``sys.executable``). The probe runs as a child process:
+    interpreter, ``sys.executable``), which may take ``ask_timeout`` seconds
+    (default 120); both are refused (``UsageError``) without
+    ``ask_runtimes``, where they could only be ignored. The probe runs as a child process:
     importing vLLM changes environment variables, logging and torch state,
     and a crash in a runtime's compiled extension must not take this process
     down. Raises ``InvalidInputError`` (not an NVFP4 checkpoint),
@@ -117,6 +119,12 @@ def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int 
         raise UsageError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 1024:
         raise UsageError(f"tp must be an integer in [1, 1024], got {tp!r}")
+    if not ask_runtimes:
+        for name, value in (("python", python), ("ask_timeout", ask_timeout)):
+            if value is not None:
+                raise UsageError(f"{name} does not apply with ask_runtimes=False (nothing is asked)")
+    if ask_timeout is None:
+        ask_timeout = 120
     if isinstance(ask_timeout, bool) or not isinstance(ask_timeout, int) or not 1 <= ask_timeout <= 3600:
         raise UsageError(f"ask_timeout must be seconds in [1, 3600], got {ask_timeout!r}")
     interpreter = (python or sys.executable) if ask_runtimes else None

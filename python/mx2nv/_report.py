@@ -97,7 +97,8 @@ def _float(value: Any) -> float:
 
 
 # Keys the library writes only for some commands or results.
-_OPTIONAL_KEYS = ("already_complete", "copy", "shard_subset", "requantized", "overspan", "error", "error_kind")
+_OPTIONAL_KEYS = ("already_complete", "copy", "shard_subset", "resolved", "requantized", "overspan", "error",
+                  "error_kind")
 _ABSENT = {k: None for k in _OPTIONAL_KEYS}
 
 _REPORT_FIELDS = {
@@ -125,6 +126,7 @@ class Report:
     already_complete: Optional[bool]  # convert only: DST already held this conversion, nothing written
     copy: Optional[CopyAccount]  # convert only
     shard_subset: Optional[str]  # verify --shards I/N: the part this report covers
+    resolved: Optional[Dict[str, str]]  # verify --shards I/N: {"source", "target"} as they resolved then
     source_tensor_bytes: int
     target_tensor_bytes: int
     size_change_percent: float

@@ -49,6 +49,7 @@ int report_failure(Command command, const CommandRun& state) {
     try {
       Report r = failed_report(command, state.window, state.source, state.target, e, UnresolvedPaths::Throw);
       r.shard_subset = state.shard_subset;  // a failed part of verify --shards I/N is still part I/N for --merge
+      if (!state.shard_subset.empty()) record_resolved_paths(r, state.source, state.target);
       write_report(state.outputs.report, r);
       write_html(state.outputs.html, r, nullptr, state.threads);
     } catch (...) {

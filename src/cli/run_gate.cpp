@@ -2,6 +2,7 @@
 // exactly? gate's rule table, and the installed runtimes' own selectors.
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
+#include "common/error.hpp"
 #include "common/printable.hpp"
 #include "gate/gate.hpp"
 
@@ -80,12 +81,24 @@ class GateCommand final : public Subcommand {
                      "auto (default): also ask the vLLM/SGLang installed in --python which scheme their own code "
                      "selects; never: do not")
         ->check(CLI::IsMember({"auto", "never"}));
-    app_->add_option("--python", options_.ask.python, "interpreter to ask the runtimes in (default python3 on PATH)");
-    app_->add_option("--ask-timeout", ask_timeout_, "seconds the interpreter may take (default 120)")
-        ->check(CLI::Range(1u, 3600u));
+    python_ = app_->add_option("--python", options_.ask.python,
+                               "interpreter to ask the runtimes in (default python3 on PATH; not with "
+                               "--ask-runtimes never)");
+    timeout_ = app_->add_option("--ask-timeout", ask_timeout_,
+                                "seconds the interpreter may take (default 120; not with --ask-runtimes never)")
+                   ->check(CLI::Range(1u, 3600u));
   }
 
   int run(CommandRun&) override {
+    // Options for asking the runtimes, given with --ask-runtimes never, could
+    // only be ignored: refused instead.
+    if (ask_ == "never") {
+      for (const CLI::Option* o : {python_, timeout_}) {
+        if (o->count() > 0) {
+          fail(ErrorKind::Usage, "gate {}: does not apply with --ask-runtimes never (nothing is asked)", o->get_name());
+        }
+      }
+    }
     options_.threads = threads_;
     options_.ask.enabled = ask_ == "auto";
     options_.ask.timeout = std::chrono::seconds(ask_timeout_);
@@ -98,6 +111,8 @@ class GateCommand final : public Subcommand {
   std::string dtype_ = "both", ask_ = "auto";
   unsigned threads_ = all_cores(), ask_timeout_ = 120;
   bool json_ = false;
+  CLI::Option* python_ = nullptr;
+  CLI::Option* timeout_ = nullptr;
 };
 
 }  // namespace

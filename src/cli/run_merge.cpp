@@ -1,9 +1,12 @@
 // mx2nv verify --merge PART...: the partial reports of verify --shards I/N
 // joined into one (report/merge.hpp). The parts are input. The report may go
-// anywhere but into the SRC and DST the parts name, and never over a part;
-// that is checked once the parts are read, before anything is printed or
-// written. A failed merge writes its error report only where every part's
-// SRC and DST are known, so the same check can be made.
+// anywhere but into the SRC and DST the parts name (as recorded, as they
+// resolve now, and as they resolved when each part was verified: a symlink
+// re-pointed since protects nothing) and never over a part. The path is
+// resolved (a FIFO opened) before the parts are read, and checked once they
+// are, before anything is printed or written. A failed merge writes its error
+// report only where every part's SRC and DST are known, so the same check can
+// be made.
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
 #include "common/error.hpp"
@@ -17,13 +20,13 @@ namespace {
 
 // The merged report's file, checked against the trees the parts name and
 // against the parts themselves.
-ReportFile merged_report_file(const std::string& report_path, const VerifyReportMerger& merger,
+void check_merged_report_file(ReportFile& file, const VerifyReportMerger& merger,
                               const std::vector<fs::path>& parts) {
   std::vector<fs::path> trees;
   for (const auto& t : merger.named_trees()) trees.emplace_back(t);
-  ReportFile file(report_path, trees);
-  check_not_an_input(report_path, parts);
-  return file;
+  std::vector<std::pair<fs::path, std::string>> inputs;
+  for (const auto& part : parts) inputs.emplace_back(part, fmt::format("{}, a part this merge reads", part.string()));
+  file.check(protect_paths(trees, inputs));
 }
 
 Json read_parts(VerifyReportMerger& merger, const std::vector<fs::path>& parts) {
@@ -42,13 +45,13 @@ Json read_parts(VerifyReportMerger& merger, const std::vector<fs::path>& parts) 
 
 // The merge failed with `e`: its error report, where the parts it read
 // name their SRC and DST.
-void write_merge_error(const Error& e, const VerifyReportMerger& merger, const std::string& report_path,
+void write_merge_error(const Error& e, const VerifyReportMerger& merger, ReportFile& file,
                        const std::vector<fs::path>& parts) {
   try {
     if (!merger.all_parts_named() || !merger.window()) {
       fail(ErrorKind::Usage, "the parts do not all name their SRC and DST, which the report must stay out of");
     }
-    const ReportFile file = merged_report_file(report_path, merger, parts);
+    check_merged_report_file(file, merger, parts);
     Provenance named;
     named.source = merger.source();
     named.target = merger.target();
@@ -83,7 +86,11 @@ void print_merged(const Json& merged, std::size_t parts) {
 
 int run_merge(const std::vector<std::string>& parts, const std::string& report_path) {
   const std::vector<fs::path> paths(parts.begin(), parts.end());
-  if (!report_path.empty()) ReportFile(report_path, {});  // a directory, a missing folder: before reading the parts
+  std::optional<ReportFile> file;
+  if (!report_path.empty()) {
+    file.emplace(report_path, "--report");  // a directory, a missing folder: exit 2 now
+    file->require_directory();
+  }
   VerifyReportMerger merger(parts.size());
   Json merged;
   try {
@@ -91,11 +98,10 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
   } catch (...) {
     const Error e = current_exception_as_error();
     print_error(e);
-    if (!report_path.empty()) write_merge_error(e, merger, report_path, paths);
+    if (file) write_merge_error(e, merger, *file, paths);
     return exit_code(e.kind());
   }
-  std::optional<ReportFile> file;
-  if (!report_path.empty()) file.emplace(merged_report_file(report_path, merger, paths));
+  if (file) check_merged_report_file(*file, merger, paths);
   print_merged(merged, parts.size());
   if (file) {
     std::fflush(stdout);

@@ -123,6 +123,14 @@ std::string dump_json(const nlohmann::json& value, int indent) {
   return out;
 }
 
+std::string excerpt(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return printable(text);
+  std::size_t cut = max_bytes;
+  // Back to the start of a UTF-8 sequence (at most 3 continuation bytes).
+  for (int k = 0; k < 3 && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80; ++k) --cut;
+  return fmt::format("{}... ({} bytes)", printable(text.substr(0, cut)), text.size());
+}
+
 std::string human_bytes(std::uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);

@@ -42,6 +42,11 @@ std::string printable(std::string_view text);
 std::string json_text(std::string_view text);
 std::string dump_json(const nlohmann::json& value, int indent = 2);
 std::string human_bytes(std::uint64_t n);
+// At most `max_bytes` of `text` (cut before a UTF-8 sequence it would split),
+// then "... (N bytes)" when it was cut, through printable(): hostile text of
+// megabytes (a path in a forged plan, a JSON token in a parser's message)
+// is never echoed whole.
+std::string excerpt(std::string_view text, std::size_t max_bytes = 256);
 
 // The code points printable() writes as \uXXXX (see above).
 bool terminal_unsafe_code_point(char32_t c);

@@ -45,12 +45,15 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // (render_target_index) for a larger one rather than held while modules are
   // scanned and shards written.
   // A planned conversion's DST is refused before the plan step's scan.
-  refuse_planned_destination(out);
+  // (A finished DST's plan is a leftover of a finalize killed after its
+  // commit point: answered for as finished, and tidied away.)
+  if (out.state() != DestinationState::Finished) refuse_planned_destination(out);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
   const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.overspan);
   if (!planned) {
+    if (report.already_complete) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   }
@@ -67,7 +70,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // --- execute every shard, then finalize.
   if (!out.open_for_writing(files_written(ck))) {
     // Finished by another process since DST was opened: answered, not redone.
-    answer_finished(report, out, ck, options.window, options.overspan);
+    if (answer_finished(report, out, ck, options.window, options.overspan)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   }

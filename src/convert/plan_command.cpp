@@ -12,6 +12,11 @@
 #include <chrono>
 
 namespace mx2nv {
+
+PlanFile read_plan_file(const fs::path& path) {
+  const File f = File::open_read(path);
+  return plan_file_from_source(FileSource(f), f.size(), path.string());
+}
 namespace {
 
 PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const fs::path& src, const fs::path& dst) {
@@ -71,7 +76,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     if (fs::exists(fs::symlink_status(plan_written, ec))) {
       std::optional<PlanFile> existing;
       try {
-        existing = plan_file_from_text(read_text_file(plan_written, kMaxPlanFileBytes), plan_written.string());
+        existing = read_plan_file(plan_written);
       } catch (const Error&) {
       }
       if (!existing || existing->fingerprint != file.fingerprint) {

@@ -5,6 +5,7 @@
 
 #include "numerics/window.hpp"
 #include "plan/overspan.hpp"
+#include "plan/plan_file.hpp"
 #include "report/report.hpp"
 #include "sys/file.hpp"
 
@@ -23,5 +24,9 @@ struct PlanOptions {
 // Plans and writes the plan file. report.result is Refused (nothing written)
 // when the window refuses a module.
 Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written);
+
+// A plan file, streamed (plan/plan_file.hpp: no copy of the text, no DOM;
+// the size capped before anything is read).
+PlanFile read_plan_file(const fs::path& path);
 
 }  // namespace mx2nv

@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "common/stopwatch.hpp"
+#include "convert/plan_command.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/overspan.hpp"
@@ -84,9 +85,9 @@ void check_source_matches(const SourceCheckpoint& source, const PlanFile& plan) 
 // SRC's is check_planned_rows' part, for the modules a step writes.
 Plan planned(const SourceCheckpoint& source, const PlanFile& file) {
   check_source_matches(source, file);
-  std::vector<std::string> names;
+  std::vector<std::string_view> names;  // views: K3's ~250k names are not copied again
   names.reserve(source.modules.modules.size());
-  for (const auto& m : source.modules.modules) names.emplace_back(m.name);
+  for (const auto& m : source.modules.modules) names.push_back(m.name);
   Plan plan = plan_for_modules(file, names);
   for (std::size_t s = 0; s < file.shards.size(); ++s) {
     const OpenShard in = source.checkpoint.read_shard(s);
@@ -114,7 +115,7 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
   std::error_code ec;
   if (!fs::exists(options.plan, ec)) return std::nullopt;
   LoadedPlan l;
-  l.file = plan_file_from_text(read_text_file(options.plan, kMaxPlanFileBytes), options.plan.string());
+  l.file = read_plan_file(options.plan);
   // Another version may plan otherwise (its rows, its fingerprints): a plan
   // is run by the mx2nv that made it.
   if (l.file.tool_version != MX2NV_VERSION) {
@@ -139,7 +140,9 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
 // A command whose plan is gone: finalize removes a plan kept in DST/.mx2nv, so
 // a retried job after finalize finds DST finished instead. Only then: a plan
 // kept anywhere else is never removed by mx2nv, and missing is missing.
-Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_point started) {
+// A finalize (`tidy`) also removes what a finalize killed after its commit
+// point left in DST's state directory (Destination::tidy_finished).
+Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_point started, bool tidy) {
   const auto home = destination_of_default_plan(options.plan);
   const auto no_plan = [&]() -> Report {
     fail(ErrorKind::Usage, "{}: no such plan (run mx2nv plan first)", options.plan.string());
@@ -171,9 +174,11 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     Report report = start_report(Command::Convert, window, *options.source, dst);
     add_source_counts(report, source);
     if (!answer_finished(report, out, source.checkpoint, window, choice)) return no_plan();
+    if (tidy) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   }
+  if (tidy) Destination::tidy_finished(dst);
   Report report;
   report.command = Command::Convert;
   report.window = window;
@@ -237,7 +242,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
-  if (!loaded) return plan_gone(options, started);
+  if (!loaded) return plan_gone(options, started, false);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::Drop);  // shards need no index names
@@ -288,7 +293,7 @@ Report finalize_planned(const PlannedOptions& options) {
   ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
   const auto loaded = load_plan(options);
-  if (!loaded) return plan_gone(options, started);
+  if (!loaded) return plan_gone(options, started, true);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::KeepIfSmall);
@@ -297,7 +302,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes);
+    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   };

@@ -38,6 +38,8 @@ void remove_entries_except(int dir_fd, const std::string& keep) {
     if (scan >= 0) ::close(scan);
     return;
   }
+  // A dup shares the directory's read position with every other dup: from the start.
+  ::rewinddir(d);
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
@@ -101,6 +103,86 @@ std::optional<FinishedRecord> finished_record_at(int root_fd, const fs::path& ro
   return record;
 }
 
+// A file of DST opened to be written in place (the lock files, whose
+// holder writes its pid into DST's): opened with O_NOFOLLOW, and only a
+// regular file with one name is used. A hard link planted there (to SRC's
+// config.json, say) would make that write land in the other file.
+void check_in_place(int fd, const fs::path& display, const fs::path& root) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_io(display, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "{}: not a regular file", display.string());
+  if (st.st_nlink != 1) {
+    fail(ErrorKind::Usage,
+         "DST {}: {} has {} names (a hard link planted in DST?); refusing to write where it could lead elsewhere",
+         root.string(), display.lexically_relative(root).generic_string(), st.st_nlink);
+  }
+}
+
+// A regular file of DST with more than one name is planted (mx2nv never
+// links two names of DST to one file for good), unless it is mx2nv's own
+// link into place in flight: the final name and its temporary name share
+// the inode until the temporary name is removed (claim_identity where the
+// file system lacks RENAME_NOREPLACE), or the temporary name went away
+// since the first look.
+bool planted_link(const fs::path& file) {
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink <= 1) return false;
+  const std::string name = file.filename().string();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(file.parent_path(), ec)) {
+    const std::string other = e.path().filename().string();
+    if (other == name || !(is_temp_of(other, name) || is_temp_of(name, other))) continue;
+    struct stat o {};
+    if (::lstat(e.path().c_str(), &o) == 0 && o.st_dev == st.st_dev && o.st_ino == st.st_ino) return false;
+  }
+  return ::lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1;
+}
+
+// What a finished DST keeps of mx2nv's: finished.json alone. A finalize
+// killed after its commit point (the index) leaves the identity, records,
+// locks and a plan beside it; a retried finalize or convert --resume removes
+// them (tidy_finished). Under the exclusive lock when a lock file is left
+// (skipped while anyone holds it, a step answering "already complete" too:
+// the next retry tidies), without one otherwise (nothing takes a new lock
+// on a finished DST). Only inside .mx2nv/, never a file of the checkpoint;
+// finished.json and the commit point stay, so DST stays finished. Best
+// effort: the answer does not depend on it.
+void tidy_finished_at(int root_fd, const fs::path& root) {
+  const int s = ::openat(root_fd, std::string(kStateDirName).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (s < 0) return;
+  const UniqueFd state(s);
+  bool leftovers = false;
+  {
+    const int scan = ::fcntl(s, F_DUPFD_CLOEXEC, 0);
+    DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr;
+    if (d == nullptr) {
+      if (scan >= 0) ::close(scan);
+      return;
+    }
+    ::rewinddir(d);
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view n = e->d_name;
+      if (n != "." && n != ".." && n != kFinishedFileName) leftovers = true;
+    }
+    ::closedir(d);
+  }
+  if (!leftovers) return;
+  UniqueFd lock(::openat(s, std::string(kLockFileName).c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (lock) {
+    struct stat st {};
+    if (::fstat(lock.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return;
+  } else if (errno != ENOENT) {
+    return;
+  }
+  try {
+    if (!finished_record_at(root_fd, root)) return;
+    remove_entries_except(s, std::string(kFinishedFileName));
+    fsync_directory(s, root / kStateDirName);
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 Destination::Destination(const fs::path& source, fs::path root, bool resume) : root_(std::move(root)), resume_(resume) {
@@ -155,6 +237,17 @@ std::optional<FinishedRecord> Destination::finished_record(const fs::path& root)
   return finished_record_at(fd, root);
 }
 
+void Destination::tidy_finished() {
+  if (state_ == DestinationState::Finished && root_fd_) tidy_finished_at(root_fd_.get(), root_);
+}
+
+void Destination::tidy_finished(const fs::path& root) {
+  const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  const UniqueFd owned(fd);
+  tidy_finished_at(fd, root);
+}
+
 Destination::~Destination() {
   if (!finalized_) abandon();
 }
@@ -183,6 +276,12 @@ void Destination::check_tree() const {
     }
     if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
       fail(ErrorKind::Usage, "DST {} holds {}, which is not a regular file or directory", root_.string(), rel);
+    }
+    if (fs::is_regular_file(st) && planted_link(it->path())) {
+      fail(ErrorKind::Usage,
+           "DST {} holds {}, a file with more than one name (a hard link planted in DST?); refusing to write where "
+           "it could lead elsewhere",
+           root_.string(), rel);
     }
   }
   if (ec) fail(ErrorKind::Io, "{}: list directory: {}", root_.string(), ec.message());
@@ -251,7 +350,8 @@ bool Destination::create_root_and_lock(int operation) {
   // (but for a finalize completing in between, which the check under the
   // lock below undoes).
   const std::string lock_name(kLockFileName);
-  int lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  constexpr int kOpen = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  int lfd = ::openat(state.get(), lock_name.c_str(), kOpen);
   for (int attempt = 0; lfd < 0 && errno == ENOENT && attempt < 8; ++attempt) {
     if (auto record = finished_now()) {
       state_ = DestinationState::Finished;
@@ -259,15 +359,17 @@ bool Destination::create_root_and_lock(int operation) {
       writing_ = false;
       return false;
     }
-    lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    lfd = ::openat(state.get(), lock_name.c_str(), kOpen | O_CREAT | O_EXCL, 0644);
     created_lock_file_ = lfd >= 0;
-    if (lfd < 0 && errno == EEXIST) lfd = ::openat(state.get(), lock_name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (lfd < 0 && errno == EEXIST) lfd = ::openat(state.get(), lock_name.c_str(), kOpen);
   }
-  if (lfd < 0) fail_io(lock_path, "open lock", errno);
+  if (lfd < 0) {
+    if (errno == ELOOP) fail(ErrorKind::Usage, "{}: a symbolic link; refusing to write through it", lock_path.string());
+    fail_io(lock_path, "open lock", errno);
+  }
   UniqueFd lock(lfd);
-  struct stat st {};
-  if (::fstat(lock.get(), &st) != 0) fail_io(lock_path, "stat", errno);
-  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "{}: not a regular file", lock_path.string());
+  // The pid is written into it below: a regular file with one name only.
+  check_in_place(lock.get(), lock_path, root_);
   // flock(2): the kernel drops it when its holder dies, however it dies, so a
   // lock file left by a killed run is stale and taken over. Whole-DST writers
   // hold it exclusively, per-shard workers shared.
@@ -314,9 +416,15 @@ Destination::ShardLock Destination::lock_shard(const std::string& shard) {
   const std::string locks = state_path("locks");
   const UniqueFd dir = open_directory(locks, true);
   const std::string name = record_file_name(shard) + ".lock";
-  const int fd = ::openat(dir.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) fail_io(root_ / locks / name, "open lock", errno);
+  const int fd = ::openat(dir.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      fail(ErrorKind::Usage, "{}: a symbolic link; refusing to write through it", (root_ / locks / name).string());
+    }
+    fail_io(root_ / locks / name, "open lock", errno);
+  }
   UniqueFd lock(fd);
+  check_in_place(lock.get(), root_ / locks / name, root_);
   while (::flock(lock.get(), LOCK_EX) != 0) {  // another worker on the same shard: wait for it
     if (errno != EINTR) fail_io(root_ / locks / name, "lock", errno);
     throw_if_stopped();
@@ -326,6 +434,7 @@ Destination::ShardLock Destination::lock_shard(const std::string& shard) {
   const UniqueFd pdir = open_directory(parent, true);
   const int scan = ::fcntl(pdir.get(), F_DUPFD_CLOEXEC, 0);
   if (DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr) {
+    ::rewinddir(d);  // a dup of DST's descriptor shares its read position
     std::vector<std::string> stale;
     while (const dirent* e = ::readdir(d)) {
       const std::string n = e->d_name;
@@ -409,17 +518,25 @@ void Destination::check_identity(const ConversionIdentity& wanted) const {
 void Destination::claim_identity(const ConversionIdentity& wanted) {
   check_identity(wanted);
   if (read_identity()) return;
-  // Written under a temporary name and linked into place: link(2) never
-  // replaces, so of two workers claiming at once one records and the other
-  // finds the record (and is checked against it).
+  // Written under a temporary name and renamed into place without
+  // replacing (RENAME_NOREPLACE), so of two workers claiming at once one
+  // records and the other finds the record (and is checked against it).
+  // Where the file system lacks that (NFS), linked into place, which never
+  // replaces either; the two names then share the file until the temporary
+  // one is dropped, which check_tree knows for mx2nv's own.
   Pending p = begin(state_path(kConversionFileName));
   const std::string text = conversion_identity_to_text(wanted);
   p.file.write_at(0, std::as_bytes(std::span(text)));
   p.file.sync();
   p.file.close();
-  const bool linked = ::linkat(p.parent.get(), p.temp_name.c_str(), p.parent.get(), p.final_name.c_str(), 0) == 0;
-  const int err = errno;
-  drop(p);  // the temporary name either way
+  bool linked =
+      ::renameat2(p.parent.get(), p.temp_name.c_str(), p.parent.get(), p.final_name.c_str(), RENAME_NOREPLACE) == 0;
+  int err = errno;
+  if (!linked && (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP)) {
+    linked = ::linkat(p.parent.get(), p.temp_name.c_str(), p.parent.get(), p.final_name.c_str(), 0) == 0;
+    err = errno;
+  }
+  drop(p);  // the temporary name either way (gone already once renamed)
   if (!linked && err != EEXIST) fail_io(root_ / p.relative, "link into place", err);
   if (linked) {
     std::lock_guard lock(mutex_);

@@ -2,11 +2,14 @@
 // directory and its records, refuse foreign files, detect a finished
 // conversion, write files atomically, finalize, and abandon on failure.
 //
-// DST is hostile ground: whatever is already in it may be a symlink planted to
-// redirect a write. Everything inside DST is opened relative to a directory
-// descriptor opened once (openat, mkdirat, renameat, unlinkat) with
-// O_NOFOLLOW, and a DST whose tree holds a symlink or a special file is
-// refused before any work. (DST itself may be given as a symlink to a
+// DST is hostile ground: whatever is already in it may be a symlink or a hard
+// link planted to redirect a write. Everything inside DST is opened relative
+// to a directory descriptor opened once (openat, mkdirat, renameat, unlinkat)
+// with O_NOFOLLOW, and a DST whose tree holds a symlink, a special file or a
+// regular file with more than one name is refused before any work. Files
+// are written under new names and renamed into place; the only files
+// written in place are the lock files, and only after fstat shows a regular
+// file with one name. (DST itself may be given as a symlink to a
 // directory: that is the user's own path, resolved once and checked against
 // SRC.)
 //
@@ -62,6 +65,16 @@ class Destination {
   // conversion (without the checks of a Destination: for a step whose plan
   // and SRC are gone); exit 2 for an unreadable record.
   static std::optional<FinishedRecord> finished_record(const fs::path& root);
+
+  // A finished DST keeps only .mx2nv/finished.json of mx2nv's: a finalize
+  // killed after its commit point leaves its identity, records, locks and a
+  // plan beside it. A retried finalize or convert --resume that answers
+  // "already complete" removes them with this (under the exclusive lock
+  // when a lock file is left; skipped while anyone holds it), never a file
+  // outside .mx2nv/; DST stays finished. Best effort, no error. The static
+  // form is for a step whose plan is gone.
+  void tidy_finished();
+  static void tidy_finished(const fs::path& root);
 
   DestinationState state() const { return state_; }
   const fs::path& root() const { return root_; }

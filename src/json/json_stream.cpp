@@ -1,6 +1,7 @@
 #include "json/json_stream.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "json/json_fast.hpp"
 
 #include <algorithm>
@@ -125,7 +126,8 @@ void check_json_bytes(std::string_view text, std::string_view what) {
 bool StrictSax::binary(binary_t&) { fail_input("{}: binary values are not JSON", what_); }
 
 bool StrictSax::parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-  fail_input("{}: invalid JSON at byte {}: {}", what_, position + skipped_, ex.what());
+  // nlohmann's message quotes the token it last read, which may be megabytes.
+  fail_input("{}: invalid JSON at byte {}: {}", what_, position + skipped_, excerpt(ex.what(), 512));
 }
 
 void StrictSax::finish() const {

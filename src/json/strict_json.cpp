@@ -1,6 +1,7 @@
 #include "json/strict_json.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "json/json_stream.hpp"
 
 namespace mx2nv {
@@ -25,12 +26,12 @@ class StrictBuilder : public nlohmann::json_sax<Json> {
 
   bool key(string_t& k) override {
     if (tree_.depth() == 1) top_level_keys_.push_back(k);
-    if (!tree_.key(k)) fail_input("{}: duplicate JSON key \"{}\"", what_, k);
+    if (!tree_.key(k)) fail_input("{}: duplicate JSON key \"{}\"", what_, excerpt(k));
     return true;
   }
 
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
-    fail_input("{}: invalid JSON at byte {}: {}", what_, position, ex.what());
+    fail_input("{}: invalid JSON at byte {}: {}", what_, position, excerpt(ex.what(), 512));
   }
 
   StrictJson result() && { return {std::move(root_), std::move(top_level_keys_)}; }

@@ -1,17 +1,23 @@
 #include "plan/plan_file.hpp"
 
 #include "common/error.hpp"
-#include "common/printable.hpp"
-#include "json/strict_json.hpp"
+#include "json/json_stream.hpp"
 #include "plan/overspan.hpp"
+#include "common/printable.hpp"
 #include "safetensors/index.hpp"
+#include "json/strict_json.hpp"
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <set>
 
 namespace mx2nv {
@@ -20,6 +26,14 @@ namespace {
 // The format before paths were recorded byte for byte: read when its paths are
 // unambiguous (below), never written.
 constexpr std::string_view kPlanFormatV2 = "mx2nv-plan/2";
+
+constexpr std::array<std::string_view, 9> kModuleColumns = {
+    "name", "m", "divisor_bits", "zero_scales", "span", "groups_outside", "canonical_zero_groups",
+    "marlin_zeroed_groups", "treatment"};
+// A shard's members, in the canonical (sorted) order.
+constexpr std::array<std::string_view, 7> kShardKeys = {"file",          "output_data_bytes",  "output_tensors",
+                                                        "plan_hash",     "source_header_hash", "source_mtime_ns",
+                                                        "source_size"};
 
 std::string to_hex(std::string_view bytes) {
   std::string out;
@@ -45,87 +59,163 @@ std::optional<std::string> from_hex(std::string_view hex) {
   return out;
 }
 
-Json content_json(const PlanFile& p, std::string_view format) {
-  Json shards = Json::array();
-  for (const auto& s : p.shards) {
-    shards.push_back({{"file", s.file},
-                      {"source_size", s.source_size},
-                      {"source_mtime_ns", s.source_mtime_ns},
-                      {"source_header_hash", s.source_header_hash},
-                      {"plan_hash", s.plan_hash},
-                      {"output_data_bytes", s.output_data_bytes},
-                      {"output_tensors", s.output_tensors}});
+// A JSON string as dump_json writes it (the one serialisation of every
+// document mx2nv writes, which the checksum has always been taken over).
+std::string json_string(std::string_view s) { return dump_json(Json(std::string(s)), -1); }
+
+// Text written in pieces to a sink (the checksum's hash, or the file's
+// text), through a buffer.
+class TextOut {
+ public:
+  explicit TextOut(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
+  void raw(std::string_view s) {
+    buffer_.append(s);
+    if (buffer_.size() >= (1u << 16)) flush();
   }
-  // Modules as rows of numbers, not objects: a plan has one per module.
-  Json modules = Json::array();
-  for (std::size_t i = 0; i < p.modules.size(); ++i) {
+  void string(std::string_view s) { raw(json_string(s)); }
+  template <typename T>
+  void number(T v) {
+    fmt::format_to(std::back_inserter(buffer_), "{}", v);
+  }
+  void flush() {
+    if (buffer_.empty()) return;
+    sink_(buffer_);
+    buffer_.clear();
+  }
+
+ private:
+  std::function<void(std::string_view)> sink_;
+  std::string buffer_;
+};
+
+// The plan's document in the canonical order: members sorted by key at every
+// level, as nlohmann's dump of the document has them, so the checksum is
+// the one every earlier mx2nv computed (XXH3-64 of the compact text of all
+// members but "fingerprint"). `pretty`: the file's layout, a line per member,
+// shard and module row, with the fingerprint (first in that order);
+// otherwise the compact text the checksum is taken over.
+void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_t> fingerprint, bool pretty,
+          TextOut& out) {
+  bool first = true;
+  const auto key = [&](std::string_view k) {
+    out.raw(first ? (pretty ? "{\n " : "{") : (pretty ? ",\n " : ","));
+    first = false;
+    out.string(k);
+    out.raw(pretty ? ": " : ":");
+  };
+  // A list whose items go one to a line in the file.
+  const auto list = [&](std::size_t n, const std::function<void(std::size_t)>& item) {
+    out.raw("[");
+    for (std::size_t i = 0; i < n; ++i) {
+      out.raw(i == 0 ? (pretty ? "\n  " : "") : (pretty ? ",\n  " : ","));
+      item(i);
+    }
+    out.raw(n > 0 && pretty ? "\n ]" : "]");
+  };
+  if (fingerprint) {
+    key("fingerprint");
+    out.string(fmt::format("{:016x}", *fingerprint));
+  }
+  key("format");
+  out.string(format);
+  key("module_columns");
+  out.raw("[");
+  for (std::size_t i = 0; i < kModuleColumns.size(); ++i) {
+    if (i > 0) out.raw(",");
+    out.string(kModuleColumns[i]);
+  }
+  out.raw("]");
+  // Modules as rows of numbers: K3 has ~250k of them.
+  key("modules");
+  list(p.modules.size(), [&](std::size_t i) {
     const ModulePlan& m = p.modules[i];
-    modules.push_back(Json::array({p.module_names[i], m.m, std::bit_cast<std::uint32_t>(m.divisor),
-                                   m.zero_scales ? 1 : 0, m.span, m.groups_outside, m.canonical_zero_groups,
-                                   m.marlin_zeroed_groups, static_cast<int>(m.treatment)}));
-  }
-  Json j = {{"format", format},
-            {"tool_version", p.tool_version},
-            {"window", window_name(p.window)},
-            {"overspan", overspan_name(p.overspan)},
-            {"source", json_text(p.source)},
-            {"target", json_text(p.target)},
-            {"shards", shards},
-            {"module_columns", {"name", "m", "divisor_bits", "zero_scales", "span", "groups_outside",
-                                "canonical_zero_groups", "marlin_zeroed_groups", "treatment"}},
-            {"modules", modules}};
+    out.raw("[");
+    out.string(p.module_names[i]);
+    out.raw(",");
+    out.number(m.m);
+    out.raw(",");
+    out.number(std::bit_cast<std::uint32_t>(m.divisor));
+    out.raw(m.zero_scales ? ",1," : ",0,");
+    out.number(m.span);
+    out.raw(",");
+    out.number(m.groups_outside);
+    out.raw(",");
+    out.number(m.canonical_zero_groups);
+    out.raw(",");
+    out.number(m.marlin_zeroed_groups);
+    out.raw(",");
+    out.number(static_cast<int>(m.treatment));
+    out.raw("]");
+  });
+  key("overspan");
+  out.string(overspan_name(p.overspan));
+  key("shards");
+  list(p.shards.size(), [&](std::size_t i) {
+    const PlannedShard& s = p.shards[i];
+    out.raw("{\"file\":");
+    out.string(s.file);
+    out.raw(",\"output_data_bytes\":");
+    out.number(s.output_data_bytes);
+    out.raw(",\"output_tensors\":");
+    out.number(s.output_tensors);
+    out.raw(",\"plan_hash\":");
+    out.number(s.plan_hash);
+    out.raw(",\"source_header_hash\":");
+    out.number(s.source_header_hash);
+    out.raw(",\"source_mtime_ns\":");
+    out.number(s.source_mtime_ns);
+    out.raw(",\"source_size\":");
+    out.number(s.source_size);
+    out.raw("}");
+  });
+  // Paths are bytes on Linux: "source"/"target" are for people (json_text:
+  // invalid UTF-8 as \xNN, which a real path may also spell); the *_bytes
+  // members (hex) are what a step opens.
+  key("source");
+  out.string(json_text(p.source));
   if (format != kPlanFormatV2) {
-    // Paths are bytes on Linux: "source"/"target" are for people (json_text:
-    // invalid UTF-8 as \xNN, which a real path may also spell); these are
-    // what a step opens.
-    j["source_bytes"] = to_hex(p.source);
-    j["target_bytes"] = to_hex(p.target);
+    key("source_bytes");
+    out.string(to_hex(p.source));
   }
-  return j;
-}
-
-std::uint64_t checksum(const Json& content) {
-  const std::string text = dump_json(content, -1);
-  return XXH3_64bits(text.data(), text.size());
-}
-
-// Typed reads that refuse what nlohmann's get<>() would convert silently (a
-// negative number read as unsigned, 2^40 read as int, 1.5 read as 1).
-std::uint64_t get_u64(const Json& j, std::string_view what, std::string_view field) {
-  if (!j.is_number_unsigned()) fail_input("{}: {} is not a non-negative integer", what, field);
-  return j.get<std::uint64_t>();
-}
-
-std::int64_t get_i64(const Json& j, std::string_view what, std::string_view field) {
-  if (j.is_number_unsigned() && j.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-    return static_cast<std::int64_t>(j.get<std::uint64_t>());
+  key("target");
+  out.string(json_text(p.target));
+  if (format != kPlanFormatV2) {
+    key("target_bytes");
+    out.string(to_hex(p.target));
   }
-  if (j.is_number_integer() && !j.is_number_unsigned()) return j.get<std::int64_t>();
-  fail_input("{}: {} is not a 64-bit integer", what, field);
+  key("tool_version");
+  out.string(p.tool_version);
+  key("window");
+  out.string(window_name(p.window));
+  out.raw(pretty ? "\n}\n" : "}");
+  out.flush();
 }
 
-int get_int(const Json& j, std::string_view what, std::string_view field, int lo, int hi) {
-  const std::int64_t v = get_i64(j, what, field);
-  if (v < lo || v > hi) fail_input("{}: {} is {}, outside [{}, {}]", what, field, v, lo, hi);
-  return static_cast<int>(v);
-}
+struct HashState {
+  HashState() : state(XXH3_createState()) {
+    if (state == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(state);
+  }
+  ~HashState() { XXH3_freeState(state); }
+  HashState(const HashState&) = delete;
+  HashState& operator=(const HashState&) = delete;
+  void update(std::string_view s) { XXH3_64bits_update(state, s.data(), s.size()); }
+  std::uint64_t digest() const { return XXH3_64bits_digest(state); }
+  XXH3_state_t* state;
+};
 
-const std::string& get_string(const Json& j, std::string_view what, std::string_view field) {
-  if (!j.is_string()) fail_input("{}: {} is not a string", what, field);
-  return j.get_ref<const std::string&>();
-}
-
-const Json& member(const Json& object, std::string_view what, std::string_view key) {
-  const auto it = object.find(key);
-  if (it == object.end()) fail_input("{}: \"{}\" is missing", what, key);
-  return *it;
+std::uint64_t checksum(const PlanFile& p, std::string_view format) {
+  HashState hash;
+  TextOut out([&](std::string_view s) { hash.update(s); });
+  emit(p, format, std::nullopt, false, out);
+  return hash.digest();
 }
 
 // A planned SRC or DST: the absolute path `mx2nv plan` recorded, which a step
 // opens as it is (no NUL byte: no path holds one).
 void check_planned_path(const std::string& path, std::string_view what, std::string_view field) {
   if (path.empty() || path.front() != '/' || path.find('\0') != std::string::npos) {
-    fail_input("{}: {} {} is not an absolute path", what, field, printable(path));
+    fail_input("{}: {} {} is not an absolute path", what, field, excerpt(path));
   }
 }
 
@@ -137,14 +227,14 @@ std::string v2_path(const std::string& text, std::string_view what, std::string_
     fail(ErrorKind::Usage,
          "{}: a plan in the format {} of an earlier mx2nv, whose {} {} may not be recorded exactly (a backslash); run "
          "mx2nv plan again",
-         what, kPlanFormatV2, field, printable(text));
+         what, kPlanFormatV2, field, excerpt(text));
   }
   return text;
 }
 
 // Each row's fields against each other and the plan's options; whether the
 // row is SRC's is for the step to check (convert/planned.cpp).
-void check_row(const ModulePlan& m, const PlanFile& p, const Json& name, std::string_view what) {
+void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, std::string_view what) {
   switch (m.treatment) {
     case Treatment::Exact: {
       // The global of an exact transcode is 2^-m, and m lies in the window's
@@ -153,155 +243,509 @@ void check_row(const ModulePlan& m, const PlanFile& p, const Json& name, std::st
       const auto divisor = global_divisor_for(m.m);
       if (m.m < limits.global_min || m.m > limits.global_max || !divisor ||
           std::bit_cast<std::uint32_t>(*divisor) != std::bit_cast<std::uint32_t>(m.divisor)) {
-        fail_input("{}: module {} has a global (m {}, divisor {}) the {} window does not allow", what, name.dump(), m.m,
-                   m.divisor, window_name(p.window));
+        fail_input("{}: module \"{}\" has a global (m {}, divisor {}) the {} window does not allow", what,
+                   excerpt(name), m.m, m.divisor, window_name(p.window));
       }
       return;
     }
     case Treatment::Requantized:
       if (p.overspan != OverSpanChoice::Requantize || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
           m.divisor <= 0 || !global_multiplier_fits(p.window, 1.0 / static_cast<double>(m.divisor))) {
-        fail_input("{}: module {} is requantized with a global (divisor {}) or in a plan (--overspan {}) that does not "
-                   "allow it",
-                   what, name.dump(), m.divisor, overspan_name(p.overspan));
+        fail_input("{}: module \"{}\" is requantized with a global (divisor {}) or in a plan (--overspan {}) that does "
+                   "not allow it",
+                   what, excerpt(name), m.divisor, overspan_name(p.overspan));
       }
       return;
     case Treatment::Bf16:
       if (p.overspan != OverSpanChoice::Bf16 || m.m != 0 || m.zero_scales ||
           std::bit_cast<std::uint32_t>(m.divisor) != std::bit_cast<std::uint32_t>(1.0f)) {
-        fail_input("{}: module {} is BF16 in a plan (--overspan {}) that does not write it so", what, name.dump(),
-                   overspan_name(p.overspan));
+        fail_input("{}: module \"{}\" is BF16 in a plan (--overspan {}) that does not write it so", what,
+                   excerpt(name), overspan_name(p.overspan));
       }
       return;
   }
 }
 
-// SRC and DST: the bytes (hex) in the current format, checked against their
-// display text; the text itself in mx2nv-plan/2.
-void read_paths(const Json& j, bool v2, std::string_view what, PlanFile& p) {
-  const std::string& source_text = get_string(member(j, what, "source"), what, "source");
-  const std::string& target_text = get_string(member(j, what, "target"), what, "target");
-  if (v2) {
-    p.source = v2_path(source_text, what, "SRC");
-    p.target = v2_path(target_text, what, "DST");
+// One JSON scalar as the parser gave it: the kind decides what it may be
+// read as (a negative number is never read as unsigned, 1.5 never as 1).
+struct Scalar {
+  enum class Kind { Null, Bool, Signed, Unsigned, Float, String, Container } kind = Kind::Null;
+  std::int64_t i = 0;
+  std::uint64_t u = 0;
+};
+
+// The plan, from JSON events. What it keeps is the PlanFile being built and
+// at most one row or shard in progress: never the text or a DOM of it. The
+// document is also written out again as it streams by, compact and without
+// "fingerprint", into a hash: the checksum of the document as it is (so
+// damage anywhere is named as such, before any field is judged), and, once
+// the fields are read, compared with the checksum of the canonical text of
+// what was read (so nothing was ignored or read differently).
+//
+// Errors: the caps, duplicate and unknown members stop the parse at once;
+// a wrong type or value is recorded (the first one) and reported only once
+// the checksum has been found intact.
+class PlanReader final : public StrictSax {
+ public:
+  explicit PlanReader(std::string_view what) : StrictSax(what), echo_([this](std::string_view s) { hash_.update(s); }) {}
+
+  PlanFile finish();
+
+  bool null() override { return scalar({Scalar::Kind::Null}, nullptr, "null"); }
+  bool boolean(bool v) override { return scalar({Scalar::Kind::Bool}, nullptr, v ? "true" : "false"); }
+  bool number_integer(number_integer_t v) override {
+    Scalar s{Scalar::Kind::Signed};
+    s.i = v;
+    return scalar(s, nullptr, fmt::format("{}", v));
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    Scalar s{Scalar::Kind::Unsigned};
+    s.u = v;
+    return scalar(s, nullptr, fmt::format("{}", v));
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    return scalar({Scalar::Kind::Float}, nullptr, Json(v).dump());
+  }
+  bool string(string_t& v) override { return scalar({Scalar::Kind::String}, &v, json_string(v)); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override;
+
+ private:
+  enum class Section { Top, Shards, Shard, Modules, Row, Columns, Ignored };
+  enum Top : unsigned {
+    kFingerprint, kFormat, kToolVersion, kWindow, kOverspan, kSource, kTarget, kSourceBytes, kTargetBytes,
+    kShards, kModules, kColumns, kTopCount
+  };
+  static constexpr std::array<std::string_view, kTopCount> kTopNames = {
+      "fingerprint", "format", "tool_version", "window", "overspan", "source", "target", "source_bytes",
+      "target_bytes", "shards", "modules", "module_columns"};
+  struct Frame {
+    Section section;
+    bool array;
+    bool first = true;
+  };
+
+  template <typename... Args>
+  void wrong(fmt::format_string<Args...> format, Args&&... args) {
+    if (first_error_.empty()) first_error_ = fmt::format(format, std::forward<Args>(args)...);
+  }
+  // The next value's separator in the echo, and whether it is echoed at all.
+  void before_value() {
+    if (!stack_.empty() && stack_.back().array) {
+      if (!stack_.back().first) emit(",");
+      stack_.back().first = false;
+    }
+  }
+  void emit(std::string_view s) {
+    if (skip_depth_ == 0) echo_.raw(s);
+  }
+  bool scalar(Scalar v, std::string* text, std::string_view echoed);
+  bool open(bool array);
+  bool close();
+  void shard_value(const Scalar& v, std::string* text);
+  void end_row();
+  std::uint64_t as_u64(const Scalar& v, std::string_view field) {
+    if (v.kind != Scalar::Kind::Unsigned) wrong("{}: {} is not a non-negative integer", what(), field);
+    return v.u;
+  }
+  std::int64_t as_i64(const Scalar& v, std::string_view field) {
+    if (v.kind == Scalar::Kind::Unsigned && v.u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return static_cast<std::int64_t>(v.u);
+    }
+    if (v.kind == Scalar::Kind::Signed) return v.i;
+    wrong("{}: {} is not a 64-bit integer", what(), field);
+    return 0;
+  }
+  int as_int(const Scalar& v, std::string_view field, std::int64_t lo, std::int64_t hi) {
+    const std::int64_t x = as_i64(v, field);
+    if (x < lo || x > hi) {
+      wrong("{}: {} is {}, outside [{}, {}]", what(), field, x, lo, hi);
+      return 0;
+    }
+    return static_cast<int>(x);
+  }
+
+  HashState hash_;
+  TextOut echo_;
+  std::vector<Frame> stack_;
+  std::size_t skip_depth_ = 0;  // >0: inside the "fingerprint" member, which the checksum leaves out
+  bool top_is_object_ = false;
+  std::optional<Top> top_key_;  // the top-level member whose value comes next
+  std::array<bool, kTopCount> seen_{};
+  std::array<std::optional<std::string>, kTopCount> strings_;  // the top-level string members
+  std::string first_error_;
+  PlanFile p_;
+  std::uint64_t name_bytes_ = 0;
+  std::vector<std::string> columns_;
+  // The shard in progress.
+  PlannedShard shard_;
+  std::optional<std::size_t> shard_key_;
+  std::array<bool, kShardKeys.size()> shard_seen_{};
+  // The module row in progress.
+  std::size_t row_columns_ = 0;
+  std::string row_name_;
+  std::array<Scalar, 9> row_{};
+};
+
+bool PlanReader::key(string_t& k) {
+  Frame& f = stack_.back();
+  if (f.section == Section::Top) {
+    const auto it = std::find(kTopNames.begin(), kTopNames.end(), k);
+    if (it == kTopNames.end()) {
+      fail_input("{}: \"{}\" is not a field of a plan (edited or damaged?); run mx2nv plan again", what(), excerpt(k, 80));
+    }
+    const auto at = static_cast<Top>(it - kTopNames.begin());
+    if (seen_[at]) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+    seen_[at] = true;
+    top_key_ = at;
+    if (at == kFingerprint) {
+      skip_depth_ = 1;  // its value is not summed; nor is the key (nor the separator: `first` stays)
+      return true;
+    }
+  } else if (f.section == Section::Shard) {
+    const auto it = std::find(kShardKeys.begin(), kShardKeys.end(), k);
+    if (it == kShardKeys.end()) {
+      fail_input("{}: \"{}\" is not a field of a planned shard (edited or damaged?); run mx2nv plan again", what(),
+                 excerpt(k, 80));
+    }
+    const auto at = static_cast<std::size_t>(it - kShardKeys.begin());
+    if (shard_seen_[at]) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+    shard_seen_[at] = true;
+    shard_key_ = at;
   } else {
-    const auto source = from_hex(get_string(member(j, what, "source_bytes"), what, "source_bytes"));
-    const auto target = from_hex(get_string(member(j, what, "target_bytes"), what, "target_bytes"));
-    if (!source || !target) fail_input("{}: source_bytes or target_bytes is not lower-case hex", what);
-    p.source = *source;
-    p.target = *target;
+    // Objects nested where a plan has none: wrong, named once the checksum holds.
+    wrong("{}: an object where a plan has none", what());
+  }
+  emit(f.first ? "" : ",");
+  f.first = false;
+  emit(json_string(k));
+  emit(":");
+  return true;
+}
+
+bool PlanReader::scalar(Scalar v, std::string* text, std::string_view echoed) {
+  if (stack_.empty()) {
+    // A document that is a single scalar is no plan.
+    emit(echoed);
+    return true;
+  }
+  before_value();
+  const bool fingerprint = skip_depth_ == 1 && stack_.back().section == Section::Top;
+  emit(echoed);
+  const Frame& f = stack_.back();
+  switch (f.section) {
+    case Section::Top: {
+      const Top at = *top_key_;
+      if (fingerprint) skip_depth_ = 0;
+      if (at == kShards || at == kModules || at == kColumns) {
+        wrong("{}: \"{}\" is not a list", what(), kTopNames[at]);
+      } else if (v.kind != Scalar::Kind::String) {
+        wrong("{}: {} is not a string", what(), kTopNames[at]);
+      } else {
+        // Every string member is a name, a version or a path (hex or text):
+        // longer than any path can be is refused now, whatever it holds.
+        const std::size_t cap = (at == kSourceBytes || at == kTargetBytes) ? 2 * kMaxPlanPathBytes
+                                : (at == kSource || at == kTarget)         ? 4 * kMaxPlanPathBytes
+                                                                           : 256;
+        if (text->size() > cap) {
+          fail_input("{}: \"{}\" is {} bytes, longer than a plan writes it (at most {})", what(), kTopNames[at],
+                     text->size(), cap);
+        }
+        strings_[at] = std::move(*text);
+      }
+      break;
+    }
+    case Section::Shards:
+      wrong("{}: a shard is not an object", what());
+      break;
+    case Section::Shard:
+      shard_value(v, text);
+      break;
+    case Section::Modules:
+      wrong("{}: a module row is not a list of 9 columns", what());
+      break;
+    case Section::Row: {
+      const std::size_t column = row_columns_++;
+      if (column == 0) {
+        if (v.kind != Scalar::Kind::String) {
+          wrong("{}: a module name is not a string", what());
+        } else {
+          name_bytes_ += text->size();
+          if (name_bytes_ > kMaxPlanNameBytes) {
+            fail_input("{}: module names of more than {} bytes in all (no checkpoint's index holds more)", what(),
+                       kMaxPlanNameBytes);
+          }
+          row_name_ = std::move(*text);
+        }
+      } else if (column < row_.size()) {
+        row_[column] = v;
+      }
+      break;
+    }
+    case Section::Columns:
+      if (v.kind != Scalar::Kind::String || columns_.size() >= kModuleColumns.size() ||
+          *text != kModuleColumns[columns_.size()]) {
+        wrong("{}: \"module_columns\" are not a plan's", what());
+        columns_.assign(kModuleColumns.size() + 1, "");  // stays wrong
+      } else {
+        columns_.push_back(std::move(*text));
+      }
+      break;
+    case Section::Ignored:
+      break;
+  }
+  return true;
+}
+
+void PlanReader::shard_value(const Scalar& v, std::string* text) {
+  const std::string_view field = kShardKeys[*shard_key_];
+  switch (*shard_key_) {
+    case 0:  // file
+      if (v.kind != Scalar::Kind::String) {
+        wrong("{}: a shard's file is not a string", what());
+      } else if (text->size() > kMaxPlanPathBytes) {
+        fail_input("{}: a shard's file name of {} bytes, longer than a path can be ({})", what(), text->size(),
+                   kMaxPlanPathBytes);
+      } else {
+        shard_.file = std::move(*text);
+      }
+      break;
+    case 1: shard_.output_data_bytes = as_u64(v, field); break;
+    case 2: shard_.output_tensors = as_u64(v, field); break;
+    case 3: shard_.plan_hash = as_u64(v, field); break;
+    case 4: shard_.source_header_hash = as_u64(v, field); break;
+    case 5: shard_.source_mtime_ns = as_i64(v, field); break;
+    case 6: shard_.source_size = as_u64(v, field); break;
+    default: break;
+  }
+}
+
+bool PlanReader::open(bool array) {
+  enter();
+  Section section = Section::Ignored;
+  if (stack_.empty()) {
+    top_is_object_ = !array;
+    section = array ? Section::Ignored : Section::Top;
+  } else {
+    before_value();
+    if (skip_depth_ > 0) {
+      ++skip_depth_;  // a fingerprint that is not a string: left out of the sum, and wrong
+      if (skip_depth_ == 2) wrong("{}: fingerprint is not a string", what());
+    }
+    const Frame& parent = stack_.back();
+    switch (parent.section) {
+      case Section::Top: {
+        const Top at = *top_key_;
+        if (at == kShards && array) {
+          section = Section::Shards;
+        } else if (at == kModules && array) {
+          section = Section::Modules;
+        } else if (at == kColumns && array) {
+          section = Section::Columns;
+        } else if (at != kFingerprint) {
+          wrong("{}: {} is not {}", what(), kTopNames[at],
+                at == kShards || at == kModules || at == kColumns ? "a list" : "a string");
+        }
+        break;
+      }
+      case Section::Shards:
+        if (array) {
+          wrong("{}: a shard is not an object", what());
+        } else {
+          if (p_.shards.size() >= kMaxPlanShards) {
+            fail_input("{}: more than {} shards (no checkpoint has more)", what(), kMaxPlanShards);
+          }
+          section = Section::Shard;
+          shard_ = PlannedShard{};
+          shard_seen_ = {};
+        }
+        break;
+      case Section::Modules:
+        if (!array) {
+          wrong("{}: a module row is not a list of 9 columns", what());
+        } else {
+          if (p_.modules.size() >= kMaxPlanModules) {
+            fail_input("{}: more than {} module rows (no checkpoint's index holds more modules)", what(),
+                       kMaxPlanModules);
+          }
+          section = Section::Row;
+          row_columns_ = 0;
+          row_name_.clear();
+          row_ = {};
+        }
+        break;
+      case Section::Row:
+        ++row_columns_;
+        wrong("{}: a module row holds a list or object", what());
+        break;
+      case Section::Shard:
+        wrong("{}: a shard's {} is not a {}", what(), kShardKeys[*shard_key_],
+              *shard_key_ == 0 ? "string" : "number");
+        break;
+      case Section::Columns:
+        wrong("{}: \"module_columns\" are not a plan's", what());
+        break;
+      case Section::Ignored:
+        break;
+    }
+  }
+  emit(array ? "[" : "{");
+  stack_.push_back({section, array});
+  return true;
+}
+
+bool PlanReader::close() {
+  const Frame f = stack_.back();
+  stack_.pop_back();
+  leave();
+  emit(f.array ? "]" : "}");
+  if (skip_depth_ > 1 && --skip_depth_ == 1) skip_depth_ = 0;  // the end of a non-string fingerprint
+  if (f.section == Section::Shard) {
+    for (std::size_t k = 0; k < kShardKeys.size(); ++k) {
+      if (!shard_seen_[k]) wrong("{}: \"{}\" is missing from a shard", what(), kShardKeys[k]);
+    }
+    p_.shards.push_back(std::move(shard_));
+  } else if (f.section == Section::Row) {
+    end_row();
+  }
+  return true;
+}
+
+void PlanReader::end_row() {
+  if (row_columns_ != kModuleColumns.size()) {
+    wrong("{}: a module row is not a list of 9 columns", what());
+    return;
+  }
+  ModulePlan m;
+  constexpr std::int64_t kIntMin = std::numeric_limits<int>::min(), kIntMax = std::numeric_limits<int>::max();
+  m.m = as_int(row_[1], "m", kIntMin, kIntMax);
+  const std::uint64_t bits = as_u64(row_[2], "divisor_bits");
+  if (bits > std::numeric_limits<std::uint32_t>::max()) wrong("{}: divisor_bits {} is not 32 bits", what(), bits);
+  m.divisor = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+  m.zero_scales = as_int(row_[3], "zero_scales", 0, 1) != 0;
+  m.span = as_int(row_[4], "span", kIntMin, kIntMax);
+  m.groups_outside = as_u64(row_[5], "groups_outside");
+  m.canonical_zero_groups = as_u64(row_[6], "canonical_zero_groups");
+  m.marlin_zeroed_groups = as_u64(row_[7], "marlin_zeroed_groups");
+  const int treatment = as_int(row_[8], "treatment", 0, 255);
+  if (treatment > static_cast<int>(Treatment::Bf16)) {
+    wrong("{}: module \"{}\" has an unknown treatment {}", what(), excerpt(row_name_), treatment);
+  }
+  m.treatment = static_cast<Treatment>(std::min(treatment, static_cast<int>(Treatment::Bf16)));
+  p_.module_names.push_back(std::move(row_name_));
+  p_.modules.push_back(m);
+}
+
+PlanFile PlanReader::finish() {
+  StrictSax::finish();
+  echo_.flush();
+  const auto& format = strings_[kFormat];
+  const bool v2 = format && *format == kPlanFormatV2;
+  if (!top_is_object_ || !format || (*format != kPlanFormat && !v2)) {
+    fail_input("{}: not an mx2nv plan ({} expected)", what(), kPlanFormat);
+  }
+  // The checksum first, over the document as it is: damage is named as
+  // such, whatever field it hit. (It detects damage, not forgery: whoever
+  // edits a plan can recompute it. What a step trusts a plan for, and what
+  // it checks against SRC, is in convert/planned.cpp.)
+  if (!seen_[kFingerprint]) fail_input("{}: \"fingerprint\" is missing", what());
+  if (!strings_[kFingerprint]) fail_input("{}: fingerprint is not a string", what());
+  p_.fingerprint = hash_.digest();
+  if (*strings_[kFingerprint] != fmt::format("{:016x}", p_.fingerprint)) {
+    fail_input("{}: checksum mismatch (the plan was edited or damaged); run mx2nv plan again", what());
+  }
+  if (!first_error_.empty()) throw Error(ErrorKind::InvalidInput, first_error_);
+  for (const Top required : {kToolVersion, kWindow, kOverspan, kSource, kTarget, kShards, kModules, kColumns}) {
+    if (!seen_[required]) fail_input("{}: \"{}\" is missing", what(), kTopNames[required]);
+  }
+  p_.tool_version = *strings_[kToolVersion];
+  const auto window = parse_window(*strings_[kWindow]);
+  if (!window) fail_input("{}: unknown window \"{}\"", what(), excerpt(*strings_[kWindow]));
+  p_.window = *window;
+  const auto overspan = parse_overspan(*strings_[kOverspan]);
+  if (!overspan) fail_input("{}: unknown overspan choice \"{}\"", what(), excerpt(*strings_[kOverspan]));
+  p_.overspan = *overspan;
+  const std::string& source_text = *strings_[kSource];
+  const std::string& target_text = *strings_[kTarget];
+  if (v2) {
+    if (seen_[kSourceBytes] || seen_[kTargetBytes]) {
+      fail_input("{}: fields other than a plan's, or spelled otherwise; run mx2nv plan again", what());
+    }
+    p_.source = v2_path(source_text, what(), "SRC");
+    p_.target = v2_path(target_text, what(), "DST");
+  } else {
+    for (const Top required : {kSourceBytes, kTargetBytes}) {
+      if (!seen_[required]) fail_input("{}: \"{}\" is missing", what(), kTopNames[required]);
+    }
+    const auto source = from_hex(*strings_[kSourceBytes]);
+    const auto target = from_hex(*strings_[kTargetBytes]);
+    if (!source || !target) fail_input("{}: source_bytes or target_bytes is not lower-case hex", what());
+    p_.source = *source;
+    p_.target = *target;
     // The display text is derived from the bytes: one more place a damaged
     // or edited plan shows.
-    if (json_text(p.source) != source_text || json_text(p.target) != target_text) {
-      fail_input("{}: \"source\"/\"target\" do not spell source_bytes/target_bytes", what);
+    if (json_text(p_.source) != source_text || json_text(p_.target) != target_text) {
+      fail_input("{}: \"source\"/\"target\" do not spell source_bytes/target_bytes", what());
     }
   }
-  check_planned_path(p.source, what, "SRC");
-  check_planned_path(p.target, what, "DST");
-}
-
-void read_shards(const Json& shards, std::string_view what, PlanFile& p) {
-  if (!shards.is_array() || shards.empty()) fail_input("{}: \"shards\" is not a non-empty list", what);
+  for (const auto* path : {&p_.source, &p_.target}) {
+    if (path->size() > kMaxPlanPathBytes) {
+      fail_input("{}: {} is a path of {} bytes, longer than a path can be ({})", what(),
+                 path == &p_.source ? "SRC" : "DST", path->size(), kMaxPlanPathBytes);
+    }
+  }
+  check_planned_path(p_.source, what(), "SRC");
+  check_planned_path(p_.target, what(), "DST");
+  if (p_.shards.empty()) fail_input("{}: \"shards\" is not a non-empty list", what());
   std::set<std::string_view> files;
-  for (const Json& s : shards) {
-    if (!s.is_object()) fail_input("{}: a shard is not an object", what);
-    PlannedShard ps;
-    ps.file = get_string(member(s, what, "file"), what, "a shard's file");
-    if (!is_confined_relative_path(ps.file)) {
-      fail_input("{}: shard {} is not a plain relative path", what, printable(ps.file));
+  for (const auto& s : p_.shards) {
+    if (!is_confined_relative_path(s.file)) {
+      fail_input("{}: shard {} is not a plain relative path", what(), excerpt(s.file));
     }
-    ps.source_size = get_u64(member(s, what, "source_size"), what, "source_size");
-    ps.source_mtime_ns = get_i64(member(s, what, "source_mtime_ns"), what, "source_mtime_ns");
-    ps.source_header_hash = get_u64(member(s, what, "source_header_hash"), what, "source_header_hash");
-    ps.plan_hash = get_u64(member(s, what, "plan_hash"), what, "plan_hash");
-    ps.output_data_bytes = get_u64(member(s, what, "output_data_bytes"), what, "output_data_bytes");
-    ps.output_tensors = get_u64(member(s, what, "output_tensors"), what, "output_tensors");
-    p.shards.push_back(std::move(ps));
+    if (!files.insert(s.file).second) fail_input("{}: shard {} is planned twice", what(), excerpt(s.file));
   }
-  for (const auto& s : p.shards) {
-    if (!files.insert(s.file).second) fail_input("{}: shard {} is planned twice", what, printable(s.file));
+  if (columns_.size() != kModuleColumns.size()) {
+    fail_input("{}: \"module_columns\" are not a plan's; run mx2nv plan again", what());
   }
-}
-
-// One module row (its name, column 0, is read by the caller), checked
-// against the plan's window and choice.
-ModulePlan read_row(const Json& row, const PlanFile& p, std::string_view what) {
-  ModulePlan m;
-  m.m = get_int(row[1], what, "m", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
-  const std::uint64_t bits = get_u64(row[2], what, "divisor_bits");
-  if (bits > std::numeric_limits<std::uint32_t>::max()) fail_input("{}: divisor_bits {} is not 32 bits", what, bits);
-  m.divisor = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
-  m.zero_scales = get_int(row[3], what, "zero_scales", 0, 1) != 0;
-  m.span = get_int(row[4], what, "span", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
-  m.groups_outside = get_u64(row[5], what, "groups_outside");
-  m.canonical_zero_groups = get_u64(row[6], what, "canonical_zero_groups");
-  m.marlin_zeroed_groups = get_u64(row[7], what, "marlin_zeroed_groups");
-  const int treatment = get_int(row[8], what, "treatment", 0, 255);
-  if (treatment > static_cast<int>(Treatment::Bf16)) {
-    fail_input("{}: module {} has an unknown treatment {}", what, row[0].dump(), treatment);
+  for (std::size_t i = 0; i < p_.modules.size(); ++i) check_row(p_.modules[i], p_, p_.module_names[i], what());
+  // What was read is what was checked: the canonical text of the values
+  // read spells the document (no field ignored, none read differently).
+  if (checksum(p_, v2 ? kPlanFormatV2 : kPlanFormat) != p_.fingerprint) {
+    fail_input("{}: fields other than a plan's, or spelled otherwise; run mx2nv plan again", what());
   }
-  m.treatment = static_cast<Treatment>(treatment);
-  check_row(m, p, row[0], what);
-  return m;
+  return std::move(p_);
 }
 
 }  // namespace
 
 std::string plan_file_to_text(PlanFile& p) {
-  Json j = content_json(p, kPlanFormat);
-  p.fingerprint = checksum(j);
-  j["fingerprint"] = fmt::format("{:016x}", p.fingerprint);
-  return dump_json(j, 1) + "\n";
+  p.fingerprint = checksum(p, kPlanFormat);
+  std::string text;
+  TextOut out([&](std::string_view s) { text.append(s); });
+  emit(p, kPlanFormat, p.fingerprint, true, out);
+  return text;
+}
+
+PlanFile plan_file_from_source(const ByteSource& source, std::uint64_t size, std::string_view what) {
+  if (size > kMaxPlanBytes) {
+    fail_input("{}: {} bytes, more than the {} a plan may have (Kimi K3's is ~24 MB); was it made by mx2nv plan?",
+               what, size, kMaxPlanBytes);
+  }
+  PlanReader reader(what);
+  parse_json_stream(source, 0, size, reader, what);
+  return reader.finish();
 }
 
 PlanFile plan_file_from_text(std::string_view text, std::string_view what) {
-  Json j = parse_strict_json(text, what).value;
-  PlanFile p;
-  try {
-    const Json* format = j.is_object() && j.contains("format") ? &j.at("format") : nullptr;
-    const bool v2 = format && *format == kPlanFormatV2;
-    if (!format || (*format != kPlanFormat && !v2)) {
-      fail_input("{}: not an mx2nv plan ({} expected)", what, kPlanFormat);
-    }
-    // The checksum first, over the document as it is: damage is named as
-    // such, whatever field it hit. (It detects damage, not forgery: whoever
-    // edits a plan can recompute it. What a step trusts a plan for, and what
-    // it checks against SRC, is in convert/planned.cpp.)
-    const std::string stored = get_string(member(j, what, "fingerprint"), what, "fingerprint");
-    j.erase("fingerprint");  // the rest is what it sums
-    p.fingerprint = checksum(j);
-    if (stored != fmt::format("{:016x}", p.fingerprint)) {
-      fail_input("{}: checksum mismatch (the plan was edited or damaged); run mx2nv plan again", what);
-    }
-    p.tool_version = get_string(member(j, what, "tool_version"), what, "tool_version");
-    const auto window = parse_window(get_string(member(j, what, "window"), what, "window"));
-    if (!window) fail_input("{}: unknown window {}", what, j.at("window").dump());
-    p.window = *window;
-    const auto overspan = parse_overspan(get_string(member(j, what, "overspan"), what, "overspan"));
-    if (!overspan) fail_input("{}: unknown overspan choice {}", what, j.at("overspan").dump());
-    p.overspan = *overspan;
-    read_paths(j, v2, what, p);
-    read_shards(member(j, what, "shards"), what, p);
-    const Json& modules = member(j, what, "modules");
-    if (!modules.is_array()) fail_input("{}: \"modules\" is not a list", what);
-    for (const Json& row : modules) {
-      if (!row.is_array() || row.size() != 9) fail_input("{}: a module row is not 9 columns", what);
-      p.module_names.push_back(get_string(row[0], what, "a module name"));
-      p.modules.push_back(read_row(row, p, what));
-    }
-    // What was read is what was checked: the canonical text of the values
-    // read spells the document (no field ignored, none read differently).
-    if (checksum(content_json(p, v2 ? kPlanFormatV2 : kPlanFormat)) != p.fingerprint) {
-      fail_input("{}: fields other than a plan's, or spelled otherwise; run mx2nv plan again", what);
-    }
-  } catch (const Json::exception& e) {
-    fail_input("{}: malformed plan: {}", what, e.what());
-  }
-  return p;
+  const MemorySource source(text);
+  return plan_file_from_source(source, text.size(), what);
 }
 
-Plan plan_for_modules(const PlanFile& file, const std::vector<std::string>& module_names) {
-  if (module_names != file.module_names) {
+Plan plan_for_modules(const PlanFile& file, const std::vector<std::string_view>& module_names) {
+  if (!std::equal(module_names.begin(), module_names.end(), file.module_names.begin(), file.module_names.end())) {
     fail(ErrorKind::Usage, "the plan was made for other quantized modules than SRC holds now ({} planned, {} found); "
                            "SRC changed since: run mx2nv plan again",
          file.module_names.size(), module_names.size());

@@ -8,9 +8,17 @@
 // DST are recorded byte for byte (paths are bytes, not text); a plan in the
 // earlier format mx2nv-plan/2 (paths as text) is read when its paths are
 // unambiguous and refused (exit 2) otherwise.
+//
+// Memory is bounded by the caps below, never by what a plan claims: it is
+// read as a stream of JSON events (no DOM, no copy of the text), and the
+// checksum is computed over the canonical text as it streams by. Kimi K3's
+// plan (96 shards, ~250k module rows) is ~24 MB on disk (~34 MB as earlier
+// mx2nv wrote it, a line per number) and ~40 MB as read.
 #pragma once
 
+#include "common/byte_source.hpp"
 #include "plan/plan.hpp"
+#include "safetensors/index.hpp"
 
 #include <cstdint>
 #include <string>
@@ -21,7 +29,20 @@ namespace mx2nv {
 
 inline constexpr std::string_view kPlanFormat = "mx2nv-plan/3";
 inline constexpr std::string_view kPlanFileName = "plan.json";  // inside DST/.mx2nv/ by default
-inline constexpr std::uint64_t kMaxPlanFileBytes = 256 << 20;  // read cap: far above the plan of any checkpoint the caps admit
+
+// What a plan may hold (exit 3 beyond, before anything is allocated for it):
+// - the file: 128 MiB, ~5x K3's (a larger model's plan is refused, with this
+//   cap named, rather than read into unbounded memory);
+// - shards: as many as an index may name (safetensors/index.hpp);
+// - module rows: every module is at least three entries of the converted
+//   index (packed weight, block scales, global), so no index within its
+//   caps holds more; their names, the index's name bytes;
+// - a path (SRC, DST, a shard's file): PATH_MAX bytes, as the kernel takes.
+inline constexpr std::uint64_t kMaxPlanBytes = 128ull << 20;
+inline constexpr std::size_t kMaxPlanShards = kMaxShards;
+inline constexpr std::size_t kMaxPlanModules = kMaxIndexTensors / 3;
+inline constexpr std::uint64_t kMaxPlanNameBytes = kMaxIndexNameBytes;
+inline constexpr std::size_t kMaxPlanPathBytes = 4096;
 
 struct PlannedShard {
   std::string file;
@@ -55,9 +76,12 @@ struct PlanFile {
 std::string plan_file_to_text(PlanFile& plan);  // fills plan.fingerprint
 // Throws Error(InvalidInput) naming `what` and the field.
 PlanFile plan_file_from_text(std::string_view text, std::string_view what);
+// The same, streamed from bytes [0, size) of `source` (a plan file): the
+// size is checked against kMaxPlanBytes first.
+PlanFile plan_file_from_source(const ByteSource& source, std::uint64_t size, std::string_view what);
 
 // The plan for `modules` (ModuleSet order) from the file; throws
 // Error(Usage) when the file plans other modules (SRC changed since).
-Plan plan_for_modules(const PlanFile& file, const std::vector<std::string>& module_names);
+Plan plan_for_modules(const PlanFile& file, const std::vector<std::string_view>& module_names);
 
 }  // namespace mx2nv

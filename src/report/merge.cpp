@@ -239,7 +239,7 @@ void check_report_keys(const Part& p, const Json& j) {
                {"command", "result", "window", "provenance", "counts", "source_tensor_bytes", "target_tensor_bytes",
                 "size_change_percent", "values_compared", "mismatches", "max_abs_error", "over_span",
                 "unrepresentable_globals", "global_conflicts", "differences", "exit_code", "seconds"},
-               {"shard_subset", "requantized", "overspan", "error", "error_kind", "merged_parts"});
+               {"shard_subset", "resolved", "requantized", "overspan", "error", "error_kind", "merged_parts"});
 
   if (!parse_window(string_at(p, j["window"], "window"))) {
     p.bad("window", "is \"{}\", not a window mx2nv knows", excerpt(j["window"].get_ref<const std::string&>()));
@@ -280,6 +280,16 @@ void read_results(const Part& p, const Json& j, PartData& d, const Json& whole_c
   const std::uint64_t modules = whole_counts["modules"].get<std::uint64_t>();
   const std::uint64_t scale_groups = whole_counts["scale_groups"].get<std::uint64_t>();
   if (j.contains("shard_subset")) std::tie(d.index, d.count) = subset_at(p, j["shard_subset"]);
+  // A part records where SRC and DST resolved when it was verified (the
+  // merge keeps its report out of those too); a whole report does not.
+  if (j.contains("resolved")) {
+    if (!j.contains("shard_subset")) p.contradicts("\"resolved\" is recorded by a part (shard_subset) only");
+    check_object(p, j["resolved"], "resolved", {"source", "target"});
+    absolute_path_at(p, j["resolved"]["source"], "resolved.source");
+    absolute_path_at(p, j["resolved"]["target"], "resolved.target");
+  } else if (j.contains("shard_subset")) {
+    p.bad("resolved", "is missing (a part of verify --shards I/N records where SRC and DST resolved)");
+  }
   if (j.contains("merged_parts")) {
     if (uint_at(p, j["merged_parts"], "merged_parts") == 0) p.bad("merged_parts", "must be at least 1");
     if (j.contains("shard_subset")) p.contradicts("a merged report (merged_parts) is not a part (shard_subset)");
@@ -528,9 +538,13 @@ void VerifyReportMerger::add(std::string_view name, std::string_view text) {
 void VerifyReportMerger::check_identity(std::string_view name, const Json& j, const PartData& d) {
   const Json& prov = j["provenance"];
   for (const char* key : {"source", "target"}) {
-    const std::string& path = prov[key].get_ref<const std::string&>();
-    trees_.insert(path);
-    trees_.insert(unescaped(path));
+    const Json* resolved = j.contains("resolved") ? &j["resolved"] : nullptr;
+    for (const Json* paths : {&prov, resolved}) {
+      if (paths == nullptr) continue;
+      const std::string& path = (*paths)[key].get_ref<const std::string&>();
+      trees_.insert(path);
+      trees_.insert(unescaped(path));
+    }
   }
   ++named_parts_;
   const std::string& version = prov["tool_version"].get_ref<const std::string&>();

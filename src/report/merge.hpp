@@ -73,8 +73,9 @@ class VerifyReportMerger {
   Json finish() const;
 
   // Every SRC and DST named by the parts added so far (provenance source and
-  // target, each also with its \xNN escapes turned back into bytes): a
-  // report must stay out of all of them.
+  // target as given to verify, and as they resolved then, each also with its
+  // \xNN escapes turned back into bytes): a report must stay out of all of
+  // them (and of where they resolve at merge time: the caller's part).
   std::vector<std::string> named_trees() const;
   // Whether every part was added and named its SRC and DST (so named_trees()
   // is complete: an error report may be written where it allows).

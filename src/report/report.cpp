@@ -156,7 +156,10 @@ Json report_to_json(const Report& r) {
                  {"passthrough_tensors", r.passthrough_tensors},
                  {"companion_files", r.companion_files}};
   if (r.command == Command::Convert) j["already_complete"] = r.already_complete;
-  if (!r.shard_subset.empty()) j["shard_subset"] = r.shard_subset;
+  if (!r.shard_subset.empty()) {
+    j["shard_subset"] = r.shard_subset;
+    j["resolved"] = {{"source", json_text(r.resolved_source)}, {"target", json_text(r.resolved_target)}};
+  }
   if (!r.groups_counted) j["counts"]["active_groups"] = j["counts"]["zero_groups"] = nullptr;
   if (r.copy_mode) {
     j["copy"] = {{"mode", copy_mode_name(*r.copy_mode)},

@@ -63,6 +63,11 @@ struct Report {
   std::uint64_t shards = 0;
   std::uint64_t resumed_shards = 0;  // convert --resume: finished shards reused
   std::string shard_subset;          // verify --shards I/N: the part this report covers ("" = all)
+  // verify --shards I/N: SRC and DST as they resolved when the part was
+  // verified (every symlink followed), so that verify --merge keeps its
+  // report out of them even if a symlink given as SRC or DST is re-pointed
+  // before the merge. Written with the part ("resolved"), absent otherwise.
+  std::string resolved_source, resolved_target;
   bool already_complete = false;     // convert --resume: DST already held this conversion; nothing was written
 
   // 32-groups are counted only where mx2nv reads the packed bytes itself

@@ -2,6 +2,7 @@
 
 #include "common/checked.hpp"
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "json/json_stream.hpp"
 #include "json/json_writer.hpp"
 
@@ -80,7 +81,7 @@ class HeaderSax final : public StrictSax {
       case State::Skip: return true;
       case State::Top:
         if (k == "__metadata__") {
-          if (h_.metadata_) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+          if (h_.metadata_) fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
           state_ = State::MetaOpen;
           return true;
         }
@@ -92,20 +93,20 @@ class HeaderSax final : public StrictSax {
           fail_input("{}: tensor names exceed {} bytes in one shard header", what(), kMaxShardNameBytes);
         }
         if (!h_.by_name_.insert(static_cast<NameSlots::Id>(h_.tensors_.size()), k, h_.name_of())) {
-          fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+          fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
         }
         h_.tensors_.emplace_back().name = std::move(k);
         state_ = State::EntryOpen;
         return true;
       case State::Meta:
-        if (h_.metadata_->count(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (h_.metadata_->count(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
         h_.metadata_bytes_ += k.size();
         meta_key_ = std::move(k);
         state_ = State::MetaValue;
         return true;
       case State::Entry: {
         const int field = k == "dtype" ? 1 : k == "shape" ? 2 : k == "data_offsets" ? 4 : 0;
-        if (fields_ & field) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (fields_ & field) fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
         if (field == 0) return skip_with("{}: tensor \"{}\": unknown field \"{}\"", what(), tensor().name, k);
         fields_ |= field;
         state_ = field == 1 ? State::Dtype : field == 2 ? State::ShapeOpen : State::OffsetsOpen;

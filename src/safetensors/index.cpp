@@ -3,6 +3,7 @@
 #include "json/json_fast.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "json/json_stream.hpp"
 #include "json/json_writer.hpp"
 
@@ -81,12 +82,12 @@ class IndexSax final : public StrictSax {
       case State::Skip: return true;
       case State::Top:
         if (k == "weight_map") {
-          if (weight_map_seen_) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+          if (weight_map_seen_) fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
           weight_map_seen_ = true;
           state_ = State::WeightMapOpen;
           return true;
         }
-        if (index_.other.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (index_.other.contains(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
         charge(k.size());
         member_ = std::move(k);
         tree_ = JsonTree(index_.other[member_]);
@@ -101,7 +102,7 @@ class IndexSax final : public StrictSax {
         if (bulk_) {
           index_.tensors.append_unindexed(k);
         } else if (!index_.tensors.insert(k).second) {
-          fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+          fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
         }
         if (index_.tensors.size() > kMaxIndexTensors) {
           fail_input("{}: more than {} tensors in weight_map", what(), kMaxIndexTensors);
@@ -114,7 +115,7 @@ class IndexSax final : public StrictSax {
       }
       case State::Member: {
         const std::size_t size = k.size();
-        if (!tree_.key(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), k);
+        if (!tree_.key(k)) fail_input("{}: duplicate JSON key \"{}\"", what(), excerpt(k));
         charge(size);
         return true;
       }

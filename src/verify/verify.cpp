@@ -3,6 +3,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
+#include "report/report_file.hpp"
 #include "verify/checks.hpp"
 #include "verify/config_check.hpp"
 
@@ -48,6 +49,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
     report.shard_subset = options.shards->stride == 0
                               ? fmt::format("{}", options.shards->index)
                               : fmt::format("{}/{}", options.shards->index, options.shards->stride);
+    record_resolved_paths(report, options.source, options.target);
   }
   report.modules = source.modules.modules.size();
   report.scale_groups = source.modules.scale_groups.size();

@@ -551,3 +551,64 @@ def test_options_the_merge_cannot_use_are_exit_2(world, tmp_path):
     assert not (tmp_path / "x.html").exists()
     r = run("verify", "--merge")
     check_refused(world, r, 2)
+
+
+# --- where SRC and DST resolved when verified -----------------------------------------------------
+
+def test_parts_record_where_src_and_dst_resolved_and_the_merge_protects_that_too(tmp_path):
+    """verify --shards given SRC through a symlink; the link re-pointed before
+    the merge. The merge's report must still stay out of the real SRC."""
+    src, dst, elsewhere = tmp_path / "src", tmp_path / "dst", tmp_path / "elsewhere"
+    assert run("generate", src, "--shards", "2", "--layers", "1", "--experts", "2", "--hidden", "64",
+               "--intermediate", "64").code == 0
+    assert run("convert", src, dst).code == 0
+    elsewhere.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(src)
+    parts = [tmp_path / f"p{i}.json" for i in range(2)]
+    for i, p in enumerate(parts):
+        assert run("verify", link, dst, "--shards", f"{i}/2", "--report", p).code == 0
+        j = json.loads(p.read_text())
+        assert j["provenance"]["source"] == str(link)
+        assert j["resolved"] == {"source": str(src), "target": str(dst)}
+    before = tree(src)
+    link.unlink()
+    link.symlink_to(elsewhere)
+    for target in (src / "config.json", src / "new.json", f"/proc/self/root{src}/config.json"):
+        r = run("verify", "--merge", *parts, "--report", target)
+        check_refused(None, r, 2, "inside")
+        assert tree(src) == before
+    # A failed merge's error report is kept out of it the same way.
+    r = run("verify", "--merge", parts[0], "--report", src / "config.json")
+    assert r.code == 2 and "no report written" in r.err
+    assert tree(src) == before
+
+
+def test_a_part_without_where_it_resolved_or_a_whole_report_with_it_is_exit_3(world, tmp_path):
+    j = world.part(1)
+    del j["resolved"]
+    check_refused(world, run("verify", "--merge", *hostile(world, tmp_path, {1: j})), 3, '"resolved" is missing')
+    j = world.part(1)
+    j["resolved"]["source"] = "relative/src"
+    check_refused(world, run("verify", "--merge", *hostile(world, tmp_path, {1: j})), 3, "resolved.source")
+    whole = json.loads((world.root / "whole.json").read_text())
+    whole["resolved"] = world.part(0)["resolved"]
+    (tmp_path / "whole.json").write_text(json.dumps(whole))
+    check_refused(world, run("verify", "--merge", tmp_path / "whole.json"), 3, "resolved")
+
+
+def test_the_merges_report_path_is_judged_after_resolution(world, tmp_path):
+    before = world.state()
+    os.link(world.src / "config.json", tmp_path / "hard-link")
+    fd = os.open(world.dst / "config.json", os.O_WRONLY | os.O_APPEND)
+    try:
+        for target in (f"/proc/self/root{world.src}/config.json", f"/proc/self/root{world.dst}/new.json",
+                       tmp_path / "hard-link", f"/dev/fd/{fd}", f"/proc/self/root{world.parts[0]}"):
+            argv = [os.fsencode(str(MX2NV)), b"verify", b"--merge", *[os.fsencode(str(p)) for p in world.parts],
+                    b"--report", os.fsencode(str(target))]
+            r = subprocess.run(argv, pass_fds=(fd,), capture_output=True, timeout=60)
+            assert r.returncode == 2, (target, r.stderr)
+            assert b"internal error" not in r.stderr
+    finally:
+        os.close(fd)
+    assert world.state() == before

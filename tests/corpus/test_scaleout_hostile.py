@@ -3,7 +3,11 @@ built CLI: every path a command writes checked against the SRC and DST it
 uses (a planned step's come from the plan), a finished DST never written
 again, plans that record SRC and DST byte for byte, selections that never
 wrap, a DST that receives one conversion, options a form does not use,
---copy reflink refused before any write. Each case checks the exit code and
+--copy reflink refused before any write; and (the second red-team round)
+outputs judged by what their path is once resolved (/proc, /dev/fd, /dev/shm,
+symlinks, hard links, a Hugging Face cache's blobs), FIFOs nobody reads
+refused and never waited on after a stop, hard links planted in DST refused,
+a finished DST tidied by a retry. Each case checks the exit code and
 message, that SRC is byte-for-byte unchanged, that nothing was written
 outside DST (or into a DST that must not change), and no "internal error"."""
 
@@ -450,3 +454,281 @@ def test_copy_reflink_without_reflinks_is_refused_before_any_write(w, form):
     assert r.returncode == 2 and b"--copy reflink" in r.stderr, r.stderr
     if form in ("convert", "fresh-step"):
         assert not dst.exists()
+
+
+# --- 8. outputs are judged by what they are, after resolution ------------------
+#
+# Paths under /proc and /dev are paths like any other: a regular file wherever
+# it lives (/proc/self/root/..., /proc/self/cwd/..., /dev/fd/N, /dev/shm) is
+# checked against SRC and DST by resolved path and by identity and replaced
+# atomically; only devices, FIFOs and sockets are written through.
+
+FORMS = ["convert", "verify", "verify-shards", "plan", "plan-out", "requantize", "inspect-html", "shards",
+         "finalize", "finalize-after", "merge"]
+
+
+def form_args(w, form):
+    """(argv without the output option, the output option, DST) for one form, with what it needs prepared."""
+    dst, plan = w.root / "dst", w.root / "plan.json"
+    if form in ("verify", "verify-shards", "merge"):
+        shutil.copytree(w.reference_dir, dst)
+    if form in ("shards", "finalize", "finalize-after"):
+        assert run("plan", w.src, dst, "--plan-out", plan).returncode == 0
+    if form in ("finalize", "finalize-after"):
+        finish_steps(plan)
+    if form == "finalize-after":
+        assert run("convert", "--plan", plan, "--finalize").returncode == 0
+    if form == "merge":
+        for i in range(2):
+            assert run("verify", w.src, dst, "--shards", f"{i}/2", "--report", w.root / f"p{i}.json").returncode == 0
+    return {"convert": (["convert", w.src, dst], "--report"),
+            "verify": (["verify", w.src, dst], "--report"),
+            "verify-shards": (["verify", w.src, dst, "--shards", "0/2"], "--report"),
+            "plan": (["plan", w.src, dst], "--report"),
+            "plan-out": (["plan", w.src, dst], "--plan-out"),
+            "requantize": (["requantize", w.src, dst], "--report"),
+            "inspect-html": (["inspect", w.src], "--html"),
+            "shards": (["convert", "--plan", plan, "--shards", "0/1"], "--report"),
+            "finalize": (["convert", "--plan", plan, "--finalize"], "--html"),
+            "finalize-after": (["convert", "--plan", plan, "--finalize"], "--report"),
+            "merge": (["verify", "--merge", w.root / "p0.json", w.root / "p1.json"], "--report")}[form] + (dst,)
+
+
+def resolved_targets(w, dst):
+    """Names that resolve into SRC or DST, or onto one of their files, without spelling them."""
+    (w.root / "l").mkdir()
+    (w.src / "sub").mkdir()
+    os.symlink(w.src / "sub", w.root / "l" / "sub")
+    os.symlink(w.src / "new.json", w.root / "l" / "dangling-into-src")
+    os.symlink(dst / "new.json", w.root / "l" / "dangling-into-dst")
+    os.link(w.src / "config.json", w.root / "l" / "hard-link-to-src-config")
+    return {
+        "proc-root": f"/proc/self/root{w.src}/config.json",
+        "proc-root-new": f"/proc/self/root{w.src}/zz.json",
+        "proc-root-dst": f"/proc/self/root{dst}/zz.json",
+        "proc-cwd": "/proc/self/cwd/config.json",  # run with SRC as its working directory
+        "dotdot-through-link": w.root / "l" / "sub" / ".." / "config.json",
+        "dotdot-through-link-new": w.root / "l" / "sub" / ".." / "x.json",
+        "dangling-into-src": w.root / "l" / "dangling-into-src",
+        "dangling-into-dst": w.root / "l" / "dangling-into-dst",
+        "hard-link": w.root / "l" / "hard-link-to-src-config",
+    }
+
+
+@pytest.fixture
+def wr(w, pristine):
+    w.reference_dir = pristine / "reference"
+    yield w
+    shutil.rmtree(w.src / "sub", ignore_errors=True)  # made by resolved_targets; SRC is compared without it
+
+
+@pytest.mark.parametrize("target", ["proc-root", "proc-root-new", "proc-root-dst", "proc-cwd", "dotdot-through-link",
+                                    "dotdot-through-link-new", "dangling-into-src", "dangling-into-dst", "hard-link"])
+@pytest.mark.parametrize("form", FORMS)
+def test_outputs_are_judged_after_resolution_in_every_form(wr, form, target):
+    argv, option, dst = form_args(wr, form)
+    out = resolved_targets(wr, dst)[target]
+    before_src, before_dst = tree(wr.src), tree(dst)
+    r = run(*argv, option, out, cwd=wr.src if target == "proc-cwd" else None)
+    assert r.returncode == 2, r.stderr
+    assert option.encode() in r.stderr, r.stderr
+    assert tree(wr.src) == before_src and tree(dst) == before_dst
+    if form == "plan-out":
+        assert not dst.exists()
+
+
+@pytest.mark.parametrize("form", ["convert", "shards", "finalize-after", "merge"])
+def test_a_descriptor_onto_a_src_file_is_refused(wr, form):
+    argv, option, dst = form_args(wr, form)
+    before_src = tree(wr.src)
+    fd = os.open(wr.src / "tokenizer_config.json", os.O_WRONLY | os.O_APPEND)
+    try:
+        argv = [os.fsencode(str(MX2NV))] + [os.fsencode(str(a)) for a in argv] + [option.encode(), f"/dev/fd/{fd}".encode()]
+        r = subprocess.run(argv, pass_fds=(fd,), capture_output=True, timeout=120)
+    finally:
+        os.close(fd)
+    assert r.returncode == 2 and b"never writes a report into SRC or DST" in r.stderr, r.stderr
+    assert tree(wr.src) == before_src
+
+
+def test_the_plan_a_step_reads_is_never_replaced_through_proc(w):
+    plan = w.root / "plan.json"
+    assert run("plan", w.src, w.root / "dst", "--plan-out", plan).returncode == 0
+    text = plan.read_bytes()
+    for step in (["--shards", "0/1"], ["--finalize"]):
+        r = run("convert", "--plan", plan, *step, "--report", f"/proc/self/root{plan}")
+        assert r.returncode == 2 and b"the plan this step reads" in r.stderr, r.stderr
+    assert plan.read_bytes() == text
+
+
+def test_the_blobs_a_hugging_face_snapshot_links_to_are_protected(w):
+    hub = w.root / "hub" / "models--x--y"
+    snapshot = hub / "snapshots" / "abc123"
+    (hub / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for f in w.src.iterdir():
+        if f.is_dir():
+            shutil.copytree(f, snapshot / f.name)
+            continue
+        blob = hub / "blobs" / hashlib.sha256(f.name.encode()).hexdigest()
+        shutil.copy(f, blob)
+        os.symlink(Path("..") / ".." / "blobs" / blob.name, snapshot / f.name)
+    before = tree(hub)
+    config_blob = os.path.realpath(snapshot / "config.json")
+    for out in (config_blob, f"/proc/self/root{config_blob}"):
+        r = run("convert", snapshot, w.root / "out", "--report", out)
+        assert r.returncode == 2 and b"config.json (the same file)" in r.stderr, r.stderr
+        assert tree(hub) == before and not (w.root / "out").exists()
+    # A new name beside the blobs is nobody's file: written.
+    r = run("convert", snapshot, w.root / "out", "--report", hub / "blobs" / "report.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((hub / "blobs" / "report.json").read_text())["result"] == "ok"
+
+
+def shm_dir(tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    d = shm / f"mx2nv-test-{os.getpid()}-{tmp_path.name}"
+    d.mkdir()
+    return d
+
+
+def test_a_regular_file_under_dev_shm_is_checked_and_replaced_like_any_other(w, tmp_path):
+    shm = shm_dir(tmp_path)
+    try:
+        # New files there are written (they used to fail after the work).
+        r = run("convert", w.src, w.root / "a", "--report", shm / "new.json")
+        assert r.returncode == 0 and json.loads((shm / "new.json").read_text())["result"] == "ok", r.stderr
+        r = run("plan", w.src, w.root / "b", "--plan-out", shm / "p.json")
+        assert r.returncode == 0 and json.loads((shm / "p.json").read_text())["format"] == "mx2nv-plan/3", r.stderr
+        # An existing one is replaced, not appended to.
+        (shm / "old.json").write_text("old")
+        inode = (shm / "old.json").stat().st_ino
+        assert run("verify", w.src, w.root / "a", "--report", shm / "old.json").returncode == 0
+        assert json.loads((shm / "old.json").read_text())["command"] == "verify"
+        assert (shm / "old.json").stat().st_ino != inode
+        # SRC on tmpfs, with a hard link to its config beside it.
+        shutil.copytree(w.src, shm / "src")
+        os.link(shm / "src" / "config.json", shm / "link.json")
+        before = tree(shm / "src")
+        r = run("convert", shm / "src", w.root / "c", "--report", shm / "link.json")
+        assert r.returncode == 2 and b"(the same file)" in r.stderr, r.stderr
+        assert tree(shm / "src") == before and not (w.root / "c").exists()
+    finally:
+        shutil.rmtree(shm)
+
+
+# --- 9. FIFOs: refused when nobody reads, never waited on after a stop --------
+
+@pytest.mark.parametrize("argv", [["inspect", "SRC", "--html"], ["convert", "SRC", "DST", "--report"],
+                                  ["verify", "SRC", "REF", "--report"]])
+def test_a_fifo_nobody_reads_is_refused_before_any_work(wr, argv):
+    fifo = wr.root / "ff"
+    os.mkfifo(fifo)
+    subst = {"SRC": wr.src, "DST": wr.root / "dst", "REF": wr.reference_dir}
+    r = run(*[subst.get(a, a) for a in argv], fifo)
+    assert r.returncode == 2 and b"nothing reads it" in r.stderr, r.stderr
+    assert not (wr.root / "dst").exists()
+
+
+def test_a_reader_that_stops_reading_is_waited_for_only_until_sigterm(wr):
+    import fcntl
+    import signal
+    import time
+    fifo = wr.root / "ff"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # reads nothing from here on
+    try:
+        fcntl.fcntl(reader, 1031, 4096)  # F_SETPIPE_SZ: the page is larger than this
+        p = subprocess.Popen([MX2NV, "inspect", wr.src, "--html", fifo], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+        time.sleep(2)
+        assert p.poll() is None, p.stderr.read()  # waiting for the reader, as a writer to a pipe does
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)  # and not a moment longer once stopped: no second open, no wait
+        assert p.returncode == 4 and b"interrupted while waiting for a reader" in err, err
+    finally:
+        os.close(reader)
+
+
+# --- 10. hard links planted in DST --------------------------------------------
+
+@pytest.mark.parametrize("planted", [".mx2nv/lock", ".mx2nv/locks/LOCK", ".mx2nv/state/RECORD", ".mx2nv/conversion.json",
+                                     ".mx2nv-tmp.0.config.json"])
+@pytest.mark.parametrize("form", ["plan", "shards", "finalize", "resume"])
+def test_a_hard_link_planted_in_dst_is_refused_like_a_symlink(w, planted, form):
+    dst = w.root / "dst"
+    plan = w.plan_in(dst)
+    assert run("plan", w.src, dst).returncode == 0
+    assert run("convert", "--plan", plan, "--shards", "0/2").returncode == 0
+    if planted.endswith("LOCK"):
+        planted = ".mx2nv/locks/" + sorted(os.listdir(dst / ".mx2nv" / "locks"))[0]
+    if planted.endswith("RECORD"):
+        planted = ".mx2nv/state/" + sorted(os.listdir(dst / ".mx2nv" / "state"))[0]
+    target = dst / planted
+    if target.exists():
+        target.unlink()
+    os.link(w.src / "config.json", target)
+    if form == "resume":
+        plan.rename(w.root / "plan.json")  # a whole-DST resume refuses a DST holding a plan for that first
+    before = tree(dst)
+    args = {"plan": ["plan", w.src, dst], "shards": ["convert", "--plan", plan, "--shards", "1/2"],
+            "finalize": ["convert", "--plan", plan, "--finalize"], "resume": ["convert", "--resume", w.src, dst]}[form]
+    r = run(*args)
+    assert r.returncode == 2 and b"more than one name" in r.stderr, r.stderr
+    assert tree(dst) == before
+
+
+# --- 11. what a finalize killed after its commit point leaves ------------------
+
+@pytest.mark.parametrize("retry", ["finalize", "finalize-plan-gone", "finalize-src-given", "resume"])
+def test_a_retry_tidies_what_a_finalize_killed_after_its_commit_point_left(w, retry):
+    dst = w.root / "dst"
+    plan = w.plan_in(dst)
+    assert run("plan", w.src, dst).returncode == 0
+    finish_steps(plan)
+    saved = w.root / "state-before-finalize"
+    shutil.copytree(dst / ".mx2nv", saved)
+    assert run("convert", "--plan", plan, "--finalize").returncode == 0
+    finished = outputs(dst)
+    # The state a finalize killed right after renaming the index into place
+    # leaves: the index and finished.json, and all of its state beside them.
+    for name in os.listdir(saved):
+        if not (dst / ".mx2nv" / name).exists():
+            shutil.copytree(saved / name, dst / ".mx2nv" / name) if (saved / name).is_dir() \
+                else shutil.copy(saved / name, dst / ".mx2nv" / name)
+    if retry == "finalize-plan-gone":
+        plan.unlink()
+    args = {"finalize": ["convert", "--plan", plan, "--finalize"],
+            "finalize-plan-gone": ["convert", "--plan", plan, "--finalize"],
+            "finalize-src-given": ["convert", "--plan", plan, "--finalize", w.src, dst],
+            "resume": ["convert", "--resume", w.src, dst]}[retry]
+    r = run(*args)
+    assert r.returncode == 0 and b"already complete" in r.stdout, r.stderr
+    assert sorted(os.listdir(dst / ".mx2nv")) == ["finished.json"]
+    assert outputs(dst) == finished == w.reference
+    assert run("verify", w.src, dst).returncode == 0
+    # A shard step answers too, and writes nothing.
+    before = tree(dst)
+    assert run("convert", "--plan", plan, "--shards", "0/1").returncode == 0
+    assert tree(dst) == before
+
+
+def test_a_tidy_waits_for_whoever_holds_the_lock(w):
+    import fcntl
+    dst = w.root / "dst"
+    plan = w.plan_in(dst)
+    assert run("plan", w.src, dst).returncode == 0
+    finish_steps(plan)
+    saved = w.root / "saved-lock"
+    shutil.copy(dst / ".mx2nv" / "lock", saved)
+    assert run("convert", "--plan", plan, "--finalize").returncode == 0
+    shutil.copy(saved, dst / ".mx2nv" / "lock")
+    with open(dst / ".mx2nv" / "lock", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)  # a step looking at the finished DST right now
+        r = run("convert", "--resume", w.src, dst)
+        assert r.returncode == 0 and b"already complete" in r.stdout, r.stderr
+        assert sorted(os.listdir(dst / ".mx2nv")) == ["finished.json", "lock"]  # left for the next retry
+    r = run("convert", "--resume", w.src, dst)
+    assert r.returncode == 0 and sorted(os.listdir(dst / ".mx2nv")) == ["finished.json"]

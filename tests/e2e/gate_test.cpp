@@ -177,9 +177,16 @@ TEST(Gate, NoInterpreterOrAskingOffChangesNothing) {
     EXPECT_EQ(r["outcome"], "could-not-ask");
     EXPECT_NE(r["reason"].get<std::string>().find("could not be started"), std::string::npos);
   }
-  const json off = gate_json(ck, "--ask-runtimes never --python /nonexistent/python3", 0);
+  const json off = gate_json(ck, "--ask-runtimes never", 0);
   EXPECT_FALSE(off["runtime_selectors"]["asked"]);
   EXPECT_TRUE(off["runtime_selectors"]["runtimes"].empty());
+  // Options for asking, with asking off, could only be ignored: refused.
+  for (const char* extra : {"--python /nonexistent/python3", "--ask-timeout 5",
+                           "--python python3 --ask-timeout 5"}) {
+    const CliResult r = run_cli("gate " + ck.string() + " --ask-runtimes never " + extra);
+    EXPECT_EQ(r.exit_code, 2) << extra;
+    EXPECT_NE(r.err.find("does not apply with --ask-runtimes never"), std::string::npos) << r.err;
+  }
   EXPECT_EQ(run_cli("gate " + ck.string() + " --ask-runtimes sometimes").exit_code, 2);
   EXPECT_EQ(run_cli("gate " + ck.string() + " --ask-timeout 0").exit_code, 2);
 }

@@ -98,6 +98,59 @@ TEST_F(Hostile, ReportThroughSpecialFilesAndSymlinks) {
   EXPECT_EQ(nlohmann::json::parse(read_file(d / "real.json"))["result"], "ok");
 }
 
+// What a path is decides, not how it is spelled (issue 20, second round):
+// /proc/self/root/..., a descriptor opened onto a file of SRC (/dev/fd/N),
+// ".." after a symlinked folder, a dangling link into SRC, a hard link to
+// SRC's file all lead into SRC and are refused before any work, by every
+// command that writes an output.
+TEST_F(Hostile, OutputsAreJudgedByWhatTheyAreNotHowTheyAreSpelled) {
+  ASSERT_EQ(cli("convert " + q(d / "src") + " " + q(d / "ref")).exit_code, 0);
+  const auto ref_before = snapshot(d / "ref");
+  fs::create_directories(d / "src/sub");
+  fs::create_directories(d / "l");
+  fs::create_directory_symlink(d / "src/sub", d / "l/sub");
+  fs::create_symlink(d / "src/new.json", d / "l/dangling");
+  fs::create_hard_link(d / "src/config.json", d / "l/hard");
+  const std::vector<std::string> targets = {
+      "/proc/self/root" + (d / "src/config.json").string(), "/proc/self/root" + (d / "src/new.json").string(),
+      (d / "l/sub/../config.json").string(),                 (d / "l/dangling").string(),
+      (d / "l/hard").string(),                               "/dev/fd/7 7>>" + q(d / "src/tokenizer_config.json")};
+  for (const std::string& target : targets) {
+    for (const std::string& cmd : {"convert " + q(d / "src") + " " + q(d / "dst") + " --report ",
+                                   "convert " + q(d / "src") + " " + q(d / "dst") + " --html ",
+                                   "verify " + q(d / "src") + " " + q(d / "ref") + " --report ",
+                                   "plan " + q(d / "src") + " " + q(d / "dst") + " --plan-out ",
+                                   "inspect " + q(d / "src") + " --html "}) {
+      const std::string quoted = target.starts_with("/dev/fd/") ? target : q(target);
+      const CliResult r = cli(cmd + quoted);
+      EXPECT_EQ(r.exit_code, 2) << cmd << target << ": " << r.err;
+      EXPECT_FALSE(fs::exists(d / "dst")) << cmd << target;
+    }
+  }
+  // verify's DST, likewise.
+  for (const std::string& target : {"/proc/self/root" + (d / "ref/new.json").string(),
+                                    "/dev/fd/7 7>>" + q(d / "ref/config.json")}) {
+    const std::string quoted = target.starts_with("/dev/fd/") ? target : q(target);
+    EXPECT_EQ(cli("verify " + q(d / "src") + " " + q(d / "ref") + " --report " + quoted).exit_code, 2) << target;
+  }
+  EXPECT_TRUE(snapshot(d / "ref") == ref_before);
+  fs::remove_all(d / "src/sub");
+}
+
+// A FIFO nothing reads would block the open for writing forever: refused
+// before any work (with a reader, it is written through, above).
+TEST_F(Hostile, AFifoNobodyReadsIsRefusedBeforeAnyWork) {
+  const fs::path fifo = d / "ff";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const std::string& cmd : {"convert " + q(d / "src") + " " + q(d / "dst") + " --report " + q(fifo),
+                                 "inspect " + q(d / "src") + " --html " + q(fifo)}) {
+    const CliResult r = cli(cmd);
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_NE(r.err.find("nothing reads it"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(d / "dst"));
+}
+
 TEST_F(Hostile, ErrorReportIsTheSuccessReportWithResultError) {
   fs::create_directories(d / "dst");
   write_file(d / "dst/occupied", "x");

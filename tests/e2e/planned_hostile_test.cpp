@@ -22,7 +22,10 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
 
 #include <fmt/format.h>
 
@@ -936,6 +939,129 @@ TEST(PlannedForgery, RewrittenModulesAreCheckedAgainstSrcToo) {
     }
   }
   EXPECT_TRUE(tree(d / "src") == src_before);
+}
+
+// --- plans at and past their caps --------------------------------------------
+
+struct Measured {
+  int exit_code = -1;
+  std::string err;
+  long rss_kib = 0;  // the command's peak RSS (wait4)
+};
+
+Measured run_measured(const std::vector<std::string>& args) {
+  ScratchDir io;
+  std::vector<std::string> argv_s{MX2NV_EXE};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string err_path = (io / "err").string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, MX2NV_EXE, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0 || pid <= 0) std::abort();
+  int status = 0;
+  rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  Measured m;
+  m.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  m.err = read_file(io / "err");
+  m.rss_kib = usage.ru_maxrss;
+  return m;
+}
+
+// A plan is input: what it claims is capped before anything is allocated
+// for it (the file's size, its shards, its module rows, the length of a path
+// or of any string), a message quotes at most an excerpt of what it holds,
+// and memory stays bounded whatever it claims (it used to be read into a DOM:
+// 1.05 GiB for a 10 MB path, 1.8 GiB for 1.2M rows).
+TEST_F(PlannedHostile, PlansAreCappedBeforeAllocationAndReadInBoundedMemory) {
+  const fs::path plan = d / "plan.json", dst = d / "dst";
+  ASSERT_EQ(cli("plan " + q(src()) + " " + q(dst) + " --plan-out " + q(plan)).exit_code, 0);
+  const PlanFile good = plan_file_from_text(read_file(plan), "good");
+  const auto resigned = [&](const std::function<void(PlanFile&)>& edit) {
+    PlanFile f = good;
+    edit(f);
+    return plan_file_to_text(f);
+  };
+  struct Case {
+    std::string name;
+    std::function<void()> write;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"a DST longer than PATH_MAX",
+       [&] { write_file(plan, resigned([](PlanFile& f) { f.target = "/" + std::string(kMaxPlanPathBytes, 'x'); })); },
+       3, "longer than"},
+      {"module rows past the cap",
+       [&] {
+         write_file(plan, resigned([](PlanFile& f) {
+           const ModulePlan row = f.modules.front();
+           f.module_names.clear();
+           f.modules.assign(kMaxPlanModules + 1, row);
+           for (std::size_t i = 0; i <= kMaxPlanModules; ++i) f.module_names.push_back("m." + std::to_string(i));
+         }));
+       },
+       3, fmt::format("more than {} module rows", kMaxPlanModules)},
+      {"shards past the cap",
+       [&] {
+         write_file(plan, resigned([](PlanFile& f) {
+           const PlannedShard shard = f.shards.front();
+           f.shards.clear();
+           for (std::size_t i = 0; i <= kMaxPlanShards; ++i) {
+             f.shards.push_back(shard);
+             f.shards.back().file = "s" + std::to_string(i) + ".safetensors";
+           }
+         }));
+       },
+       3, fmt::format("more than {} shards", kMaxPlanShards)},
+      {"a member of 3 MiB, unknown",
+       [&] {
+         std::string text = read_file(d / "good.json");
+         text.insert(text.find('{') + 1, "\"" + std::string(3 << 20, 'k') + "\": 1,");
+         write_file(plan, text);
+       },
+       3, "is not a field of a plan"},
+      {"a module name of 3 MiB, signed",
+       [&] { write_file(plan, resigned([](PlanFile& f) { f.module_names.front() = std::string(3 << 20, 'n'); })); },
+       2, "other quantized modules"},
+      {"a file past the cap",
+       [&] {
+         write_file(plan, read_file(d / "good.json"));
+         fs::resize_file(plan, kMaxPlanBytes + 1);  // sparse: nothing of it is read
+       },
+       3, fmt::format("more than the {} a plan may have", kMaxPlanBytes)},
+  };
+  fs::copy_file(plan, d / "good.json");
+  // ~40 MB at the module rows' cap; under AddressSanitizer the shadow memory counts too.
+  const long rss_limit_kib = (std::getenv("ASAN_OPTIONS") != nullptr ? 1536 : 128) * 1024;
+  for (const auto& c : cases) {
+    c.write();
+    for (const char* step : {"--shards", "--finalize"}) {
+      std::vector<std::string> args{"convert", "--plan", plan.string()};
+      args.push_back(step);
+      if (std::string(step) == "--shards") args.push_back("0/1");
+      const Measured r = run_measured(args);
+      EXPECT_EQ(r.exit_code, c.exit_code) << c.name << " " << step << ": " << r.err.substr(0, 300);
+      EXPECT_NE(r.err.find(c.message), std::string::npos) << c.name << ": " << r.err.substr(0, 300);
+      EXPECT_LT(r.err.size(), 2048u) << c.name;  // an excerpt at most, never the hostile text
+      EXPECT_EQ(r.err.find("internal error"), std::string::npos) << c.name;
+      EXPECT_LT(r.rss_kib, rss_limit_kib) << c.name << " " << step;
+      EXPECT_FALSE(fs::exists(dst)) << c.name;
+    }
+  }
+  // The plan as mx2nv writes it still reads back, and converts.
+  fs::copy_file(d / "good.json", plan, fs::copy_options::overwrite_existing);
+  ASSERT_EQ(cli("convert --plan " + q(plan) + " --shards 0/1").exit_code, 0);
+  ASSERT_EQ(cli("convert --plan " + q(plan) + " --finalize").exit_code, 0);
+  EXPECT_TRUE(outputs_of(dst) == reference);
 }
 
 }  // namespace

@@ -5,13 +5,16 @@
 #include "common/error.hpp"
 #include "scratch.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <atomic>
 #include <fstream>
+#include <set>
 #include <thread>
 
 namespace mx2nv {
@@ -230,6 +233,130 @@ TEST(Destination, FilesVanishingDuringTheTreeCheckAreNotRefused) {
     Destination d(s / "src", s / "dst", true);
     ASSERT_EQ(d.state(), DestinationState::Interrupted);
   }
+}
+
+}  // namespace
+}  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+// Hard links planted in DST (issue 20, second round). A regular file of DST
+// with more than one name is refused like a symlink, whenever the tree is
+// checked; and a lock file, the one file mx2nv writes in place, is used only
+// after fstat shows one name, even when the link appears after the check
+// (here: between construction and locking). The other name is SRC's file,
+// which must keep its bytes.
+TEST(Destination, HardLinksPlantedInDstNeverRedirectWrites) {
+  Scratch s;
+  fs::create_directories(s / "src");
+  std::ofstream(s / "src/config.json") << "precious";
+  for (const char* planted : {".mx2nv/lock", ".mx2nv/conversion.json", ".mx2nv/state/x.json", "model.safetensors",
+                              ".mx2nv-tmp.0.config.json"}) {
+    const fs::path dst = s / "dst" / std::to_string(std::hash<std::string>{}(planted));
+    fs::create_directories(dst / ".mx2nv/state");
+    fs::create_hard_link(s / "src/config.json", dst / planted);
+    EXPECT_EQ(kind_of([&] { Destination(s / "src", dst, true); }), ErrorKind::Usage) << planted;
+  }
+  // Planted after the tree was checked: the lock is refused before its pid is written.
+  const fs::path dst = s / "late";
+  fs::create_directories(dst / ".mx2nv");
+  std::ofstream(dst / ".mx2nv/conversion.json") << "{}";
+  for (const bool shards : {false, true}) {
+    fs::remove(dst / ".mx2nv/lock");
+    Destination d(s / "src", dst, true);
+    fs::create_hard_link(s / "src/config.json", dst / ".mx2nv/lock");
+    EXPECT_EQ(kind_of([&] {
+                static_cast<void>(shards ? d.open_for_shards() : d.open_for_writing({}));
+              }),
+              ErrorKind::Usage);
+  }
+  // A shard's lock, likewise.
+  fs::remove(dst / ".mx2nv/lock");
+  Destination d(s / "src", dst, true);
+  ASSERT_TRUE(d.open_for_shards());
+  fs::create_directories(dst / ".mx2nv/locks");
+  for (const auto& name : {std::string("a.safetensors")}) {
+    Destination::ShardLock first = d.lock_shard(name);  // creates the lock file
+    first = Destination::ShardLock();
+    for (const auto& e : fs::directory_iterator(dst / ".mx2nv/locks")) {
+      fs::remove(e.path());
+      fs::create_hard_link(s / "src/config.json", e.path());
+    }
+    EXPECT_EQ(kind_of([&] { static_cast<void>(d.lock_shard(name)); }), ErrorKind::Usage);
+  }
+  EXPECT_EQ(slurp(s / "src/config.json"), "precious");
+}
+
+// mx2nv's own link into place (the identity where renameat2 is missing:
+// link, then unlink the temporary name) shares an inode for a moment; a
+// tree check in that moment is not a refusal.
+TEST(Destination, AnIdentityLinkedIntoPlaceIsNotAPlantedLink) {
+  Scratch s;
+  fs::create_directories(s / "dst/.mx2nv");
+  std::ofstream(s / "dst/.mx2nv/.mx2nv-tmp.4.conversion.json") << "{}";
+  fs::create_hard_link(s / "dst/.mx2nv/.mx2nv-tmp.4.conversion.json", s / "dst/.mx2nv/conversion.json");
+  EXPECT_NO_THROW(Destination(s / "src", s / "dst", true));
+  // A third name elsewhere is not that pattern.
+  fs::create_hard_link(s / "dst/.mx2nv/conversion.json", s / "elsewhere");
+  fs::remove(s / "dst/.mx2nv/.mx2nv-tmp.4.conversion.json");
+  EXPECT_EQ(kind_of([&] { Destination(s / "src", s / "dst", true); }), ErrorKind::Usage);
+}
+
+// A finished DST whose finalize was killed after its commit point: a tidy
+// removes the rest of .mx2nv/ and nothing else, unless someone holds the lock.
+TEST(Destination, TidyingAFinishedDstKeepsTheCheckpointAndFinishedJson) {
+  Scratch s;
+  ShardRecord r;
+  r.shard = "one.safetensors";
+  r.output_size = 5;
+  {
+    Destination d(s / "src", s / "dst", false);
+    ASSERT_TRUE(d.open_for_writing({}));
+    d.write_file(r.shard, "bytes");
+    d.write_record(r);
+    FinishedRecord f;
+    f.tool_version = "test";
+    f.window = "marlin";
+    f.shards = {r};
+    f.index_hash = 1;
+    d.finish(f, "model.safetensors.index.json", "{}");
+  }
+  const auto leftovers = [&] {
+    fs::create_directories(s / "dst/.mx2nv/state");
+    fs::create_directories(s / "dst/.mx2nv/locks");
+    std::ofstream(s / "dst/.mx2nv/state/r.json") << "{}";
+    std::ofstream(s / "dst/.mx2nv/locks/r.json.lock");
+    std::ofstream(s / "dst/.mx2nv/conversion.json") << "{}";
+    std::ofstream(s / "dst/.mx2nv/lock") << "123";
+  };
+  const auto names = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(s / "dst/.mx2nv")) out.insert(e.path().filename().string());
+    return out;
+  };
+  leftovers();
+  {
+    // Held (a step looking at the finished DST): left for the next retry.
+    const int fd = ::open((s / "dst/.mx2nv/lock").c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_SH), 0);
+    Destination d(s / "src", s / "dst", true);
+    ASSERT_EQ(d.state(), DestinationState::Finished);
+    d.tidy_finished();
+    EXPECT_EQ(names().size(), 5u);
+    ::close(fd);
+  }
+  Destination d(s / "src", s / "dst", true);
+  d.tidy_finished();
+  EXPECT_EQ(names(), std::set<std::string>{"finished.json"});
+  EXPECT_EQ(slurp(s / "dst/one.safetensors"), "bytes");
+  EXPECT_EQ(slurp(s / "dst/model.safetensors.index.json"), "{}");
+  leftovers();
+  fs::remove(s / "dst/.mx2nv/lock");
+  Destination::tidy_finished(s / "dst");  // no lock file left: nobody can hold one
+  EXPECT_EQ(names(), std::set<std::string>{"finished.json"});
+  EXPECT_EQ(Destination(s / "src", s / "dst", true).state(), DestinationState::Finished);
 }
 
 }  // namespace

@@ -57,6 +57,10 @@ def test_not_asking_and_errors(demo_src: Path, demo_dst: Path) -> None:
         mx2nv.gate(demo_dst, runtime="trtllm")
     with pytest.raises(mx2nv.UsageError):
         mx2nv.gate(demo_dst, tp=0)
+    # Options for asking, with asking off, could only be ignored: refused.
+    for extra in ({"python": "/nonexistent/python3"}, {"ask_timeout": 5}):
+        with pytest.raises(mx2nv.UsageError, match="does not apply with ask_runtimes=False"):
+            mx2nv.gate(demo_dst, ask_runtimes=False, **extra)
 
 
 def test_the_probe_as_a_module(demo_dst: Path) -> None:

@@ -48,10 +48,10 @@ bool terminal_safe(const std::string& s) {
         const auto b = static_cast<unsigned char>(s[i]);
         std::size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
         if (b >= 0x80 && b < 0xC2) throw 0;
-        char32_t c = n == 1 ? b : b & (0xFF >> (n + 1));
+        char32_t c = n == 1 ? char32_t{b} : static_cast<char32_t>(b & (0xFFu >> (n + 1)));
         for (std::size_t k = 1; k < n; ++k) {
           if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) throw 0;
-          c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+          c = (c << 6) | static_cast<char32_t>(static_cast<unsigned char>(s[i + k]) & 0x3Fu);
         }
         out += c;
         i += n;

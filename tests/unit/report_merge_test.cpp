@@ -39,6 +39,7 @@ Json part(std::uint64_t i, std::uint64_t n) {
     "global_conflicts": [{"scale_group": "m.2.w1", "k_max": 10, "k_min": -20, "needed": [-3, 4], "allowed": [5, 9]}],
     "differences": [], "exit_code": 0, "seconds": 0.25})");
   j["shard_subset"] = fmt::format("{}/{}", i, n);
+  j["resolved"] = {{"source", "/mnt/data/src"}, {"target", "/mnt/data/dst"}};
   j["requantized"].push_back({{"module", fmt::format("m.{}.w1", i)},
                               {"global_scale", 28672.0},
                               {"values", 8192},
@@ -320,6 +321,7 @@ TEST(ReportMerge, PartsOfDifferentConversionsAreUsage) {
   // A whole report (no shard_subset) and parts.
   std::vector<Json> parts = whole_set(2);
   parts[1].erase("shard_subset");
+  parts[1].erase("resolved");
   merge_error(ErrorKind::Usage, parts, "whole and part");
   // One part without the over-span section at all.
   parts = whole_set(2);
@@ -498,9 +500,26 @@ TEST(ReportMerge, MemoryIsBoundedByWhatAPartHolds) {
                        "JSON values"));
 }
 
+// A part records where SRC and DST resolved when it was verified: the
+// merge's report is kept out of those too (a symlink given as SRC may point
+// elsewhere by the time of the merge).
+TEST(ReportMerge, PartsRecordWhereSrcAndDstResolved) {
+  VerifyReportMerger merger(2);
+  for (std::uint64_t i = 0; i < 2; ++i) merger.add(fmt::format("part{}.json", i), part(i, 2).dump());
+  const auto trees = merger.named_trees();
+  for (const char* path : {"/data/src", "/data/dst", "/mnt/data/src", "/mnt/data/dst"}) {
+    EXPECT_NE(std::find(trees.begin(), trees.end(), path), trees.end()) << path;
+  }
+  // A whole report records none; one that does contradicts itself.
+  Json whole = part(0, 1);
+  whole.erase("shard_subset");
+  EXPECT_TRUE(contains(merge_error(ErrorKind::InvalidInput, {whole}), "resolved"));
+}
+
 TEST(ReportMerge, AWholeReportMergesAlone) {
   Json whole = part(0, 1);
   whole.erase("shard_subset");
+  whole.erase("resolved");
   const Json merged = merge({whole});
   EXPECT_EQ(merged["result"], "ok");
   EXPECT_EQ(merged["values_compared"], 40960);
