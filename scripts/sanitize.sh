@@ -11,4 +11,4 @@ export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
 scripts/python-env.sh
-MX2NV=build-asan/mx2nv .venv/bin/python -m pytest -q tests/corpus tests/conformance
+MX2NV="$PWD/build-asan/mx2nv" .venv/bin/python -m pytest -q tests/corpus tests/conformance

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 REPO = Path(__file__).resolve().parents[2]
-MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
+MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute()
 
 # A K3 down projection whose span (16) only the e4m3 window accepts.
 WIDE_MODULE = "language_model.model.layers.1.block_sparse_moe.experts.2.w2"

@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
+MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute()
 CORPUS = json.loads((HERE / "cases.json").read_text())
 MODULE = CORPUS["module"]
 SHARD0 = "model-00001-of-00002.safetensors"

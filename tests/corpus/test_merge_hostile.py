@@ -27,7 +27,7 @@ import pytest
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
+MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute()
 # Under AddressSanitizer the shadow memory counts too.
 RSS_LIMIT_KIB = (1536 if "ASAN_OPTIONS" in os.environ else 400) * 1024
 TIMEOUT_S = 60

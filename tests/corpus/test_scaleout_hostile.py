@@ -24,7 +24,7 @@ import pytest
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
+MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute()
 INDEX = "model.safetensors.index.json"
 MAX = 2**64 - 1
 

@@ -20,7 +20,7 @@ import pytest
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
+MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute()
 
 # Everything printable() escapes (common/printable.hpp), decoded with
 # surrogateescape so a byte that is not UTF-8 shows as a lone surrogate.

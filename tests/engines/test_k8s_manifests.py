@@ -25,7 +25,7 @@ VERSIONS = ["1.33.0", "1.37.0"]
 def mx2nv() -> str:
     # No conftest.py here: the suites run in one pytest session with
     # tests/conformance, whose modules import from their own conftest.
-    return str(Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")))
+    return str(Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute())
 
 
 def documents() -> list[dict]:

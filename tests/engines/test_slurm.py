@@ -25,7 +25,7 @@ RECIPE = REPO / "examples" / "slurm" / "convert.sh"
 def mx2nv() -> str:
     # No conftest.py here: the suites run in one pytest session with
     # tests/conformance, whose modules import from their own conftest.
-    return str(Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")))
+    return str(Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute())
 
 
 def free_port() -> int:
