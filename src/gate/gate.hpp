@@ -21,6 +21,10 @@ struct GateOptions {
   unsigned tp = 1;
   std::vector<ActivationDtype> dtypes = {ActivationDtype::Fp16, ActivationDtype::Bf16};
   unsigned threads = 1;
+  // Config and headers only (dims, dtypes, shapes) and the globals (4 bytes a
+  // module): no block scale is read, and the rules over them are reported as
+  // not checked (docs/gate.md, "gate --quick").
+  bool quick = false;
   AskOptions ask;  // also ask the installed runtimes' own selectors (gate/ask.hpp)
 };
 
