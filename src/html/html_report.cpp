@@ -242,6 +242,39 @@ std::string dense_heatmap_svg(const std::string& pattern, const Heatmap& h) {
   return svg + "</svg>";
 }
 
+// Under a dense map, as text a reader can search: per layer, its modules by
+// class and their span range.
+std::string layer_summaries(const Heatmap& h) {
+  struct Summary {
+    std::array<std::uint64_t, 4> classes{};  // SpanClass order
+    int lo = 0, hi = 0;
+    bool any_span = false;
+  };
+  std::map<std::uint64_t, Summary> layers;
+  for (const auto& [pos, c] : h.cells) {
+    Summary& s = layers[pos.first];
+    ++s.classes[static_cast<std::size_t>(c.cls)];
+    if (c.cls == SpanClass::AllZero) continue;
+    s.lo = s.any_span ? std::min(s.lo, c.module->span) : c.module->span;
+    s.hi = s.any_span ? std::max(s.hi, c.module->span) : c.module->span;
+    s.any_span = true;
+  }
+  std::string html = "<details class=\"layers\"><summary>Per layer: modules by class and span range</summary><table>"
+                     "<tr><th>layer</th><th>modules</th><th>spans</th><th>fits</th><th>constrained</th><th>refused</th>"
+                     "<th>all-zero</th></tr>";
+  for (const auto& [l, s] : layers) {
+    const std::uint64_t n = s.classes[0] + s.classes[1] + s.classes[2] + s.classes[3];
+    html += fmt::format("<tr><td>layer {}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td>"
+                        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                        l, n, s.any_span ? fmt::format("{}-{}", s.lo, s.hi) : std::string("-"),
+                        s.classes[static_cast<std::size_t>(SpanClass::Fits)],
+                        s.classes[static_cast<std::size_t>(SpanClass::Constrained)],
+                        s.classes[static_cast<std::size_t>(SpanClass::Refused)],
+                        s.classes[static_cast<std::size_t>(SpanClass::AllZero)]);
+  }
+  return html + "</table></details>";
+}
+
 std::string legend(Window window) {
   std::string out = "<div class=\"legend\">";
   for (int s = 0; s <= window_limits(Window::Marlin).max_span(); s += 2) {
@@ -352,7 +385,8 @@ std::string span_heatmaps(const HtmlReportInput& input, Flagged& flagged, Flagge
   if (maps.empty()) html += "<p class=\"note\">No module is named like <code>layers.L.….experts.E.…</code>.</p>\n";
   for (const auto& [pattern, h] : maps) {
     html += fmt::format("<h3>{}</h3>\n{}\n", esc(pattern),
-                        span_runs(h) > kMaxRunShapes ? dense_heatmap_svg(pattern, h) : heatmap_svg(pattern, h));
+                        span_runs(h) > kMaxRunShapes ? dense_heatmap_svg(pattern, h) + "\n" + layer_summaries(h)
+                                                     : heatmap_svg(pattern, h));
   }
   return html;
 }

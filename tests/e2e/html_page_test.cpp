@@ -33,6 +33,9 @@ TEST(HtmlPage, ADenseMapIsAnImageThatStillNamesEveryFlaggedModule) {
   EXPECT_EQ(count(page, "data-drawn=\"image\""), count(page, "href=\"data:image/png;base64,"));
   // Every layer of a dense map has shapes to hover, with the layer and experts in their titles.
   EXPECT_NE(page.find("<title>layer 2, experts 0-"), std::string::npos);
+  // Under each dense map, every layer's counts as text: layer 2 of w2 holds the refused module.
+  EXPECT_EQ(count(page, "Per layer: modules by class"), count(page, "data-drawn=\"image\""));
+  EXPECT_NE(page.find("<tr><td>layer 2</td><td class=\"num\">4000</td>"), std::string::npos);
   // The flagged modules: a shape of their own, named, and listed.
   for (const auto& [name, cls] : {std::pair{refused, std::string("refused")}, std::pair{constrained, std::string("constrained")}}) {
     EXPECT_NE(page.find("class=\"cell " + cls + "\"><title>"), std::string::npos) << cls;
