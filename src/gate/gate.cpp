@@ -1,10 +1,10 @@
 #include "gate/gate.hpp"
 
 #include "checkpoint/reader.hpp"
+#include "gate/expert_table.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
-#include "model/module_names.hpp"
 #include "model/modules.hpp"
 #include "numerics/formats.hpp"
 
@@ -12,10 +12,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <deque>
-#include <limits>
-#include <map>
-#include <optional>
 #include <span>
 
 namespace mx2nv {
@@ -23,80 +19,12 @@ namespace {
 
 constexpr std::uint64_t kChunkRows = 1024;  // rows of scales (and packed bytes) read at a time
 constexpr std::size_t kNamedExamples = 5;
-constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-
-enum Role : std::uint8_t { W1, W3, W2 };
-
-// Where one tensor of an NVFP4 expert module lives, and the header facts gate
-// checks: fixed size, no name (the module's name and the suffix give it), so
-// what stays after the headers are dropped is a few words per tensor.
-struct Located {
-  std::uint64_t start = 0;  // absolute offset in the shard file
-  std::uint64_t nbytes = 0;
-  std::array<std::uint64_t, 2> dims{};  // the first two dimensions
-  std::uint32_t shard = 0;
-  Dtype dtype = Dtype::U8;
-  std::uint8_t rank = 0;
-  bool present = false;
-};
-
-struct ExpertModule {
-  std::uint64_t name_at = 0;  // in Experts::names
-  std::uint32_t name_size = 0;
-  std::uint32_t layer = 0;
-  Role role = W1;
-  Located packed, scale, global;
-  std::uint64_t rows = 0, blocks = 0;  // N, K/16
-  // Filled by the scan.
-  float global_value = 0;
-  double max_scale = 0;
-  std::uint64_t suspects = 0;  // blocks with 0 < scale < 2^-6 (active or not)
-  std::uint64_t negative = 0;
-};
-
-struct Layer {
-  std::string prefix;
-  std::array<std::string, 3> names;  // the checkpoint's gate, up, down projection names
-  std::map<std::uint64_t, std::array<std::uint32_t, 3>> experts;  // expert -> module index per role
-};
-
-// Module names, appended into chunks that never move (no copy of all names
-// while one grows): a name is a chunk and an offset.
-class NameChunks {
- public:
-  std::uint64_t add(std::string_view name) {
-    if (chunks_.empty() || chunks_.back().size() + name.size() > chunks_.back().capacity()) {
-      chunks_.emplace_back().reserve(std::max(kChunkBytes, name.size()));
-    }
-    const std::uint64_t at = (static_cast<std::uint64_t>(chunks_.size() - 1) << 32) | chunks_.back().size();
-    chunks_.back() += name;
-    return at;
-  }
-  std::string_view get(std::uint64_t at, std::size_t size) const {
-    return std::string_view(chunks_[static_cast<std::size_t>(at >> 32)]).substr(at & 0xFFFFFFFFu, size);
-  }
-
- private:
-  static constexpr std::size_t kChunkBytes = 1 << 20;
-  std::vector<std::string> chunks_;
-};
-
-// The routed experts among the NVFP4 modules (parse_expert_module), built as
-// the headers stream by: a fixed record per module plus its name's bytes
-// (a deque: no module is copied while it grows).
-struct Experts {
-  NameChunks names;
-  std::deque<ExpertModule> modules;
-  std::vector<Layer> layers;  // sorted by prefix once complete
-  std::string_view name(const ExpertModule& m) const { return names.get(m.name_at, m.name_size); }
-};
-
 struct Reader {
   const Checkpoint* ck = nullptr;
-  void read(const Located& t, std::uint64_t offset, std::span<std::byte> out) const {
+  void read(const ExpertTensor& t, std::uint64_t offset, std::span<std::byte> out) const {
     ck->files->open(t.shard)->read_at(t.start + offset, out);
   }
-  const std::string& file(const Located& t) const { return ck->shards[t.shard].file; }
+  const std::string& file(const ExpertTensor& t) const { return ck->shards[t.shard].file; }
 };
 
 double e4m3_scale(std::uint8_t b) { return e4m3_value(b); }
@@ -160,7 +88,7 @@ double bank_scale_factor(double max_scale) {
 
 // The runtimes' own selectors on the first MoE layer (every layer has the
 // same scheme in the checkpoints gate judges: one shape, one config group).
-void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<Layer>& layers, GateResult& r) {
+void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<ExpertLayer>& layers, GateResult& r) {
   if (!o.ask.enabled) {
     r.not_asked = "asking the runtimes was turned off";
     return;
@@ -189,177 +117,9 @@ void ask_own_selectors(const GateOptions& o, const Json& config, const std::vect
   r.asked.opinions.clear();  // moved into checks
 }
 
-Role role_of(Projection p) { return p == Projection::Gate ? W1 : p == Projection::Up ? W3 : W2; }
-
-// Which of an NVFP4 module's tensors `name` is (0 packed, 1 scale, 2 global),
-// and the module's name.
-std::optional<std::pair<std::string_view, int>> nvfp4_tensor(std::string_view name) {
-  const std::string_view suffixes[] = {kPackedSuffix, kScaleSuffix, kGlobalSuffix};
-  for (int k = 0; k < 3; ++k) {
-    const std::string_view suffix = suffixes[k];
-    if (name.ends_with(suffix)) return std::pair{name.substr(0, name.size() - suffix.size()), k};
-  }
-  return std::nullopt;
-}
-
-// Collects the experts' tensors from each header as it streams by; only
-// what gate reads later is kept.
-class ExpertCollector {
- public:
-  void add(std::size_t shard, const ShardHeader& header) {
-    for (const auto& t : header.tensors()) {
-      const auto which = nvfp4_tensor(t.name);
-      if (!which) continue;
-      const auto parsed = parse_expert_module(which->first);
-      if (!parsed) continue;
-      ExpertModule& m = module_for(which->first, *parsed);
-      Located& l = which->second == 0 ? m.packed : which->second == 1 ? m.scale : m.global;
-      l.start = header.data_start() + t.begin;
-      l.nbytes = t.nbytes();
-      l.shard = static_cast<std::uint32_t>(shard);
-      l.dtype = t.dtype;
-      l.rank = static_cast<std::uint8_t>(std::min<std::size_t>(t.shape.size(), 255));
-      for (std::size_t d = 0; d < 2 && d < t.shape.size(); ++d) l.dims[d] = t.shape[d];
-      l.present = true;
-    }
-  }
-  Experts finish();
-
- private:
-  ExpertModule& module_for(std::string_view base, const ExpertName& parsed);
-  Experts x_;
-  std::map<std::string, std::size_t, std::less<>> layer_index_;  // prefix -> index in x_.layers
-};
-
-ExpertModule& ExpertCollector::module_for(std::string_view base, const ExpertName& parsed) {
-  auto it = layer_index_.find(parsed.layer);
-  if (it == layer_index_.end()) {
-    it = layer_index_.emplace(std::string(parsed.layer), x_.layers.size()).first;
-    x_.layers.push_back({std::string(parsed.layer), {}, {}});
-  }
-  Layer& layer = x_.layers[it->second];
-  const Role role = role_of(parsed.projection.projection);
-  auto& slots = layer.experts.try_emplace(parsed.expert, std::array{kNone, kNone, kNone}).first->second;
-  if (slots[role] != kNone) {
-    ExpertModule& m = x_.modules[slots[role]];
-    // One module per layer, expert and projection: another spelling of the
-    // same one ("experts.07.w1", "experts.7.gate_proj") is ambiguous.
-    if (x_.name(m) != base) {
-      fail_input("\"{}\" and \"{}\" name the same expert projection (expert {} of {})", printable(x_.name(m)),
-                 printable(base), parsed.expert, printable(parsed.layer));
-    }
-    return m;
-  }
-  if (x_.modules.size() >= kNone) fail_input("more than {} expert modules", kNone);
-  slots[role] = static_cast<std::uint32_t>(x_.modules.size());
-  ExpertModule m;
-  m.name_at = x_.names.add(base);
-  m.name_size = static_cast<std::uint32_t>(base.size());
-  m.layer = static_cast<std::uint32_t>(it->second);
-  m.role = role;
-  layer.names[role] = std::string(parsed.projection.suffix);
-  return x_.modules.emplace_back(m);
-}
-
-// A module is a weight_packed (its scale and global alone are none): the
-// others are dropped, and the layers left are sorted by prefix.
-Experts ExpertCollector::finish() {
-  std::vector<std::uint32_t> moved(x_.modules.size(), kNone);
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < x_.modules.size(); ++i) {
-    if (!x_.modules[i].packed.present) continue;
-    moved[i] = static_cast<std::uint32_t>(kept);
-    x_.modules[kept++] = x_.modules[i];
-  }
-  x_.modules.resize(kept);
-  std::vector<std::uint32_t> layer_moved(x_.layers.size(), kNone);
-  std::vector<Layer> layers;
-  for (const auto& [prefix, i] : layer_index_) {  // by prefix
-    Layer& l = x_.layers[i];
-    for (auto e = l.experts.begin(); e != l.experts.end();) {
-      bool any = false;
-      for (auto& slot : e->second) {
-        if (slot != kNone) slot = moved[slot];
-        any = any || slot != kNone;
-      }
-      e = any ? std::next(e) : l.experts.erase(e);
-    }
-    if (l.experts.empty()) continue;
-    layer_moved[i] = static_cast<std::uint32_t>(layers.size());
-    layers.push_back(std::move(l));
-  }
-  for (auto& m : x_.modules) m.layer = layer_moved[m.layer];
-  x_.layers = std::move(layers);
-  return std::move(x_);
-}
-
-// Every module holds NVFP4 tensors: weight_packed U8 [N, K/2], weight_scale
-// F8_E4M3 [N, K/16], weight_global_scale F32 with one value.
-void check_nvfp4(Experts& x) {
-  for (auto& m : x.modules) {
-    const std::string_view base = x.name(m);
-    if (!m.scale.present || !m.global.present) {
-      fail_input("\"{}\": an NVFP4 module needs weight_packed, weight_scale and weight_global_scale", base);
-    }
-    const Located& p = m.packed;
-    const Located& s = m.scale;
-    if (p.dtype != Dtype::U8 || p.rank != 2 || s.dtype != Dtype::F8_E4M3 || s.rank != 2 || s.dims[0] != p.dims[0] ||
-        p.dims[1] % 8 != 0 || s.dims[1] != p.dims[1] / 8 || m.global.dtype != Dtype::F32 || m.global.nbytes != 4) {
-      fail_input("\"{}\": not NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 [N, K/16], "
-                 "weight_global_scale F32 with one value)", base);
-    }
-    m.rows = p.dims[0];
-    m.blocks = s.dims[1];
-  }
-}
-
-const ExpertModule& module_at(const Experts& x, const std::array<std::uint32_t, 3>& slots, Role r) {
-  return x.modules[slots[r]];
-}
-
-// Dimensions: one shape for every layer and expert, each expert complete.
-MoeDims expert_dims(const Experts& x) {
-  MoeDims dims;
-  dims.layers = x.layers.size();
-  for (const auto& layer : x.layers) {
-    for (const auto& [e, slots] : layer.experts) {
-      for (const Role r : {W1, W3, W2}) {
-        if (slots[r] == kNone) fail_input("{}.{}: expert without its {}", layer.prefix, e, r == W1 ? "w1" : r == W3 ? "w3" : "w2");
-      }
-      const ExpertModule& w1 = module_at(x, slots, W1);
-      const ExpertModule& w3 = module_at(x, slots, W3);
-      const ExpertModule& w2 = module_at(x, slots, W2);
-      const std::uint64_t n = w1.rows, k = w1.blocks * 16;
-      if (dims.hidden == 0) {
-        dims.hidden = k;
-        dims.intermediate = n;
-        dims.experts = layer.experts.size();
-      }
-      if (n != dims.intermediate || k != dims.hidden || w3.rows != n || w3.blocks * 16 != k || w2.rows != k ||
-          w2.blocks * 16 != n) {
-        fail_input("{}.{}: expert shapes differ from the first expert's (hidden {}, intermediate {})", layer.prefix, e,
-                   dims.hidden, dims.intermediate);
-      }
-    }
-  }
-  return dims;
-}
-
 bool is_power_of_two(float v) {
   int e = 0;
   return std::frexp(static_cast<double>(v), &e) == 0.5;
-}
-
-// Every module in a fixed order (layers by prefix, experts by number, then
-// w1, w3, w2), whatever order the headers streamed by in: the modules named
-// as examples are the same on every run.
-template <typename Fn>
-void for_each_module(const Experts& x, Fn&& fn) {
-  for (const auto& layer : x.layers) {
-    for (const auto& [e, slots] : layer.experts) {
-      for (const Role r : {W1, W3, W2}) fn(module_at(x, slots, r));
-    }
-  }
 }
 
 // Every module's global: a positive finite divisor; the range of the
