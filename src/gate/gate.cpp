@@ -1,10 +1,10 @@
 #include "gate/gate.hpp"
 
 #include "checkpoint/reader.hpp"
-#include "gate/expert_table.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
+#include "gate/expert_table.hpp"
 #include "model/modules.hpp"
 #include "numerics/formats.hpp"
 

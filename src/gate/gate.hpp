@@ -2,7 +2,8 @@
 // MoE checkpoint exactly? Works on any such checkpoint, not only mx2nv's:
 // reads config.json, every expert module's global scale and block scales, and
 // the packed bytes of the blocks whose scale a runtime would zero or misread
-// (to tell active blocks from all-zero ones). Rules: gate/rules.hpp.
+// (to tell active blocks from all-zero ones); with `quick`, no block scale or
+// packed byte. Rules: gate/rules.hpp.
 #pragma once
 
 #include "gate/ask.hpp"
