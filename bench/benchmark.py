@@ -25,8 +25,11 @@ usage: python bench/benchmark.py [--reps N] [--experts N] [--work DIR]
 With --k3-structure it instead measures metadata at Kimi K3's real scale: a
 generated checkpoint with K3's structure and tiny tensors (96 shards, 92
 layers x 896 experts, ~496k tensors, a ~60 MB index), rows for cp -r,
-convert, verify and inspect with peak RSS, and the same commands of another
-build (--baseline PATH) side by side for a before/after in one run.
+convert, verify, inspect, plan, planned steps (--shards 0/8 and 0/1),
+finalize, verify --shards and --merge, gate (and gate --quick), requantize,
+and the page sizes of inspect --html and convert --html, with peak RSS, and
+the same commands of another build (--baseline PATH) side by side for a
+before/after in one run (a row the other build refuses is shown as failed).
 
 With --capped it measures peak RSS of inspect, convert and verify (one run
 each, beside --baseline if given) on the largest inputs the metadata caps
@@ -53,14 +56,15 @@ MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv"))
 NAIVE = REPO / "bench" / "naive_transcoder.py"
 
 
-def run_measured(cmd: list[str]) -> tuple[float, int, float]:
-    """Wall seconds, peak RSS (MiB) and CPU seconds (user + sys) of one command."""
+def run_measured(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + sys) of one command
+    that exits with one of `ok`."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
+    if os.waitstatus_to_exitcode(status) not in ok:
         raise SystemExit(f"{' '.join(cmd)} failed: {err}")
     return wall, usage.ru_maxrss // 1024, usage.ru_utime + usage.ru_stime
 
@@ -267,6 +271,53 @@ K3_STRUCTURE = ["--layout", "k3", "--layers", "92", "--experts", "896", "--shard
                 "--intermediate", "32", "--seed", "2026"]
 
 
+def k3_rows(exe: Path, name: str, src: Path, ref: Path, work: Path) -> list[tuple[str, object, list[str], Path | None]]:
+    """The measured commands of one build at K3's structure, in order: (label,
+    unmeasured setup, command, page whose size is reported). Steps of a plan
+    start from a fresh plan each time, so every repetition does the same work."""
+    pa, pb = work / "plan-a", work / "plan-b"
+    plan_a, plan_b = pa / ".mx2nv" / "plan.json", pb / ".mx2nv" / "plan.json"
+    parts = [work / "verify-part-0.json", work / "verify-part-1.json"]
+    page = work / "page.html"
+
+    def fresh(*paths: Path):
+        def setup() -> None:
+            for p in paths:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        return setup
+
+    def planned_b() -> None:
+        shutil.rmtree(pb, ignore_errors=True)
+        subprocess.run([str(exe), "plan", str(src), str(pb)], check=True, stdout=subprocess.DEVNULL)
+
+    def parts_made() -> None:
+        for i, part in enumerate(parts):
+            part.unlink(missing_ok=True)
+            subprocess.run([str(exe), "verify", str(src), str(ref), "--shards", f"{i}/2", "--report", str(part)],
+                           check=True, stdout=subprocess.DEVNULL)
+
+    x = str(exe)
+    return [
+        (f"{name} convert", fresh(work / "out"), [x, "convert", str(src), str(work / "out")], None),
+        (f"{name} verify", None, [x, "verify", str(src), str(ref)], None),
+        (f"{name} inspect", None, [x, "inspect", str(src)], None),
+        (f"{name} plan", fresh(pa), [x, "plan", str(src), str(pa)], None),
+        (f"{name} convert --plan --shards 0/8", None, [x, "convert", "--plan", str(plan_a), "--shards", "0/8"], None),
+        (f"{name} convert --plan --shards 0/1", planned_b, [x, "convert", "--plan", str(plan_b), "--shards", "0/1"],
+         None),
+        (f"{name} convert --plan --finalize", None, [x, "convert", "--plan", str(plan_b), "--finalize"], None),
+        (f"{name} verify --shards 0/2", fresh(parts[0]),
+         [x, "verify", str(src), str(ref), "--shards", "0/2", "--report", str(parts[0])], None),
+        (f"{name} verify --merge", parts_made, [x, "verify", "--merge", *map(str, parts)], None),
+        (f"{name} gate", None, [x, "gate", str(ref), "--ask-runtimes", "never"], None),
+        (f"{name} gate --quick", None, [x, "gate", str(ref), "--ask-runtimes", "never", "--quick"], None),
+        (f"{name} requantize", fresh(work / "out"), [x, "requantize", str(src), str(work / "out")], None),
+        (f"{name} inspect --html", fresh(page), [x, "inspect", str(src), "--html", str(page)], page),
+        (f"{name} convert --html", fresh(work / "out", page),
+         [x, "convert", str(src), str(work / "out"), "--html", str(page)], page),
+    ]
+
+
 def bench_k3_structure(work: Path, reps: int, baseline: Path | None) -> None:
     src = work / "src-k3-structure"
     if not (src / "config.json").exists():
@@ -275,35 +326,48 @@ def bench_k3_structure(work: Path, reps: int, baseline: Path | None) -> None:
     size = tree_bytes(src)
     index_mb = (src / "model.safetensors.index.json").stat().st_size / 1e6
     builds = {"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})
-    references = {}
+    rows: list[tuple[str, object, list[str], Path | None]] = [
+        ("cp -r", lambda: shutil.rmtree(work / "out", ignore_errors=True), ["cp", "-r", str(src), str(work / "out")],
+         None)]
     for name, exe in builds.items():
-        references[name] = work / f"k3-structure-out-{name}"
-        shutil.rmtree(references[name], ignore_errors=True)
-        subprocess.run([str(exe), "convert", str(src), str(references[name])], check=True, stdout=subprocess.DEVNULL)
-    commands = {"cp -r": lambda o: ["cp", "-r", str(src), str(o)]}
-    for name, exe in builds.items():
-        ref = references[name]
-        commands[f"{name} convert"] = lambda o, exe=exe: [str(exe), "convert", str(src), str(o)]
-        commands[f"{name} verify"] = lambda o, exe=exe, ref=ref: [str(exe), "verify", str(src), str(ref)]
-        commands[f"{name} inspect"] = lambda o, exe=exe: [str(exe), "inspect", str(src)]
-    results: dict[str, list[tuple[float, int, float]]] = {k: [] for k in commands}
+        ref = work / f"k3-structure-out-{name}"
+        shutil.rmtree(ref, ignore_errors=True)
+        subprocess.run([str(exe), "convert", str(src), str(ref)], check=True, stdout=subprocess.DEVNULL)
+        rows += k3_rows(exe, name, src, ref, work / f"k3-{name}")
+        (work / f"k3-{name}").mkdir(exist_ok=True)
+    results: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _, _ in rows}
+    pages: dict[str, int] = {}
+    failed: dict[str, str] = {}
     for _ in range(reps):
-        for name, make in commands.items():
-            out = work / "out"
-            shutil.rmtree(out, ignore_errors=True)
+        for label, setup, cmd, page in rows:
+            if label in failed:
+                continue
+            if setup:
+                setup()
             settle()
             warm(src)
-            results[name].append(run_measured(make(out)))
+            try:
+                # gate exits 1 for a BLOCKED verdict (K3's structure has tiny dims)
+                results[label].append(run_measured(cmd, (0, 1) if " gate" in label else (0,)))
+            except SystemExit as e:  # e.g. an older build without the option
+                failed[label] = str(e).strip().splitlines()[-1][:120]
+                continue
+            if page:
+                pages[label] = page.stat().st_size
     shutil.rmtree(work / "out", ignore_errors=True)
     print(f"\nK3 structure: {size / 2**20:.0f} MiB in 96 shards, index {index_mb:.0f} MB; "
           f"machine: {platform.machine()}, {os.cpu_count()} cores")
-    print("| command | min s | median s | x cp -r | CPU s | peak RSS MiB | n |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| command | min s | median s | x cp -r | CPU s | peak RSS MiB | page MB | n |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     cp = min(w for w, _, _ in results["cp -r"])
-    for name, samples in results.items():
+    for label, samples in results.items():
+        if not samples:
+            print(f"| {label} | failed: {failed.get(label, '')} |")
+            continue
         walls = [w for w, _, _ in samples]
-        print(f"| {name} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cp:.1f} | "
-              f"{min(c for _, _, c in samples):.2f} | {max(r for _, r, _ in samples)} | {len(walls)} |")
+        page_mb = f"{pages[label] / 1e6:.2f}" if label in pages else ""
+        print(f"| {label} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cp:.1f} | "
+              f"{min(c for _, _, c in samples):.2f} | {max(r for _, r, _ in samples)} | {page_mb} | {len(walls)} |")
 
 
 # --- capped inputs: memory at the metadata caps ------------------------------

@@ -77,6 +77,9 @@ class GateCommand final : public Subcommand {
         ->check(CLI::IsMember({"fp16", "bf16", "both"}));
     add_threads(app_, threads_);
     app_->add_flag("--json", json_, "print JSON instead of a summary");
+    app_->add_flag("--quick", options_.quick,
+                   "read only config, headers and globals, not the block scales: their rules are not checked "
+                   "(verdicts UNVERIFIED where they apply)");
     app_->add_option("--ask-runtimes", ask_,
                      "auto (default): also ask the vLLM/SGLang installed in --python which scheme their own code "
                      "selects; never: do not")

@@ -4,7 +4,7 @@
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
-#include "model/module_names.hpp"
+#include "gate/expert_table.hpp"
 #include "model/modules.hpp"
 #include "numerics/formats.hpp"
 
@@ -12,54 +12,19 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <span>
-#include <unordered_map>
 
 namespace mx2nv {
 namespace {
 
 constexpr std::uint64_t kChunkRows = 1024;  // rows of scales (and packed bytes) read at a time
 constexpr std::size_t kNamedExamples = 5;
-
-enum Role { W1, W3, W2 };
-
-// Where one tensor of an NVFP4 module lives; headers are dropped after the
-// scan, so this keeps only what gate reads later.
-struct Located {
-  std::size_t shard = 0;
-  const std::string* file = nullptr;  // the shard's file, for errors
-  std::uint64_t start = 0;            // absolute offset in the shard file
-  Dtype dtype = Dtype::U8;
-  std::vector<std::uint64_t> shape;
-  std::uint64_t nbytes = 0;
-  std::string name;
-};
-
 struct Reader {
   const Checkpoint* ck = nullptr;
-  void read(const Located& t, std::uint64_t offset, std::span<std::byte> out) const {
+  void read(const ExpertTensor& t, std::uint64_t offset, std::span<std::byte> out) const {
     ck->files->open(t.shard)->read_at(t.start + offset, out);
   }
-};
-
-struct ExpertModule {
-  std::string name;
-  std::size_t layer = 0;
-  Role role = W1;
-  Located packed, scale, global;
-  std::uint64_t rows = 0, blocks = 0;  // N, K/16
-  // Filled by the scan.
-  float global_value = 0;
-  double max_scale = 0;
-  std::uint64_t suspects = 0;  // blocks with 0 < scale < 2^-6 (active or not)
-  std::uint64_t negative = 0;
-};
-
-struct Layer {
-  std::string prefix;
-  std::array<std::string, 3> names;  // the checkpoint's gate, up, down projection names
-  std::map<std::uint64_t, std::array<std::ptrdiff_t, 3>> experts;  // expert -> module index per role
+  const std::string& file(const ExpertTensor& t) const { return ck->shards[t.shard].file; }
 };
 
 double e4m3_scale(std::uint8_t b) { return e4m3_value(b); }
@@ -73,7 +38,7 @@ bool block_active(const std::byte* p) {  // 8 packed bytes = 16 E2M1 codes
 }
 
 // Pass 1 over a module's block scales: the largest, the suspects, NaN refused.
-void scan_scales(ExpertModule& m, const Reader& io) {
+void scan_scales(ExpertModule& m, std::string_view name, const Reader& io) {
   std::vector<std::byte> buf(static_cast<std::size_t>(std::min(m.rows, kChunkRows) * m.blocks));
   for (std::uint64_t row = 0; row < m.rows; row += kChunkRows) {
     const std::uint64_t n = std::min(kChunkRows, m.rows - row);
@@ -82,7 +47,7 @@ void scan_scales(ExpertModule& m, const Reader& io) {
     for (std::size_t i = 0; i < bytes; ++i) {
       const auto b = std::to_integer<std::uint8_t>(buf[i]);
       if ((b & 0x7F) == 0x7F) {
-        fail_input("{}: tensor \"{}\" row {} block {}: block scale is NaN", *m.scale.file, m.scale.name,
+        fail_input("{}: tensor \"{}{}\" row {} block {}: block scale is NaN", io.file(m.scale), name, kScaleSuffix,
                    row + i / m.blocks, i % m.blocks);
       }
       const double v = e4m3_scale(b);
@@ -123,7 +88,7 @@ double bank_scale_factor(double max_scale) {
 
 // The runtimes' own selectors on the first MoE layer (every layer has the
 // same scheme in the checkpoints gate judges: one shape, one config group).
-void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<Layer>& layers, GateResult& r) {
+void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<ExpertLayer>& layers, GateResult& r) {
   if (!o.ask.enabled) {
     r.not_asked = "asking the runtimes was turned off";
     return;
@@ -152,90 +117,6 @@ void ask_own_selectors(const GateOptions& o, const Json& config, const std::vect
   r.asked.opinions.clear();  // moved into checks
 }
 
-// The routed experts among the NVFP4 modules (parse_expert_module), checked
-// for NVFP4 tensors, and their layers sorted by prefix.
-struct Experts {
-  std::vector<ExpertModule> modules;
-  std::vector<Layer> layers;
-};
-
-Role role_of(Projection p) { return p == Projection::Gate ? W1 : p == Projection::Up ? W3 : W2; }
-
-Experts find_experts(const std::unordered_map<std::string, Located>& tensors) {
-  Experts x;
-  std::map<std::string, std::size_t> layer_index;
-  for (const auto& [name, located] : tensors) {
-    if (!name.ends_with(kPackedSuffix)) continue;
-    const std::string base = name.substr(0, name.size() - kPackedSuffix.size());
-    const auto parsed = parse_expert_module(base);
-    if (!parsed) continue;
-    const std::string prefix(parsed->layer);
-    const Role role = role_of(parsed->projection.projection);
-    ExpertModule m;
-    m.name = base;
-    m.role = role;
-    m.packed = located;
-    const auto s = tensors.find(base + std::string(kScaleSuffix));
-    const auto g = tensors.find(base + std::string(kGlobalSuffix));
-    if (s == tensors.end() || g == tensors.end()) {
-      fail_input("\"{}\": an NVFP4 module needs weight_packed, weight_scale and weight_global_scale", base);
-    }
-    m.scale = s->second;
-    m.global = g->second;
-    const auto& ps = m.packed.shape;
-    const auto& ss = m.scale.shape;
-    if (m.packed.dtype != Dtype::U8 || ps.size() != 2 || m.scale.dtype != Dtype::F8_E4M3 || ss.size() != 2 ||
-        ss[0] != ps[0] || ps[1] % 8 != 0 || ss[1] != ps[1] / 8 || m.global.dtype != Dtype::F32 ||
-        m.global.nbytes != 4) {
-      fail_input("\"{}\": not NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 [N, K/16], "
-                 "weight_global_scale F32 with one value)", base);
-    }
-    m.rows = ps[0];
-    m.blocks = ss[1];
-    auto [it, fresh] = layer_index.emplace(prefix, x.layers.size());
-    if (fresh) x.layers.push_back({prefix, {}, {}});
-    m.layer = it->second;
-    x.layers[m.layer].names[role] = std::string(parsed->projection.suffix);
-    auto& slots = x.layers[m.layer].experts.emplace(parsed->expert, std::array<std::ptrdiff_t, 3>{-1, -1, -1}).first->second;
-    slots[role] = static_cast<std::ptrdiff_t>(x.modules.size());
-    x.modules.push_back(std::move(m));
-  }
-  std::sort(x.layers.begin(), x.layers.end(), [](const Layer& a, const Layer& b) { return a.prefix < b.prefix; });
-  return x;
-}
-
-const ExpertModule& module_at(const Experts& x, const std::array<std::ptrdiff_t, 3>& slots, Role r) {
-  return x.modules[static_cast<std::size_t>(slots[r])];
-}
-
-// Dimensions: one shape for every layer and expert, each expert complete.
-MoeDims expert_dims(const Experts& x) {
-  MoeDims dims;
-  dims.layers = x.layers.size();
-  for (const auto& layer : x.layers) {
-    for (const auto& [e, slots] : layer.experts) {
-      for (const Role r : {W1, W3, W2}) {
-        if (slots[r] < 0) fail_input("{}.{}: expert without its {}", layer.prefix, e, r == W1 ? "w1" : r == W3 ? "w3" : "w2");
-      }
-      const ExpertModule& w1 = module_at(x, slots, W1);
-      const ExpertModule& w3 = module_at(x, slots, W3);
-      const ExpertModule& w2 = module_at(x, slots, W2);
-      const std::uint64_t n = w1.rows, k = w1.blocks * 16;
-      if (dims.hidden == 0) {
-        dims.hidden = k;
-        dims.intermediate = n;
-        dims.experts = layer.experts.size();
-      }
-      if (n != dims.intermediate || k != dims.hidden || w3.rows != n || w3.blocks * 16 != k || w2.rows != k ||
-          w2.blocks * 16 != n) {
-        fail_input("{}.{}: expert shapes differ from the first expert's (hidden {}, intermediate {})", layer.prefix, e,
-                   dims.hidden, dims.intermediate);
-      }
-    }
-  }
-  return dims;
-}
-
 bool is_power_of_two(float v) {
   int e = 0;
   return std::frexp(static_cast<double>(v), &e) == 0.5;
@@ -243,11 +124,11 @@ bool is_power_of_two(float v) {
 
 // Every module's global: a positive finite divisor; the range of the
 // multipliers g = 1/global, and which are no powers of two.
-void add_global_facts(const std::vector<ExpertModule>& modules, ScaleFacts& s) {
+void add_global_facts(const Experts& x, ScaleFacts& s) {
   bool first = true;
-  for (const auto& m : modules) {
+  for_each_module(x, [&](const ExpertModule& m) {
     if (!std::isfinite(m.global_value) || m.global_value <= 0) {
-      fail_input("\"{}{}\" = {} is not a positive finite divisor", m.name, kGlobalSuffix, m.global_value);
+      fail_input("\"{}{}\" = {} is not a positive finite divisor", x.name(m), kGlobalSuffix, m.global_value);
     }
     const double g = 1.0 / static_cast<double>(m.global_value);
     s.min_multiplier = first ? g : std::min(s.min_multiplier, g);
@@ -255,15 +136,16 @@ void add_global_facts(const std::vector<ExpertModule>& modules, ScaleFacts& s) {
     first = false;
     if (!is_power_of_two(m.global_value)) {
       ++s.modules_not_pow2;
-      if (s.multipliers_not_pow2.size() < kNamedExamples) s.multipliers_not_pow2.push_back(m.name);
+      if (s.multipliers_not_pow2.size() < kNamedExamples) s.multipliers_not_pow2.emplace_back(x.name(m));
     }
     s.negative_scales += m.negative;
-  }
+  });
 }
 
 // The experts whose gate and up globals differ (bit for bit), in one walk of
-// the pairs; returns, per layer, whether it holds such an expert (Humming
-// makes every w1/w3 global of that layer a per-channel scale).
+// the pairs: how many, the first few named; returns, per layer, whether it
+// holds such an expert (Humming makes every w1/w3 global of that layer a
+// per-channel scale).
 std::vector<bool> add_pair_facts(const Experts& x, ScaleFacts& s) {
   std::vector<bool> mixed(x.layers.size(), false);
   for (std::size_t l = 0; l < x.layers.size(); ++l) {
@@ -271,7 +153,7 @@ std::vector<bool> add_pair_facts(const Experts& x, ScaleFacts& s) {
       const float a = module_at(x, slots, W1).global_value;
       const float b = module_at(x, slots, W3).global_value;
       if (std::memcmp(&a, &b, 4) == 0) continue;
-      s.gate_up_differ.push_back(fmt::format("{}.{}", x.layers[l].prefix, e));
+      if (s.gate_up_differ++ < kNamedExamples) s.gate_up_differ_first.push_back(fmt::format("{}.{}", x.layers[l].prefix, e));
       mixed[l] = true;
     }
   }
@@ -280,18 +162,18 @@ std::vector<bool> add_pair_facts(const Experts& x, ScaleFacts& s) {
 
 // The w1/w3 multipliers of the mixed layers: their range, and which are no
 // powers of two.
-void add_channel_facts(const std::vector<ExpertModule>& modules, const std::vector<bool>& mixed, ScaleFacts& s) {
+void add_channel_facts(const Experts& x, const std::vector<bool>& mixed, ScaleFacts& s) {
   bool first_channel = true;
-  for (const auto& m : modules) {
-    if (m.role == W2 || !mixed[m.layer]) continue;
+  for_each_module(x, [&](const ExpertModule& m) {
+    if (m.role == W2 || !mixed[m.layer]) return;
     const double g = 1.0 / static_cast<double>(m.global_value);
     s.channel_min_multiplier = first_channel ? g : std::min(s.channel_min_multiplier, g);
     s.channel_max_multiplier = first_channel ? g : std::max(s.channel_max_multiplier, g);
     first_channel = false;
     if (!is_power_of_two(m.global_value)) {
-      if (s.channel_not_pow2++ == 0) s.channel_not_pow2_example = m.name;
+      if (s.channel_not_pow2++ == 0) s.channel_not_pow2_example = x.name(m);
     }
-  }
+  });
 }
 
 // Active blocks with scales below 2^-6 (fp16), and below 2^-6 after vLLM's
@@ -330,34 +212,31 @@ bool GateResult::blocked() const {
 GateResult run_gate(const GateOptions& o) {
   GateResult result;
   result.checkpoint = fs::absolute(o.checkpoint).lexically_normal().string();
-  // Only the NVFP4 modules' tensors are kept from each header as it streams
-  // by, so memory follows the module count, not the checkpoint's size.
-  std::unordered_map<std::string, Located> tensors;
-  const auto keep = [&](std::size_t shard, std::string_view, const ShardHeader& header) {
-    for (const auto& t : header.tensors()) {
-      if (!t.name.ends_with(kPackedSuffix) && !t.name.ends_with(kScaleSuffix) && !t.name.ends_with(kGlobalSuffix)) continue;
-      tensors.emplace(t.name, Located{shard, nullptr, header.data_start() + t.begin, t.dtype, t.shape, t.nbytes(), t.name});
-    }
-  };
+  // Only the expert modules' tensors are kept from each header as it streams
+  // by, as fixed records: memory follows the module count, not the
+  // checkpoint's size or every tensor's name.
+  ExpertCollector collect;
+  const auto keep = [&](std::size_t shard, std::string_view, const ShardHeader& header) { collect.add(shard, header); };
   const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
-  for (auto& [name, t] : tensors) t.file = &ck.shards[t.shard].file;
   const Reader io{&ck};
   const Json config = parse_strict_json(ck.config_text, "config.json").value;
   const std::vector<SchemeFacts> schemes = scheme_facts(config);
 
-  Experts experts = find_experts(tensors);
+  Experts experts = collect.finish();
+  check_nvfp4(experts);
   result.dims = expert_dims(experts);
+  ScaleFacts& s = result.scales;
+  s.block_scales_read = !o.quick;
   parallel_for(experts.modules.size(), o.threads, [&](std::size_t i) {
     ExpertModule& m = experts.modules[i];
     std::byte le[4];
     io.read(m.global, 0, le);
     std::memcpy(&m.global_value, le, 4);
-    scan_scales(m, io);
+    if (!o.quick) scan_scales(m, experts.name(m), io);
   });
-  ScaleFacts& s = result.scales;
-  add_global_facts(experts.modules, s);
-  add_channel_facts(experts.modules, add_pair_facts(experts, s), s);
-  add_small_scale_facts(experts, io, o.threads, s);
+  add_global_facts(experts, s);
+  add_channel_facts(experts, add_pair_facts(experts, s), s);
+  if (!o.quick) add_small_scale_facts(experts, io, o.threads, s);
 
   for (const auto& b : runtime_backends()) {
     if (o.runtime != "all" && o.runtime != b.runtime) continue;
@@ -382,10 +261,8 @@ Json gate_to_json(const GateResult& r) {
                {"intermediate", r.dims.intermediate},
                {"experts", r.dims.experts},
                {"moe_layers", r.dims.layers}};
-  j["scales"] = {{"gate_up_globals_differ", r.scales.gate_up_differ.size()},
-                 {"gate_up_globals_differ_first",
-                  texts(std::span(r.scales.gate_up_differ.data(),
-                                  std::min(r.scales.gate_up_differ.size(), kNamedExamples)))},
+  j["scales"] = {{"gate_up_globals_differ", r.scales.gate_up_differ},
+                 {"gate_up_globals_differ_first", texts(r.scales.gate_up_differ_first)},
                  {"min_global_multiplier", r.scales.min_multiplier},
                  {"max_global_multiplier", r.scales.max_multiplier},
                  {"globals_not_power_of_two", r.scales.modules_not_pow2},
@@ -396,6 +273,13 @@ Json gate_to_json(const GateResult& r) {
                  {"active_blocks_below_2^-6_fp16", r.scales.active_below_fp16},
                  {"active_blocks_below_2^-6_bf16_after_rescale", r.scales.active_below_bf16},
                  {"negative_block_scales", r.scales.negative_scales}};
+  if (!r.scales.block_scales_read) {  // gate --quick: the facts of the block scales are unknown, not zero
+    j["quick"] = true;
+    for (const char* key : {"active_blocks_below_2^-6_fp16", "active_blocks_below_2^-6_bf16_after_rescale",
+                            "negative_block_scales"}) {
+      j["scales"][key] = nullptr;
+    }
+  }
   j["verdicts"] = Json::array();
   for (const auto& v : r.verdicts) {
     j["verdicts"].push_back({{"runtime", v.backend->runtime},

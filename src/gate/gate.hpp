@@ -2,7 +2,8 @@
 // MoE checkpoint exactly? Works on any such checkpoint, not only mx2nv's:
 // reads config.json, every expert module's global scale and block scales, and
 // the packed bytes of the blocks whose scale a runtime would zero or misread
-// (to tell active blocks from all-zero ones). Rules: gate/rules.hpp.
+// (to tell active blocks from all-zero ones); with `quick`, no block scale or
+// packed byte. Rules: gate/rules.hpp.
 #pragma once
 
 #include "gate/ask.hpp"
@@ -21,6 +22,10 @@ struct GateOptions {
   unsigned tp = 1;
   std::vector<ActivationDtype> dtypes = {ActivationDtype::Fp16, ActivationDtype::Bf16};
   unsigned threads = 1;
+  // Config and headers only (dims, dtypes, shapes) and the globals (4 bytes a
+  // module): no block scale is read, and the rules over them are reported as
+  // not checked (docs/gate.md, "gate --quick").
+  bool quick = false;
   AskOptions ask;  // also ask the installed runtimes' own selectors (gate/ask.hpp)
 };
 

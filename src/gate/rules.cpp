@@ -71,11 +71,11 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
     block(fmt::format("a global multiplier {:g} overflows FP32 after x 2^2 (humming arith/epilogue_arith.cuh:122)",
                       s.max_multiplier));
   }
-  if (s.gate_up_differ.empty()) return;
+  if (s.gate_up_differ == 0) return;
   v.notes.push_back(fmt::format("gate/up globals differ for {} experts (first: {}): Humming keeps one per half, so "
                                 "every w13 global of such a layer goes per channel in {} (humming schema/"
                                 "compressed_tensors.py:259-261, schema/base.py:173-199)",
-                                s.gate_up_differ.size(), s.gate_up_differ.front(), dt));
+                                s.gate_up_differ, s.gate_up_differ_first.front(), dt));
   const double tiny = fp16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
   const double max = fp16 ? 65504.0 : std::ldexp(2.0 - 1.0 / 128, 127);
   if (s.channel_min_multiplier < tiny) {
@@ -220,15 +220,15 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
   if (dims.layers == 0) block("no MoE expert modules (…experts.E.w1/w2/w3 or gate/up/down_proj) found");
   if (const auto p = dims_problem(b, dims, tp)) block(fmt::format("dims at TP {}: {}", tp, *p));
 
-  if (!s.gate_up_differ.empty()) {
-    const std::string first = s.gate_up_differ.front();
+  if (s.gate_up_differ != 0) {
+    const std::string first = s.gate_up_differ_first.empty() ? std::string() : s.gate_up_differ_first.front();
     if (b.runtime == "sglang") {
       block(fmt::format("gate/up globals differ for {} experts (first: {}): SGLang raises ValueError "
-                        "(compressed_tensors_w4a16_nvfp4_moe.py:191-201)", s.gate_up_differ.size(), first));
+                        "(compressed_tensors_w4a16_nvfp4_moe.py:191-201)", s.gate_up_differ, first));
     } else if (b.backend == "marlin") {
       block(fmt::format("gate/up globals differ for {} experts (first: {}): vLLM applies w1's global to w3's "
                         "half too, so the up projection is wrong (compressed_tensors_moe_w4a4_nvfp4.py:223-231)",
-                        s.gate_up_differ.size(), first));
+                        s.gate_up_differ, first));
     }
   }
 
@@ -237,6 +237,14 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
     return v;
   }
 
+  if (!s.block_scales_read) {
+    // gate --quick: the Marlin rules over block scales are not checked, so a
+    // verdict that nothing else blocks is UNVERIFIED, never RUN.
+    if (v.kind != Verdict::Blocked) v.kind = Verdict::Unverified;
+    v.reasons.push_back("block scales not read (gate --quick): negative block scales (marlin_utils_fp4.py:85-91) "
+                        "and active blocks below 2^-6 (marlin_utils_fp4.py:118-119) are not checked; run gate "
+                        "without --quick to check them");
+  }
   if (s.negative_scales) block(fmt::format("{} negative block scales: Marlin assumes scales >= 0 "
                                            "(marlin_utils_fp4.py:85-91)", s.negative_scales));
   const std::uint64_t small = fp16 ? s.active_below_fp16 : s.active_below_bf16;

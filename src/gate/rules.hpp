@@ -55,7 +55,8 @@ struct MoeDims {
 
 // Scale and global facts of the checkpoint (gate/gate.cpp).
 struct ScaleFacts {
-  std::vector<std::string> gate_up_differ;  // experts whose w1 and w3 globals are not bit-equal
+  std::uint64_t gate_up_differ = 0;  // experts whose w1 and w3 globals are not bit-equal
+  std::vector<std::string> gate_up_differ_first;  // the first few of them (layer by prefix, expert by number)
   // The w1/w3 multipliers of layers holding such an expert (Humming moves
   // every one of them into a per-channel scale of the activation dtype).
   double channel_min_multiplier = 0, channel_max_multiplier = 0;
@@ -69,6 +70,9 @@ struct ScaleFacts {
   std::uint64_t active_below_fp16 = 0;  // 0 < scale < 2^-6
   std::uint64_t active_below_bf16 = 0;  // 0 < scale x sf < 2^-6, sf per layer bank (vLLM bf16 rescale)
   std::uint64_t negative_scales = 0;
+  // false for gate --quick: the block scales were not read, so the three
+  // counts above are unknown (not zero) and the rules over them not checked.
+  bool block_scales_read = true;
 };
 
 struct Verdict {

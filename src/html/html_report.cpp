@@ -2,19 +2,26 @@
 
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "html/png_image.hpp"
 #include "model/module_names.hpp"
 
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
+#include <string>
 
 namespace mx2nv {
 namespace {
 
 constexpr std::size_t kMaxListedModules = 500;  // a table longer than this helps nobody; the count is shown
+// Above this many runs of equal cells a map is drawn as an image with shapes
+// for runs of one class and for the refused and constrained modules
+// (dense_heatmap_svg): a shape per run grows the page with the module count.
+constexpr std::size_t kMaxRunShapes = 4'096;
 constexpr const char* kAllZeroColor = "#d1d5db";
 constexpr const char* kConstrainedColor = "#f59e0b";
 constexpr const char* kRefusedColor = "#dc2626";
@@ -131,6 +138,143 @@ std::string heatmap_svg(const std::string& pattern, const Heatmap& h) {
   return svg;
 }
 
+// Runs of equal cells (class and span) along each layer: the shapes
+// heatmap_svg draws.
+std::size_t span_runs(const Heatmap& h) {
+  std::size_t runs = 0;
+  const Cell* last = nullptr;
+  std::pair<std::uint64_t, std::uint64_t> at{};
+  for (const auto& [pos, c] : h.cells) {
+    const bool joins = last && pos.first == at.first && pos.second == at.second + 1 && c.cls == last->cls &&
+                       c.module->span == last->module->span;
+    if (!joins) ++runs;
+    last = &c;
+    at = pos;
+  }
+  return runs;
+}
+
+std::array<std::uint8_t, 3> rgb(const std::string& hex) {  // "#rrggbb"
+  const auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)); };
+  return {byte(1), byte(3), byte(5)};
+}
+
+// The axes' labels: every few experts along the top, every few layers down
+// the left (as heatmap_svg places them).
+std::string axis_labels(const Heatmap& h, int cw, int ch, int left, int top) {
+  std::string svg;
+  const std::uint64_t label_every_layer = std::max<std::uint64_t>(1, (h.layers + 15) / 16);
+  const std::uint64_t label_every_expert = std::max<std::uint64_t>(1, (h.experts * 8 + 479) / 480 * 4);
+  for (std::uint64_t e = 0; e < h.experts; e += label_every_expert) {
+    svg += fmt::format("<text x=\"{}\" y=\"12\" class=\"axis\">{}</text>", left + static_cast<int>(e) * cw, e);
+  }
+  for (std::uint64_t l = 0; l < h.layers; l += label_every_layer) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"axis\" text-anchor=\"end\">{}</text>", left - 4,
+                       top + static_cast<int>(l) * ch + std::min(ch, 10), l);
+  }
+  return svg;
+}
+
+// A map too dense for a shape per run of equal cells (K3: 92 layers x 896
+// experts per pattern): the cells as an image, one pixel per module in its
+// colour, and over it, per layer, one transparent shape per run of modules of
+// one class (its title: layer, experts, class and span range), and every
+// refused or constrained module as a shape of its own, named in its title.
+std::string dense_heatmap_svg(const std::string& pattern, const Heatmap& h) {
+  const int cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(h.experts, 1), 2, 18));
+  const int ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(h.layers, 1), 3, 18));
+  const int left = 48, top = 18;
+  const int width = left + cw * static_cast<int>(h.experts) + 4;
+  const int height = top + ch * static_cast<int>(h.layers) + 4;
+  std::string svg = fmt::format(
+      "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\" data-drawn=\"image\">"
+      "<title>{}: exponent span per layer (rows) and expert (columns)</title>",
+      width, height, width, height, esc(pattern), h.layers, h.experts, esc(pattern));
+  // Palette: 0 no module, 1 all-zero, 2 constrained, 3 refused, 4 + s fits with span s.
+  PaletteImage image;
+  image.width = static_cast<std::uint32_t>(h.experts);
+  image.height = static_cast<std::uint32_t>(h.layers);
+  image.palette = {{0xf9, 0xfa, 0xfb}, rgb(kAllZeroColor), rgb(kConstrainedColor), rgb(kRefusedColor)};
+  const int max_fits = window_limits(Window::Marlin).max_span();
+  for (int span = 0; span <= max_fits; ++span) image.palette.push_back(rgb(fits_color(span)));
+  image.pixels.assign(static_cast<std::size_t>(h.experts * h.layers), 0);
+  for (const auto& [pos, c] : h.cells) {
+    const std::uint8_t index = c.cls == SpanClass::AllZero       ? 1
+                               : c.cls == SpanClass::Constrained ? 2
+                               : c.cls == SpanClass::Refused     ? 3
+                                                                 : static_cast<std::uint8_t>(4 + std::clamp(c.module->span, 0, max_fits));
+    image.pixels[static_cast<std::size_t>(pos.first * h.experts + pos.second)] = index;
+  }
+  svg += fmt::format("<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" preserveAspectRatio=\"none\" "
+                     "style=\"image-rendering:pixelated\" href=\"{}\"/>",
+                     left, top, cw * static_cast<int>(h.experts), ch * static_cast<int>(h.layers), png_data_uri(image));
+  svg += axis_labels(h, cw, ch, left, top);
+  const auto shape = [&](std::uint64_t l, std::uint64_t e, std::uint64_t end, const char* cls, const std::string& fill,
+                         const std::string& title) {
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" class=\"cell {}\"><title>{}</title></rect>",
+                       left + static_cast<int>(e) * cw, top + static_cast<int>(l) * ch, cw * static_cast<int>(end - e), ch,
+                       fill, cls, title);
+  };
+  auto it = h.cells.begin();
+  while (it != h.cells.end()) {
+    const auto [l, e] = it->first;
+    const Cell& c = it->second;
+    if (c.cls == SpanClass::Refused || c.cls == SpanClass::Constrained) {
+      shape(l, e, e + 1, class_name(c.cls), cell_color(c.cls, c.module->span),
+            fmt::format("layer {}, expert {}: span {} ({})\n{}", l, e, c.module->span, class_name(c.cls), esc(c.module->name)));
+      ++it;
+      continue;
+    }
+    int lo = c.module->span, hi = lo;
+    std::uint64_t end = e + 1;
+    for (++it; it != h.cells.end() && it->first.first == l && it->first.second == end && it->second.cls == c.cls; ++it, ++end) {
+      lo = std::min(lo, it->second.module->span);
+      hi = std::max(hi, it->second.module->span);
+    }
+    const std::string experts = end - e == 1 ? fmt::format("expert {}", e) : fmt::format("experts {}-{}", e, end - 1);
+    const std::string what = c.cls == SpanClass::AllZero ? std::string("all groups zero")
+                             : lo == hi ? fmt::format("span {} ({})", lo, class_name(c.cls))
+                                        : fmt::format("spans {}-{} ({})", lo, hi, class_name(c.cls));
+    shape(l, e, end, "run", "transparent",
+          fmt::format("layer {}, {}: {}{}", l, experts, what, end - e == 1 ? "\n" + esc(c.module->name) : ""));
+  }
+  return svg + "</svg>";
+}
+
+// Under a dense map, as text a reader can search: per layer, its modules by
+// class and their span range.
+std::string layer_summaries(const Heatmap& h) {
+  struct Summary {
+    std::array<std::uint64_t, 4> classes{};  // SpanClass order
+    int lo = 0, hi = 0;
+    bool any_span = false;
+  };
+  std::map<std::uint64_t, Summary> layers;
+  for (const auto& [pos, c] : h.cells) {
+    Summary& s = layers[pos.first];
+    ++s.classes[static_cast<std::size_t>(c.cls)];
+    if (c.cls == SpanClass::AllZero) continue;
+    s.lo = s.any_span ? std::min(s.lo, c.module->span) : c.module->span;
+    s.hi = s.any_span ? std::max(s.hi, c.module->span) : c.module->span;
+    s.any_span = true;
+  }
+  std::string html = "<details class=\"layers\"><summary>Per layer: modules by class and span range</summary><table>"
+                     "<tr><th>layer</th><th>modules</th><th>spans</th><th>fits</th><th>constrained</th><th>refused</th>"
+                     "<th>all-zero</th></tr>";
+  for (const auto& [l, s] : layers) {
+    const std::uint64_t n = s.classes[0] + s.classes[1] + s.classes[2] + s.classes[3];
+    html += fmt::format("<tr><td>layer {}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td>"
+                        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                        l, n, s.any_span ? fmt::format("{}-{}", s.lo, s.hi) : std::string("-"),
+                        s.classes[static_cast<std::size_t>(SpanClass::Fits)],
+                        s.classes[static_cast<std::size_t>(SpanClass::Constrained)],
+                        s.classes[static_cast<std::size_t>(SpanClass::Refused)],
+                        s.classes[static_cast<std::size_t>(SpanClass::AllZero)]);
+  }
+  return html + "</table></details>";
+}
+
 std::string legend(Window window) {
   std::string out = "<div class=\"legend\">";
   for (int s = 0; s <= window_limits(Window::Marlin).max_span(); s += 2) {
@@ -240,7 +384,9 @@ std::string span_heatmaps(const HtmlReportInput& input, Flagged& flagged, Flagge
   }
   if (maps.empty()) html += "<p class=\"note\">No module is named like <code>layers.L.….experts.E.…</code>.</p>\n";
   for (const auto& [pattern, h] : maps) {
-    html += fmt::format("<h3>{}</h3>\n{}\n", esc(pattern), heatmap_svg(pattern, h));
+    html += fmt::format("<h3>{}</h3>\n{}\n", esc(pattern),
+                        span_runs(h) > kMaxRunShapes ? dense_heatmap_svg(pattern, h) + "\n" + layer_summaries(h)
+                                                     : heatmap_svg(pattern, h));
   }
   return html;
 }

@@ -12,16 +12,8 @@
 namespace mx2nv {
 
 std::string render_html_for(const Report& report, const Inspection* inspection, unsigned threads) {
-  std::optional<Inspection> inspected;
-  std::string unavailable;
-  if (inspection == nullptr) {
-    try {
-      inspected = inspect_checkpoint(report.provenance.source, report.window, threads);
-      inspection = &*inspected;
-    } catch (const Error& e) {
-      unavailable = e.what();
-    }
-  }
+  // Gate first, then inspect: gate's module table is dropped before the
+  // inspection's is built, so the two never peak together.
   std::optional<GateResult> gate;
   std::string gate_unavailable;
   const bool output_finished = (report.command == Command::Convert || report.command == Command::Verify) &&
@@ -41,6 +33,16 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
                        "mx2nv gate on DST (or pass --html to convert or verify).";
   } else {
     gate_unavailable = "this command left no finished NVFP4 output to judge.";
+  }
+  std::optional<Inspection> inspected;
+  std::string unavailable;
+  if (inspection == nullptr) {
+    try {
+      inspected = inspect_checkpoint(report.provenance.source, report.window, threads);
+      inspection = &*inspected;
+    } catch (const Error& e) {
+      unavailable = e.what();
+    }
   }
   return render_html_report({&report, inspection, unavailable, gate ? &*gate : nullptr, gate_unavailable});
 }

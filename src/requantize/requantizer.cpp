@@ -25,9 +25,12 @@ void for_each_chunk(const SourceCheckpoint& source, const QuantModule& m, Visit&
   const Checkpoint& ck = source.checkpoint;
   const auto packed_file = ck.files->open(m.packed_shard);
   const auto scale_file = ck.files->open(m.scale_shard);
-  std::vector<std::byte> packed(kChunkGroups * kGroupBytes);
-  std::vector<std::byte> scales(kChunkGroups);
   const std::uint64_t total = m.group_count();
+  // Buffers of the module's size when it is smaller than a chunk: zeroing a
+  // whole chunk per module would cost more than reading K3's small modules.
+  const auto chunk = static_cast<std::size_t>(std::min(kChunkGroups, total));
+  std::vector<std::byte> packed(chunk * kGroupBytes);
+  std::vector<std::byte> scales(chunk);
   for (std::uint64_t first = 0; first < total; first += kChunkGroups) {
     const auto n = static_cast<std::size_t>(std::min(kChunkGroups, total - first));
     packed_file->read_at(ck.shards[m.packed_shard].data_start + m.packed.begin + first * kGroupBytes,

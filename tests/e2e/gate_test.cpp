@@ -117,6 +117,59 @@ TEST(Gate, GateAndUpGlobalsThatDifferAreBlocked) {
   }
 }
 
+// Sets one expert module's first block scale to NaN (0x7F) in place.
+void nan_block_scale(const fs::path& ck, const std::string& module) {
+  for (const auto& entry : fs::directory_iterator(ck)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    std::string all = read_file(entry.path());
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(all[static_cast<std::size_t>(i)])) << (8 * i);
+    const json header = json::parse(all.substr(8, n));
+    if (!header.contains(module + ".weight_scale")) continue;
+    all[8 + n + header[module + ".weight_scale"]["data_offsets"][0].get<std::uint64_t>()] = 0x7F;
+    write_file(entry.path(), all);
+  }
+}
+
+TEST(Gate, QuickReadsNoBlockScaleAndSaysWhatItDidNotCheck) {
+  ScratchDir d;
+  const fs::path ck = converted(d);
+  const json full = gate_json(ck, "", 0);
+  const json quick = gate_json(ck, "--quick", 0);
+  EXPECT_FALSE(full.contains("quick"));
+  EXPECT_EQ(quick["quick"], true);
+  EXPECT_EQ(quick["dims"], full["dims"]);
+  EXPECT_EQ(quick["tp_table"], full["tp_table"]);
+  for (const char* key : {"active_blocks_below_2^-6_fp16", "active_blocks_below_2^-6_bf16_after_rescale",
+                          "negative_block_scales"}) {
+    EXPECT_TRUE(quick["scales"][key].is_null()) << key;
+    EXPECT_EQ(full["scales"][key], 0) << key;
+  }
+  // The globals are read: their facts are the full gate's.
+  for (const char* key : {"gate_up_globals_differ", "min_global_multiplier", "max_global_multiplier",
+                          "globals_not_power_of_two"}) {
+    EXPECT_EQ(quick["scales"][key], full["scales"][key]) << key;
+  }
+  const auto v = verdicts(quick);
+  EXPECT_EQ(v.at("vllm/marlin/fp16"), "UNVERIFIED");
+  EXPECT_EQ(v.at("sglang/marlin/bf16"), "UNVERIFIED");
+  EXPECT_EQ(v.at("vllm/humming/bf16"), "RUN");  // no block-scale rule: complete without them
+  for (const auto& verdict : quick["verdicts"]) {
+    if (verdict["backend"] != "marlin") continue;
+    EXPECT_NE(verdict["reasons"].back().get<std::string>().find("block scales not read (gate --quick)"),
+              std::string::npos);
+  }
+  // Something quick mode does check still blocks: UNVERIFIED never hides BLOCKED.
+  EXPECT_EQ(verdicts(gate_json(ck, "--quick --tp 4", 1)).at("sglang/marlin/bf16"), "BLOCKED");
+  // A NaN block scale: the full gate refuses it; quick mode never reads it.
+  nan_block_scale(ck, "language_model.model.layers.1.block_sparse_moe.experts.2.w2");
+  const CliResult refused = run_cli("gate " + ck.string());
+  EXPECT_EQ(refused.exit_code, 3) << refused.err;
+  EXPECT_NE(refused.err.find("experts.2.w2.weight_scale\" row 0 block 0: block scale is NaN"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(run_cli("gate " + ck.string() + " --quick").exit_code, 0);
+}
+
 TEST(Gate, NotAnNvfp4CheckpointIsInvalidInput) {
   ScratchDir d;
   write_fixture(d / "src", tiny_spec());  // MXFP4

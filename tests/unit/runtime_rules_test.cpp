@@ -61,7 +61,8 @@ TEST(HummingRules, PerExpertGlobalMustBeANormalFp32AfterTimesFour) {
 
 TEST(HummingRules, PerChannelGlobalsMustBeExactNormalsOfTheDtype) {
   ScaleFacts s = powers_of_two(-30, 15);  // w2 of quiet experts: FP32, fine
-  s.gate_up_differ = {"layers.0.experts.1"};
+  s.gate_up_differ = 1;
+  s.gate_up_differ_first = {"layers.0.experts.1"};
   s.channel_min_multiplier = std::ldexp(1.0, -14);
   s.channel_max_multiplier = std::ldexp(1.0, 15);
   EXPECT_EQ(kind(ActivationDtype::Fp16, s), Verdict::Run);
