@@ -243,6 +243,23 @@ CardResult run_card(const CardOptions& o) {
   result.dropped = facts.source.dropped;
   result.not_inherited = facts.source.not_inherited;
   result.source_card_problem = facts.source.problem;
+  if (!facts.base_model.empty()) {
+    result.front_matter.push_back({"base_model", {facts.base_model}});
+    result.front_matter.push_back({"base_model_relation", {"quantized"}});
+  }
+  for (const auto& [k, v] : facts.source.inherited) {
+    if (const auto* one = std::get_if<std::string>(&v)) {
+      result.front_matter.push_back({k, {*one}});
+    } else {
+      result.front_matter.push_back({k, std::get<std::vector<std::string>>(v)});
+      result.list_keys.push_back(k);
+    }
+  }
+  std::vector<std::string> tags = {"nvfp4", "compressed-tensors", "mx2nv"};
+  const Json& lossy = e.report.contains("requantized") ? e.report.at("requantized") : Json();
+  if (kind == EvidenceKind::Requantize || (lossy.is_array() && !lossy.empty())) tags.push_back("requantized");
+  result.front_matter.push_back({"tags", tags});
+  result.list_keys.push_back("tags");
   if (!facts.source.problem.empty()) {
     result.warnings.push_back(fmt::format("SRC's README.md: {}; no metadata inherited", printable(facts.source.problem)));
   }

@@ -34,6 +34,10 @@ struct CardResult {
   std::string text;         // the card
   std::vector<std::string> inherited, dropped, not_inherited;  // SRC card keys
   std::string source_card_problem;                              // "" when read (or absent)
+  // The front matter written, in order: (key, value) with value a JSON
+  // string or list of strings.
+  std::vector<std::pair<std::string, std::vector<std::string>>> front_matter;
+  std::vector<std::string> list_keys;  // keys of front_matter whose value is a list
   std::vector<std::string> warnings;                            // stderr lines, without "card: "
 };
 

@@ -139,3 +139,23 @@ def test_resume_after_card(built, tmp_path):
     assert (dst / "README.md").read_bytes() == card
     assert (dst / ".mx2nv" / "card.json").is_file()
     mx2nv("verify", src, dst)
+
+
+def test_requantized_companion_card(built, tmp_path):
+    src = _snapshot(tmp_path, SOURCE_README)
+    rq, report_path = tmp_path / "rq", tmp_path / "requantize-report.json"
+    mx2nv("requantize", src, rq, "--report", report_path)
+    report = json.loads(report_path.read_text())
+    lossless = "example-org/K3-demo-NVFP4A16@" + "89abcdef" * 5
+    mx2nv("card", src, rq, "--requantize-report", report_path, "--companion", lossless)
+    gate = json.loads(mx2nv("gate", rq, "--runtime", "all", "--dtype", "both", "--ask-runtimes", "never", "--json",
+                            check=False).stdout)
+    inputs = co.CardInputs(kind="requantize", report=report, gate=gate, source_readme=SOURCE_README,
+                           companions=co.companions_of(rq), companion=lossless)
+    assert co.check_card(rq / "README.md", inputs) == []
+    assert "requantized" in co.parse_card(rq / "README.md").model_card.data.tags
+    # A requantize report cannot card a lossless DST, nor a verify report a requantized one.
+    dst, verify_report = tmp_path / "dst", tmp_path / "v.json"
+    _convert_verify(src, dst, verify_report)
+    assert mx2nv("card", src, dst, "--requantize-report", report_path, check=False).returncode == 2
+    assert mx2nv("card", src, rq, "--verify-report", verify_report, check=False).returncode == 2
