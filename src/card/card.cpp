@@ -12,6 +12,7 @@
 #include "safetensors/file_names.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,10 +58,11 @@ std::string read_gpu_log(const fs::path& path) {
     const std::string line = log.substr(start, end - start);
     named = named || line.rfind("gpu-check: ", 0) == 0;
     if (line.find("```") != std::string::npos) usage("--gpu-check: the log holds a code fence");
-    out += (lines++ ? "\n" : "") + code_span(line).substr(1, code_span(line).size() - 2);
+    out += (lines++ ? "\n" : "") + escaped_text(line);
     start = end + 1;
   }
   if (lines > kMaxGpuLogLines) usage("--gpu-check: the log has more than 200 lines");
+  while (!out.empty() && out.back() == '\n') out.pop_back();
   if (!named) usage("--gpu-check: not a scripts/gpu-check.sh log (no line starting 'gpu-check: ')");
   return out;
 }
@@ -149,6 +151,38 @@ UniqueFd open_dir_at(int parent, const std::string& name, const fs::path& displa
   return UniqueFd(fd);
 }
 
+// convert's lock on DST (DST/.mx2nv/lock, flock), held while the card is
+// checked and written, so that no convert --resume, finalize or other card
+// runs meanwhile. A finished DST has no lock file: the one made here is
+// removed again (a finished DST's tidy removes one left by a crash).
+class CardLock {
+ public:
+  explicit CardLock(const fs::path& dst) {
+    const UniqueFd root = open_dir_at(AT_FDCWD, dst.string(), dst);
+    state_ = open_dir_at(root.get(), std::string(kStateDirName), dst / kStateDirName);
+    const std::string name(kLockFileName);
+    int fd = ::openat(state_.get(), name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      fd = ::openat(state_.get(), name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      created_ = fd >= 0;
+    }
+    if (fd < 0) fail_io(dst / kStateDirName / name, "open", errno);
+    lock_ = UniqueFd(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "card: DST's lock is not a regular file");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) fail(ErrorKind::Usage, "card: DST {} is locked by another running mx2nv", printable(dst.string()));
+  }
+  ~CardLock() {
+    if (created_) ::unlinkat(state_.get(), std::string(kLockFileName).c_str(), 0);
+  }
+  CardLock(const CardLock&) = delete;
+  CardLock& operator=(const CardLock&) = delete;
+
+ private:
+  UniqueFd state_, lock_;
+  bool created_ = false;
+};
+
 }  // namespace
 
 bool valid_repo_id(std::string_view id) {
@@ -185,6 +219,7 @@ CardResult run_card(const CardOptions& o) {
   const Evidence e = read_evidence(kind, o.verify_report ? *o.verify_report : *o.requantize_report,
                                    o.report_text ? &*o.report_text : nullptr, o.source, o.target);
   check_finished_mode(e, o.target);
+  const CardLock lock(o.target);
   // Rule 8: the files are those the report speaks of.
   const Checkpoint src = open_checkpoint(o.source, CheckpointRole::Source, o.threads);
   const Checkpoint dst = open_checkpoint(o.target, CheckpointRole::Target, o.threads);

@@ -129,6 +129,19 @@ std::string code_span(std::string_view text, bool in_table) {
   return fence + (pad ? " " : "") + body + (pad ? " " : "") + fence;
 }
 
+std::string escaped_text(std::string_view text) {
+  std::string out;
+  for (const Unit& u : units(text)) {
+    if (u.invalid || unsafe_in_body(u.c)) {
+      out += u.c <= 0xFF ? fmt::format("\\x{:02X}", static_cast<unsigned>(u.c))
+                         : fmt::format("\\u{:04X}", static_cast<unsigned>(u.c));
+    } else {
+      append_utf8(out, u.c);
+    }
+  }
+  return out;
+}
+
 std::string python_float(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";

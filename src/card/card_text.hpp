@@ -29,6 +29,8 @@ std::string yaml_quoted(std::string_view text);
 // one backtick longer than the longest run inside, padded when the text
 // starts or ends with a backtick or space; `in_table`: `|` as `\|`.
 std::string code_span(std::string_view text, bool in_table = false);
+// The same escaping without the span: for a fenced block's lines.
+std::string escaped_text(std::string_view text);
 
 // Python's repr(float): the shortest digits that round-trip, fixed notation
 // for decimal exponents in [-4, 16), else "1e-05" / "1e+16"; "inf", "nan".

@@ -159,3 +159,38 @@ def test_requantized_companion_card(built, tmp_path):
     _convert_verify(src, dst, verify_report)
     assert mx2nv("card", src, dst, "--requantize-report", report_path, check=False).returncode == 2
     assert mx2nv("card", src, rq, "--verify-report", verify_report, check=False).returncode == 2
+
+
+def test_gpu_check_log_is_quoted_and_checked(carded, tmp_path):
+    src, dst, report_path, report = carded
+    # The shape of scripts/gpu-check.sh's output (scripts/gpu_check.py prints these lines); not a measurement.
+    log = ("gpu-check: <GPU name> sm90, layer <prefix>: <experts> experts\n"
+           "   marlin -> <method>   float16: max abs diff <d> \x1b[0m| `x`\n")
+    good = tmp_path / "gpu-check.log"
+    good.write_text(log)
+    mx2nv("card", src, dst, "--verify-report", report_path, "--gpu-check", good)
+    assert co.check_card(dst / "README.md", _inputs(src, dst, report, gpu_check=log)) == []
+    before = (dst / "README.md").read_bytes()
+    for bad in ("no such line\n", "gpu-check: x\n```\n", "gpu-check: x\n" * 201):
+        path = tmp_path / "bad.log"
+        path.write_text(bad)
+        assert mx2nv("card", src, dst, "--verify-report", report_path, "--gpu-check", path, check=False).returncode == 2
+        assert (dst / "README.md").read_bytes() == before
+
+
+WIDE = "language_model.model.layers.1.block_sparse_moe.experts.2.w2"
+
+
+@pytest.mark.parametrize("how", [("--overspan", "bf16"), ("--overspan", "requantize"), ("--window", "e4m3")])
+def test_cards_of_other_conversions(built, tmp_path, how):
+    src = tmp_path / "src"
+    mx2nv("generate", src, "--layout", "k3", *SMALL, "--set-span", f"{WIDE}=16")
+    (src / "README.md").write_bytes(SOURCE_README)
+    dst, report_path = tmp_path / "dst", tmp_path / "verify-report.json"
+    mx2nv("convert", src, dst, *how)
+    window = ["--window", "e4m3"] if how[0] == "--window" else []
+    mx2nv("verify", src, dst, *window, "--report", report_path)
+    report = json.loads(report_path.read_text())
+    mx2nv("card", src, dst, "--verify-report", report_path, "--base-model", "example-org/K3-demo-MXFP4")
+    assert co.check_card(dst / "README.md", _inputs(src, dst, report, base_model="example-org/K3-demo-MXFP4")) == []
+    mx2nv("verify", src, dst, *window)
