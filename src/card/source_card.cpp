@@ -72,7 +72,13 @@ bool plain_is_string(const std::string& s) {
   static const std::set<std::string> kWords = {"yes", "Yes", "YES", "no",   "No",   "NO",    "true",  "True",
                                                "TRUE", "false", "False", "FALSE", "on",  "On",   "ON",    "off",
                                                "Off", "OFF",   "null",  "Null",  "NULL"};
-  return !s.empty() && std::isalpha(static_cast<unsigned char>(s[0])) && !kWords.count(s);
+  if (s.empty() || kWords.count(s)) return false;
+  // Every YAML 1.1 resolver but str's matches ASCII only: a first character
+  // outside ASCII, or a sign before a letter, is a str too.
+  const auto c = static_cast<unsigned char>(s[0]);
+  if (std::isalpha(c) || c >= 0x80) return true;
+  const auto next = s.size() > 1 ? static_cast<unsigned char>(s[1]) : 0;
+  return (c == '-' || c == '+') && (std::isalpha(next) || next >= 0x80);
 }
 
 struct Scalar {
@@ -104,6 +110,26 @@ Scalar line_scalar(std::string_view s, std::size_t line) {
   if (s.empty()) return out;
   const char c0 = s[0];
   if (c0 == '&' || c0 == '*') unusable("front matter uses YAML anchors or aliases");
+  if (s.substr(0, 6) == "!!str ") {  // the standard str tag: the scalar as written, never resolved
+    std::string_view rest = s.substr(6);
+    while (!rest.empty() && rest[0] == ' ') rest.remove_prefix(1);
+    if (rest.empty() || rest[0] == '!' || rest[0] == '[' || rest[0] == '{' || rest[0] == '|' || rest[0] == '>') {
+      unreadable(line, "a !!str tag mx2nv does not read");
+    }
+    Scalar inner = line_scalar(rest, line);
+    if (inner.kind == Scalar::Plain) {
+      std::string v(rest);
+      for (std::size_t i = 1; i < v.size(); ++i) {
+        if (v[i] == '#' && v[i - 1] == ' ') {
+          v.resize(i);
+          break;
+        }
+      }
+      while (!v.empty() && v.back() == ' ') v.pop_back();
+      inner.text = v;
+    }
+    return inner;
+  }
   if (c0 == '!') {
     // mx2nv reads no tag, not even the standard ones (a documented narrowing);
     // "!!" outside them has no SafeLoader constructor: a YAML error there.
@@ -238,12 +264,15 @@ std::vector<Line> content_lines(std::string_view fm) {
     std::string_view l = fm.substr(i, j - i);
     ++number;
     i = j + (fm.substr(j, 2) == "\r\n" ? 2 : 1);
+    // PyYAML refuses a tab almost everywhere outside quotes and comments
+    // (as indentation, around a plain scalar, as a separator); mx2nv reads
+    // none, also not the few PyYAML accepts.
+    if (l.find('\t') != std::string_view::npos) unreadable(number, "a tab");
     std::size_t ind = 0;
     while (ind < l.size() && l[ind] == ' ') ++ind;
     std::size_t end = l.size();
     while (end > ind && (l[end - 1] == ' ' || l[end - 1] == '\t')) --end;
     if (ind == end || l[ind] == '#') continue;
-    if (l[ind] == '\t') unreadable(number, "a tab in the indentation");
     if (ind == 0 && l.substr(0, 3) == "---") unreadable(number, "a document marker");
     if (ind == 0 && l.substr(0, 3) == "..." && (end == 3 || l[3] == ' ' || l[3] == '\t')) {
       ended = true;  // the end of the document: nothing may follow

@@ -111,12 +111,24 @@ TEST(SourceCard, HostileFrontMatterIsUnusable) {
       {"---\nlicense: m\xffit\n---\n", "README.md is not UTF-8"},
       {"---\nlicense: \"a\x01\"\n---\n", "front matter is not valid YAML"},
       {"---\nlicense: mit\n  bad: indent\n---\n", "front matter is not valid YAML"},
+      {"---\nlicense: mit\t\n---\n", "front matter is not valid YAML"},  // PyYAML refuses the trailing tab
+      {"---\nlicense: mit\nx: a\tb\n---\n", "front matter is not valid YAML"},
+      {"---\nlicense: !!python/name:os.system\n---\n", "front matter is not valid YAML"},
   };
   for (const auto& [text, problem] : cases) {
     const SourceCard c = read_source_card(text);
     EXPECT_EQ(c.problem.rfind(problem, 0), 0u) << text << " -> " << c.problem;
     EXPECT_TRUE(c.inherited.empty()) << text;
   }
+}
+
+TEST(SourceCard, PlainScalarsThatAreStrings) {
+  const SourceCard c = read_source_card(
+      "---\nlicense: -x\nlicense_name: \xC3\xA9mo\nlicense_link: !!str 1.5\nlibrary_name: 1.5\npipeline_tag: .inf\n---\n");
+  EXPECT_EQ(value(c, "license"), "-x");
+  EXPECT_EQ(value(c, "license_name"), "\xC3\xA9mo");
+  EXPECT_EQ(value(c, "license_link"), "1.5");
+  EXPECT_EQ(c.not_inherited, (std::vector<std::string>{"library_name", "pipeline_tag"}));
 }
 
 TEST(SourceCard, DelimitersAsTheHubRegexFindsThem) {
