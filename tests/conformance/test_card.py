@@ -194,3 +194,18 @@ def test_cards_of_other_conversions(built, tmp_path, how):
     mx2nv("card", src, dst, "--verify-report", report_path, "--base-model", "example-org/K3-demo-MXFP4")
     assert co.check_card(dst / "README.md", _inputs(src, dst, report, base_model="example-org/K3-demo-MXFP4")) == []
     mx2nv("verify", src, dst, *window)
+
+
+def test_remote_code_tokenizer_adds_trust_remote_code(built, tmp_path):
+    src = _snapshot(tmp_path, None)
+    tokenizer = json.loads((src / "tokenizer_config.json").read_text())
+    tokenizer["auto_map"] = {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}
+    (src / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    dst, report_path = tmp_path / "dst", tmp_path / "r.json"
+    report = _convert_verify(src, dst, report_path)
+    mx2nv("card", src, dst, "--verify-report", report_path)
+    inputs = _inputs(src, dst, report)
+    assert inputs.trust_remote_code
+    assert co.check_card(dst / "README.md", inputs) == []
+    assert "--trust-remote-code" in (dst / "README.md").read_text()
+    assert not (dst / "README.source.md").exists()
