@@ -965,7 +965,9 @@ def check_not_verified(card: ParsedCard, inputs: CardInputs) -> list[str]:
         problems.append("## Not verified mentions a GPU check that was not given")
     if inputs.gpu_check is not None:
         logs = [b for info, b in code_blocks(text) if info == "text"]
-        if not logs or logs[0].rstrip("\n") != printable_escape(inputs.gpu_check.rstrip("\n")):
+        # Line by line: the log's own line breaks stay line breaks in the block.
+        want_log = "\n".join(printable_escape(line) for line in inputs.gpu_check.rstrip("\n").split("\n"))
+        if not logs or logs[0].rstrip("\n") != want_log:
             problems.append("## Not verified does not quote the gpu-check log verbatim")
     if not any("mx2nv gate's rules" in b for b in bullets):
         problems.append("## Not verified must say the verdicts are gate's rules, not runs")
