@@ -209,3 +209,21 @@ def test_remote_code_tokenizer_adds_trust_remote_code(built, tmp_path):
     assert co.check_card(dst / "README.md", inputs) == []
     assert "--trust-remote-code" in (dst / "README.md").read_text()
     assert not (dst / "README.source.md").exists()
+
+
+def test_merged_verify_report_is_evidence(built, tmp_path):
+    src = _snapshot(tmp_path, SOURCE_README)
+    dst = tmp_path / "dst"
+    mx2nv("convert", src, dst)
+    parts = []
+    for i in range(2):
+        parts.append(tmp_path / f"part{i}.json")
+        mx2nv("verify", src, dst, "--shards", f"{i}/2", "--report", parts[-1])
+    merged = tmp_path / "verify-report.json"
+    mx2nv("verify", "--merge", *parts, "--report", merged)
+    report = json.loads(merged.read_text())
+    assert report["fingerprint"] == json.loads(parts[0].read_text())["fingerprint"]
+    mx2nv("card", src, dst, "--verify-report", merged)
+    assert co.check_card(dst / "README.md", _inputs(src, dst, report)) == []
+    # A part alone proves only part: refused.
+    assert mx2nv("card", src, dst, "--verify-report", parts[0], check=False).returncode == 2
