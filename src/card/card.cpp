@@ -203,77 +203,47 @@ bool valid_repo_id(std::string_view id) {
   }
 }
 
-CardResult run_card(const CardOptions& o) {
-  // Rule 1: options.
+namespace {
+
+// Rule 1 of §6: the options, before any file is read.
+void check_options(const CardOptions& o) {
   if (o.verify_report.has_value() == o.requantize_report.has_value()) {
     usage("give exactly one of --verify-report and --requantize-report");
   }
   if (o.tp < 1 || o.tp > 1024) usage("--tp must be 1 to 1024");
-  if (!o.base_model.empty() && !valid_repo_id(o.base_model)) usage(fmt::format("--base-model {}: not a Hugging Face repo id", printable(o.base_model)));
-  if (!o.repo_id.empty() && !valid_repo_id(o.repo_id)) usage(fmt::format("--repo-id {}: not a Hugging Face repo id", printable(o.repo_id)));
-  const auto [companion_repo, companion_rev] = o.companion.empty() ? std::pair<std::string, std::string>{} : parse_companion(o.companion);
-  const std::optional<std::string> gpu_log = o.gpu_check ? std::optional(read_gpu_log(*o.gpu_check)) : std::nullopt;
-
-  // Rules 2-7: the report, then DST's finished record.
-  const EvidenceKind kind = o.verify_report ? EvidenceKind::Verify : EvidenceKind::Requantize;
-  const Evidence e = read_evidence(kind, o.verify_report ? *o.verify_report : *o.requantize_report,
-                                   o.report_text ? &*o.report_text : nullptr, o.source, o.target);
-  check_finished_mode(e, o.target);
-  const CardLock lock(o.target);
-  // Rule 8: the files are those the report speaks of.
-  const Checkpoint src = open_checkpoint(o.source, CheckpointRole::Source, o.threads);
-  const Checkpoint dst = open_checkpoint(o.target, CheckpointRole::Target, o.threads);
-  check_fingerprints(e, src, dst);
-
-  // Invalid input (exit 3), still before anything is written.
-  const bool src_card = std::binary_search(src.companions.begin(), src.companions.end(), std::string(kCardFileName));
-  if (std::binary_search(src.companions.begin(), src.companions.end(), std::string(kSourceCardFileName))) {
-    fail(ErrorKind::InvalidInput, "card: SRC holds README.source.md; the card cannot keep SRC's README.md beside it");
+  if (!o.base_model.empty() && !valid_repo_id(o.base_model)) {
+    usage(fmt::format("--base-model {}: not a Hugging Face repo id", printable(o.base_model)));
   }
-  std::string source_bytes;
-  CardFacts facts;
-  if (src_card) {
-    const File f = File::open_read(o.source / kCardFileName);
-    // A card this large is no card: refused rather than copied unread
-    // (docs/card.md "Hostile source cards").
-    if (f.size() > kMaxSourceCard) fail(ErrorKind::InvalidInput, "card: SRC's README.md is larger than 64 MiB");
-    source_bytes = read_text_file(f, kMaxSourceCard);
-    facts.source = read_source_card(source_bytes);
+  if (!o.repo_id.empty() && !valid_repo_id(o.repo_id)) {
+    usage(fmt::format("--repo-id {}: not a Hugging Face repo id", printable(o.repo_id)));
   }
-  GateOptions g;
-  g.checkpoint = o.target;
-  g.tp = o.tp;
-  g.threads = o.threads;
-  g.ask.enabled = false;
-  const Json gate = gate_to_json(run_gate(g));
+}
 
-  facts.kind = kind;
+// What the card says besides the report and SRC's card: gate on DST, the
+// base model, the options, DST's files.
+void add_facts(CardFacts& facts, const CardOptions& o, const Evidence& e, const Checkpoint& dst) {
   facts.report = &e.report;
-  facts.gate = &gate;
   const std::string reported_source = e.report.at("provenance").value("source", "");
   std::tie(facts.snapshot_repo, facts.snapshot_rev) = snapshot_of(reported_source);
   facts.base_given = !o.base_model.empty();
   facts.base_model = facts.base_given ? o.base_model : facts.snapshot_repo;
-  facts.companion_repo = companion_repo;
-  facts.companion_rev = companion_rev;
+  if (!o.companion.empty()) std::tie(facts.companion_repo, facts.companion_rev) = parse_companion(o.companion);
   facts.repo_id = o.repo_id;
-  facts.gpu_log = gpu_log;
+  if (o.gpu_check) facts.gpu_log = read_gpu_log(*o.gpu_check);
   facts.tp = o.tp;
-  facts.trust_remote_code = has_auto_map(o.target / kConfigFileName) || has_auto_map(o.target / "tokenizer_config.json");
+  facts.trust_remote_code =
+      has_auto_map(o.target / kConfigFileName) || has_auto_map(o.target / "tokenizer_config.json");
   facts.license_files = license_files(dst.companions);
   facts.version = MX2NV_VERSION;
-  std::string text;
-  try {
-    text = render_card(facts);
-  } catch (const Json::exception& x) {
-    usage(fmt::format("the report's fields do not have the types mx2nv writes ({})", x.what()));
-  }
+}
 
+// The result the CLI and the Python package report: the card, the keys, the warnings.
+CardResult describe(const CardFacts& facts, const CardOptions& o, std::string text) {
   CardResult result;
   result.path = o.target / kCardFileName;
-  result.source_card = src_card;
+  result.source_card = facts.source.present;
   result.sha256 = sha256_hex(text);
-  result.text = text;
+  result.text = std::move(text);
   for (const auto& kv : facts.source.inherited) result.inherited.push_back(kv.first);
   result.dropped = facts.source.dropped;
   result.not_inherited = facts.source.not_inherited;
@@ -291,34 +261,88 @@ CardResult run_card(const CardOptions& o) {
     }
   }
   std::vector<std::string> tags = {"nvfp4", "compressed-tensors", "mx2nv"};
-  const Json& lossy = e.report.contains("requantized") ? e.report.at("requantized") : Json();
-  if (kind == EvidenceKind::Requantize || (lossy.is_array() && !lossy.empty())) tags.push_back("requantized");
+  const Json& lossy = facts.report->contains("requantized") ? facts.report->at("requantized") : Json();
+  if (facts.kind == EvidenceKind::Requantize || (lossy.is_array() && !lossy.empty())) tags.push_back("requantized");
   result.front_matter.push_back({"tags", tags});
   result.list_keys.push_back("tags");
   if (!facts.source.problem.empty()) {
     result.warnings.push_back(fmt::format("SRC's README.md: {}; no metadata inherited", printable(facts.source.problem)));
   }
   for (const auto& k : facts.source.not_inherited) {
-    result.warnings.push_back(fmt::format("SRC's README.md: {} not inherited (not a string, or control characters)", printable(k)));
+    result.warnings.push_back(
+        fmt::format("SRC's README.md: {} not inherited (not a string, or control characters)", printable(k)));
   }
   if (facts.base_model.empty()) {
     result.warnings.push_back("no base model (SRC is not a Hugging Face cache snapshot and --base-model was not given)");
   }
+  return result;
+}
 
-  // Writes: README.source.md, .mx2nv/card.json, README.md (docs/reference/model-card.md §7).
-  const UniqueFd root = open_dir_at(AT_FDCWD, o.target.string(), o.target);
-  if (src_card) replace_file(root.get(), std::string(kSourceCardFileName), source_bytes, o.target);
-  Json record = {{"format", "mx2nv-card/1"},
-                 {"tool_version", MX2NV_VERSION},
-                 {"evidence", kind == EvidenceKind::Verify ? "verify" : "requantize"},
-                 {"report_sha256", sha256_hex(e.bytes)},
-                 {"card_sha256", result.sha256},
-                 {"card_bytes", text.size()},
-                 {"source_card", src_card ? Json(kSourceCardFileName) : Json(nullptr)},
-                 {"source_card_sha256", src_card ? Json(sha256_hex(source_bytes)) : Json(nullptr)}};
-  const UniqueFd state = open_dir_at(root.get(), std::string(kStateDirName), o.target / kStateDirName);
-  replace_file(state.get(), "card.json", dump_json(record) + "\n", o.target / kStateDirName);
-  replace_file(root.get(), std::string(kCardFileName), text, o.target);
+// README.source.md, .mx2nv/card.json, README.md, each atomically
+// (docs/reference/model-card.md §7).
+void write_card_files(const fs::path& target, const Evidence& e, const CardResult& r, const std::string& source_bytes) {
+  const UniqueFd root = open_dir_at(AT_FDCWD, target.string(), target);
+  if (r.source_card) replace_file(root.get(), std::string(kSourceCardFileName), source_bytes, target);
+  const Json record = {{"format", "mx2nv-card/1"},
+                       {"tool_version", MX2NV_VERSION},
+                       {"evidence", e.kind == EvidenceKind::Verify ? "verify" : "requantize"},
+                       {"report_sha256", sha256_hex(e.bytes)},
+                       {"card_sha256", r.sha256},
+                       {"card_bytes", r.text.size()},
+                       {"source_card", r.source_card ? Json(kSourceCardFileName) : Json(nullptr)},
+                       {"source_card_sha256", r.source_card ? Json(sha256_hex(source_bytes)) : Json(nullptr)}};
+  const UniqueFd state = open_dir_at(root.get(), std::string(kStateDirName), target / kStateDirName);
+  replace_file(state.get(), std::string(kCardRecordFileName), dump_json(record) + "\n", target / kStateDirName);
+  replace_file(root.get(), std::string(kCardFileName), r.text, target);
+}
+
+}  // namespace
+
+CardResult run_card(const CardOptions& o) {
+  check_options(o);
+  CardFacts facts;
+  if (!o.companion.empty()) parse_companion(o.companion);  // rule 1, before the report is read
+  if (o.gpu_check) read_gpu_log(*o.gpu_check);
+  // Rules 2-7: the report, then DST's finished record.
+  facts.kind = o.verify_report ? EvidenceKind::Verify : EvidenceKind::Requantize;
+  const Evidence e = read_evidence(facts.kind, o.verify_report ? *o.verify_report : *o.requantize_report,
+                                   o.report_text ? &*o.report_text : nullptr, o.source, o.target);
+  check_finished_mode(e, o.target);
+  const CardLock lock(o.target);
+  // Rule 8: the files are those the report speaks of.
+  const Checkpoint src = open_checkpoint(o.source, CheckpointRole::Source, o.threads);
+  const Checkpoint dst = open_checkpoint(o.target, CheckpointRole::Target, o.threads);
+  check_fingerprints(e, src, dst);
+
+  // Invalid input (exit 3), still before anything is written.
+  if (std::binary_search(src.companions.begin(), src.companions.end(), std::string(kSourceCardFileName))) {
+    fail(ErrorKind::InvalidInput, "card: SRC holds README.source.md; the card cannot keep SRC's README.md beside it");
+  }
+  std::string source_bytes;
+  if (std::binary_search(src.companions.begin(), src.companions.end(), std::string(kCardFileName))) {
+    const File f = File::open_read(o.source / kCardFileName);
+    // A card this large is no card: refused rather than copied unread
+    // (docs/card.md "Hostile source cards").
+    if (f.size() > kMaxSourceCard) fail(ErrorKind::InvalidInput, "card: SRC's README.md is larger than 64 MiB");
+    source_bytes = read_text_file(f, kMaxSourceCard);
+    facts.source = read_source_card(source_bytes);
+  }
+  GateOptions g;
+  g.checkpoint = o.target;
+  g.tp = o.tp;
+  g.threads = o.threads;
+  g.ask.enabled = false;
+  const Json gate = gate_to_json(run_gate(g));
+  facts.gate = &gate;
+  add_facts(facts, o, e, dst);
+  std::string text;
+  try {
+    text = render_card(facts);
+  } catch (const Json::exception& x) {
+    usage(fmt::format("the report's fields do not have the types mx2nv writes ({})", x.what()));
+  }
+  CardResult result = describe(facts, o, std::move(text));
+  write_card_files(o.target, e, result, source_bytes);
   return result;
 }
 
