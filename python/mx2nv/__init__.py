@@ -13,6 +13,7 @@ MxIOError 4) with the message and the report attached.
 
 from ._api import (WINDOWS, PlannedConversion, convert, convert_hub, convert_shards, finalize, inspect, plan,
                    resolve_hub_snapshot, verify)
+from ._card import CardResult, card
 from ._core import version as _version
 from ._gate import GateResult, GateVerdict, RuntimeSelection, gate
 from ._errors import InvalidInputError, MismatchError, Mx2nvError, MxIOError, RefusedError, UsageError
@@ -24,6 +25,7 @@ __version__: str = _version()
 
 __all__ = [
     "WINDOWS",
+    "CardResult",
     "CopyAccount",
     "Counts",
     "GateResult",
@@ -45,6 +47,7 @@ __all__ = [
     "Report",
     "UsageError",
     "WindowOutcome",
+    "card",
     "convert",
     "convert_hub",
     "convert_shards",

@@ -98,7 +98,7 @@ def _float(value: Any) -> float:
 
 # Keys the library writes only for some commands or results.
 _OPTIONAL_KEYS = ("already_complete", "copy", "shard_subset", "resolved", "requantized", "overspan", "error",
-                  "error_kind")
+                  "error_kind", "fingerprint")
 _ABSENT = {k: None for k in _OPTIONAL_KEYS}
 
 _REPORT_FIELDS = {
@@ -140,6 +140,8 @@ class Report:
     overspan: Optional[Dict[str, Any]]  # the choice and what it did; inspect: each choice's cost
     unrepresentable_globals: Tuple[str, ...]
     global_conflicts: Tuple[GlobalConflict, ...]
+    # verify, requantize: {"scheme", "source", "target", "source_files", "target_files"}
+    fingerprint: Optional[Dict[str, Any]]
     differences: Tuple[str, ...]
     error: Optional[str]  # result "error" only
     error_kind: Optional[str]  # result "error" only: usage, invalid input, io

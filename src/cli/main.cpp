@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<std::unique_ptr<Subcommand>> subcommands;
   for (const auto add : {add_convert, add_verify, add_plan, add_requantize, add_inspect, add_gate, add_generate,
-                         add_demo}) {
+                         add_demo, add_card}) {
     subcommands.push_back(add(app));
   }
   escape_failure_messages(app);

@@ -1,5 +1,7 @@
 #include "convert/requantize_command.hpp"
 
+#include "checkpoint/fingerprint.hpp"
+
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
@@ -179,6 +181,11 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     report.values_compared += e.values;
     report.max_abs_error = std::max(report.max_abs_error, e.max_abs);
   }
+  // What `mx2nv card --requantize-report` checks the files against.
+  const Checkpoint written = open_checkpoint(options.target, CheckpointRole::Target);
+  const FileSetDigest s = checkpoint_fingerprint(ck, CheckpointRole::Source);
+  const FileSetDigest t = checkpoint_fingerprint(written, CheckpointRole::Target);
+  report.fingerprint = Fingerprint{s.digest, t.digest, s.files, t.files};
   report.seconds = seconds_since(started);
   return report;
 }

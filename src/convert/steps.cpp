@@ -57,8 +57,12 @@ std::optional<std::string> finished_mismatch(const Destination& dst, const Check
     if (!stamp || stamp->size != r.output_size) return fmt::format("DST's {} changed since", r.shard);
   }
   if (f.companions.size() != ck.companions.size()) return "SRC's companion files changed since";
+  // A carded DST (mx2nv card): SRC's README.md is kept as README.source.md,
+  // and README.md is the card (docs/reference/model-card.md §7).
+  const bool carded = dst.stamp(fmt::format("{}/{}", kStateDirName, kCardRecordFileName)).has_value();
   for (std::size_t i = 0; i < f.companions.size(); ++i) {
-    const auto stamp = dst.stamp(ck.companions[i]);
+    const bool moved = carded && ck.companions[i] == kCardFileName;
+    const auto stamp = dst.stamp(moved ? std::string(kSourceCardFileName) : ck.companions[i]);
     const FileStamp& was = f.companions[i];  // names as json_text() recorded them
     if (!stamp || was.name != json_text(ck.companions[i]) || was.size != stamp->size) {
       return fmt::format("DST's {} changed since", ck.companions[i]);

@@ -29,9 +29,9 @@ bool is_within(const fs::path& inner, const fs::path& outer) {
   return o == outer.end();
 }
 
-// Removes every entry of the directory `dir_fd` but `keep`, recursively,
-// never following a symlink.
-void remove_entries_except(int dir_fd, const std::string& keep) {
+// Removes every entry of the directory `dir_fd` but `keep` and `keep_too`,
+// recursively, never following a symlink.
+void remove_entries_except(int dir_fd, const std::string& keep, const std::string& keep_too = {}) {
   const int scan = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
   DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr;
   if (d == nullptr) {
@@ -43,7 +43,7 @@ void remove_entries_except(int dir_fd, const std::string& keep) {
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
-    if (n != "." && n != ".." && n != keep) names.push_back(n);
+    if (n != "." && n != ".." && n != keep && (keep_too.empty() || n != keep_too)) names.push_back(n);
   }
   ::closedir(d);
   for (const auto& n : names) {
@@ -138,7 +138,8 @@ bool planted_link(const fs::path& file) {
   return ::lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1;
 }
 
-// What a finished DST keeps of mx2nv's: finished.json alone. A finalize
+// What a finished DST keeps of mx2nv's: finished.json, and card.json once
+// `mx2nv card` has written its card. A finalize
 // killed after its commit point (the index) leaves the identity, records,
 // locks and a plan beside it; a retried finalize or convert --resume removes
 // them (tidy_finished). Under the exclusive lock when a lock file is left
@@ -162,7 +163,7 @@ void tidy_finished_at(int root_fd, const fs::path& root) {
     ::rewinddir(d);
     while (const dirent* e = ::readdir(d)) {
       const std::string_view n = e->d_name;
-      if (n != "." && n != ".." && n != kFinishedFileName) leftovers = true;
+      if (n != "." && n != ".." && n != kFinishedFileName && n != kCardRecordFileName) leftovers = true;
     }
     ::closedir(d);
   }
@@ -177,7 +178,7 @@ void tidy_finished_at(int root_fd, const fs::path& root) {
   }
   try {
     if (!finished_record_at(root_fd, root)) return;
-    remove_entries_except(s, std::string(kFinishedFileName));
+    remove_entries_except(s, std::string(kFinishedFileName), std::string(kCardRecordFileName));
     fsync_directory(s, root / kStateDirName);
   } catch (const Error&) {
   }

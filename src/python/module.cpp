@@ -22,6 +22,7 @@
 #include "plan/overspan.hpp"
 #include "report/report.hpp"
 #include "report/report_file.hpp"
+#include "card/card.hpp"
 #include "verify/verify.hpp"
 
 #include <nanobind/nanobind.h>
@@ -372,6 +373,61 @@ CommandReturn gate(const std::string& checkpoint, const std::string& runtime, un
       nb::none(), mailbox);
 }
 
+// mx2nv card: (exit code, {card's result} or {result: error, error}, None).
+// `report_text` set: the report given as JSON (a Report object), `report`
+// only naming its kind.
+CommandReturn card(const std::string& src, const std::string& dst, const std::string& kind, const std::string& report,
+                   const std::optional<std::string>& report_text, const std::string& base_model,
+                   const std::string& companion, unsigned tp, const std::string& repo_id,
+                   const std::optional<std::string>& gpu_check, unsigned threads) {
+  ProgressMailbox mailbox;
+  return run_released(
+      [&]() -> CommandReturn {
+        try {
+          CardOptions o;
+          o.source = src;
+          o.target = dst;
+          if (kind == "verify") {
+            o.verify_report = report;
+          } else {
+            o.requantize_report = report;
+          }
+          o.report_text = report_text;
+          o.base_model = base_model;
+          o.companion = companion;
+          o.tp = tp;
+          o.repo_id = repo_id;
+          if (gpu_check) o.gpu_check = *gpu_check;
+          o.threads = threads;
+          const CardResult r = run_card(o);
+          nlohmann::json fm = nlohmann::json::array();
+          for (const auto& [k, v] : r.front_matter) {
+            const bool list = std::find(r.list_keys.begin(), r.list_keys.end(), k) != r.list_keys.end();
+            fm.push_back({k, list ? nlohmann::json(v) : nlohmann::json(v.front())});
+          }
+          const nlohmann::json out = {{"result", "ok"},
+                                      {"path", json_text(r.path.string())},
+                                      {"source_card", r.source_card ? nlohmann::json("README.source.md") : nlohmann::json()},
+                                      {"sha256", r.sha256},
+                                      {"text", r.text},
+                                      {"front_matter", fm},
+                                      {"inherited", r.inherited},
+                                      {"dropped", r.dropped},
+                                      {"not_inherited", r.not_inherited},
+                                      {"source_card_problem", r.source_card_problem.empty()
+                                                                  ? nlohmann::json()
+                                                                  : nlohmann::json(r.source_card_problem)},
+                                      {"warnings", r.warnings}};
+          return {0, dump_json(out), std::nullopt};
+        } catch (...) {
+          const Error e = current_exception_as_error();
+          return {exit_code(e.kind()), dump_json(nlohmann::json{{"result", "error"}, {"error", json_text(e.what())}}),
+                  std::nullopt};
+        }
+      },
+      nb::none(), mailbox);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -400,4 +456,8 @@ NB_MODULE(_core, m) {
   m.def("gate", &gate, nb::arg("checkpoint"), nb::arg("runtime"), nb::arg("tp"), nb::arg("dtype"), nb::arg("threads"),
         nb::arg("python").none(), nb::arg("ask_timeout"),
         "Gate; returns (exit code, gate JSON or {result: error, error}, None).");
+  m.def("card", &card, nb::arg("src"), nb::arg("dst"), nb::arg("kind"), nb::arg("report"),
+        nb::arg("report_text").none(), nb::arg("base_model"), nb::arg("companion"), nb::arg("tp"), nb::arg("repo_id"),
+        nb::arg("gpu_check").none(), nb::arg("threads"),
+        "Card (kind \"verify\" or \"requantize\"); returns (exit code, card JSON or {result: error, error}, None).");
 }

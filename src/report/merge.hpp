@@ -123,6 +123,11 @@ class VerifyReportMerger {
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::string> differences_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> difference_keys_;
   std::uint64_t omitted_differences_ = 0;
+  // The parts' fingerprints (verify writes one): carried into the merged
+  // report only when every part has the same one; parts that differ mean SRC
+  // or DST changed between them, a difference.
+  std::optional<Json> fingerprint_;
+  bool fingerprint_missing_ = false, fingerprints_differ_ = false, any_part_added_ = false;
 };
 
 // All parts at once (tests, the fuzz target): (name, text) pairs.

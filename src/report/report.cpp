@@ -179,6 +179,13 @@ Json report_to_json(const Report& r) {
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
   j["global_conflicts"] = global_conflicts_to_json(r.global_conflicts);
+  if (r.fingerprint) {
+    j["fingerprint"] = {{"scheme", "mx2nv-fingerprint/1"},
+                        {"source", r.fingerprint->source},
+                        {"target", r.fingerprint->target},
+                        {"source_files", r.fingerprint->source_files},
+                        {"target_files", r.fingerprint->target_files}};
+  }
   j["differences"] = Json::array();
   for (const auto& d : r.differences) j["differences"].push_back(json_text(d));
   if (r.result == Outcome::Error) {

@@ -41,6 +41,14 @@ struct ModuleError {
   std::uint64_t marlin_zeroed_blocks = 0;
 };
 
+// Which files a report's claims are about (verify, requantize): a digest of
+// SRC's and DST's files as checkpoint/fingerprint.hpp computes it, so that
+// `mx2nv card` can tell a report of these bytes from one of others.
+struct Fingerprint {
+  std::string source, target;  // "xxh3-128:<32 hex>"
+  std::uint64_t source_files = 0, target_files = 0;
+};
+
 // verify lists the first this many differences, then "... and K more"
 // (`verify --merge` reads partial reports by the same rule).
 inline constexpr std::size_t kMaxReportedDifferences = 200;
@@ -98,6 +106,7 @@ struct Report {
   std::vector<OverSpan> resolved_over_span;
   std::vector<Bf16Layer> bf16_layers;
   std::uint64_t requantized_marlin_zeroed_blocks = 0;
+  std::optional<Fingerprint> fingerprint;  // verify, requantize: absent when DST could not be read
   std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
   std::string error;                     // the error message when result == "error"
   double seconds = 0;

@@ -20,6 +20,12 @@ inline constexpr std::string_view kLockFileName = "lock";
 inline constexpr std::string_view kConversionFileName = "conversion.json";
 inline constexpr std::string_view kRecordsDirName = "state";
 inline constexpr std::string_view kFinishedFileName = "finished.json";
+// `mx2nv card`'s record of the card it wrote (card/card.hpp): kept beside
+// finished.json when a finished DST is tidied.
+inline constexpr std::string_view kCardRecordFileName = "card.json";
+// The card itself and SRC's README.md kept beside it, in DST's root.
+inline constexpr std::string_view kCardFileName = "README.md";
+inline constexpr std::string_view kSourceCardFileName = "README.source.md";
 // Files being written are named ".mx2nv-tmp.<n>.<final name>" in their final directory.
 inline constexpr std::string_view kTempPrefix = ".mx2nv-tmp.";
 

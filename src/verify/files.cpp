@@ -1,5 +1,7 @@
 // verify: the files around the tensors.
 #include "common/cancel.hpp"
+#include "json/strict_json.hpp"
+#include "safetensors/file_names.hpp"
 #include "verify/checks.hpp"
 
 #include <algorithm>
@@ -35,24 +37,47 @@ void compare_bytes(const File& a, std::uint64_t a_off, const File& b, std::uint6
   }
 }
 
+// A DST carded by `mx2nv card` (its .mx2nv/card.json parses): SRC's
+// README.md is kept as README.source.md, and README.md is the card, which is
+// documentation the publisher may edit and is not compared
+// (docs/reference/model-card.md §7).
+bool carded(const fs::path& dst) {
+  std::error_code ec;
+  const fs::path record = dst / kStateDirName / kCardRecordFileName;
+  if (!fs::is_regular_file(fs::symlink_status(record, ec)) || ec) return false;
+  try {
+    const Json j = parse_strict_json(read_text_file(record, 1 << 20), "card.json").value;
+    return j.is_object() && j.value("format", Json()) == "mx2nv-card/1";
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void check_files(const VerifyContext& ctx) {
   const Checkpoint& src = ctx.source.checkpoint;
   const Checkpoint& dst = ctx.target;
   Differences& diff = ctx.diff;
-  if (src.companions != dst.companions) {
-    std::set<std::string> a(src.companions.begin(), src.companions.end());
-    std::set<std::string> b(dst.companions.begin(), dst.companions.end());
+  const bool card = carded(dst.root);
+  // SRC's companion -> its name in DST.
+  const auto in_dst = [&](const std::string& rel) {
+    return card && rel == kCardFileName ? std::string(kSourceCardFileName) : rel;
+  };
+  std::set<std::string> a, b(dst.companions.begin(), dst.companions.end());
+  for (const auto& f : src.companions) a.insert(in_dst(f));
+  if (card) b.erase(std::string(kCardFileName));
+  if (a != b) {
     for (const auto& f : a) if (!b.count(f)) diff.add("{}: companion file missing from DST", f);
     for (const auto& f : b) if (!a.count(f)) diff.add("{}: unexpected file in DST", f);
   }
   for (const auto& rel : src.companions) {
-    if (!std::binary_search(dst.companions.begin(), dst.companions.end(), rel)) continue;
-    const File a = File::open_read(src.root / rel);
-    const File b = File::open_read(dst.root / rel);
-    if (a.size() != b.size()) {
-      diff.add("{}: {} bytes in SRC, {} in DST", rel, a.size(), b.size());
+    const std::string there = in_dst(rel);
+    if (!b.count(there)) continue;
+    const File fa = File::open_read(src.root / rel);
+    const File fb = File::open_read(dst.root / there);
+    if (fa.size() != fb.size()) {
+      diff.add("{}: {} bytes in SRC, {} in DST{}", rel, fa.size(), fb.size(), there == rel ? "" : " (" + there + ")");
     } else {
-      compare_bytes(a, 0, b, 0, a.size(), rel, diff);
+      compare_bytes(fa, 0, fb, 0, fa.size(), there, diff);
     }
   }
   if (src.index.has_value() != dst.index.has_value()) {

@@ -1,5 +1,6 @@
 #include "verify/verify.hpp"
 
+#include "checkpoint/fingerprint.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
@@ -12,6 +13,15 @@
 #include <exception>
 
 namespace mx2nv {
+namespace {
+
+Fingerprint fingerprints(const Checkpoint& target, const Checkpoint& source) {
+  const FileSetDigest s = checkpoint_fingerprint(source, CheckpointRole::Source);
+  const FileSetDigest t = checkpoint_fingerprint(target, CheckpointRole::Target);
+  return {s.digest, t.digest, s.files, t.files};
+}
+
+}  // namespace
 
 Report verify_checkpoint(const VerifyOptions& options) {
   const auto started = std::chrono::steady_clock::now();
@@ -56,6 +66,11 @@ Report verify_checkpoint(const VerifyOptions& options) {
   report.companion_files = src.companions.size();
   report.source_tensor_bytes = src.tensor_bytes();
 
+  // Both fingerprints before and after the comparison: a file that changed
+  // while verify ran makes the report describe neither version.
+  std::optional<Fingerprint> before;
+  if (opened) before = fingerprints(*opened, src);
+
   if (opened) {
     VerifyContext ctx{source, *opened, options, diff, selected, {}, {}, {}, {}, {}, &progress, {}, {}};
     const VerifyWork work = verify_work(source, selected);
@@ -73,6 +88,12 @@ Report verify_checkpoint(const VerifyOptions& options) {
     progress.phase(ProgressPhase::Finalize);
   }
 
+  if (before) {
+    const Fingerprint after = fingerprints(*opened, src);
+    if (after.source != before->source) diff.add("SRC changed while verify ran");
+    if (after.target != before->target) diff.add("DST changed while verify ran");
+    report.fingerprint = before;
+  }
   report.differences = diff.take();
   if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
   report.seconds = seconds_since(started);

@@ -566,3 +566,26 @@ TEST(ReportMerge, RandomDamageNeverEscapesTheErrorType) {
 
 }  // namespace
 }  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+TEST(ReportMerge, TheFingerprintIsCarriedOnlyWhenEveryPartAgrees) {
+  const Json fp = {{"scheme", "mx2nv-fingerprint/1"}, {"source", "xxh3-128:" + std::string(32, 'a')},
+                   {"target", "xxh3-128:" + std::string(32, 'b')}, {"source_files", 9}, {"target_files", 9}};
+  std::vector<Json> parts = whole_set(2);
+  for (auto& p : parts) p["fingerprint"] = fp;
+  const Json merged = merge(parts);
+  EXPECT_EQ(merged["result"], "ok");
+  EXPECT_EQ(merged["fingerprint"], fp);
+  parts[1]["fingerprint"]["target"] = "xxh3-128:" + std::string(32, 'c');
+  const Json changed = merge(parts);
+  EXPECT_EQ(changed["result"], "mismatch");
+  EXPECT_FALSE(changed.contains("fingerprint"));
+  EXPECT_EQ(changed["differences"][0], "the parts' fingerprints differ: SRC or DST changed between the parts");
+  parts[1].erase("fingerprint");
+  EXPECT_FALSE(merge(parts).contains("fingerprint"));
+}
+
+}  // namespace
+}  // namespace mx2nv

@@ -1,0 +1,261 @@
+#include "card/card_render.hpp"
+
+#include "card/card_text.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace mx2nv {
+namespace {
+
+const Json& at(const Json& j, const char* key) {
+  static const Json kNull;
+  return j.is_object() && j.contains(key) ? j.at(key) : kNull;
+}
+
+double as_double(const Json& v) {
+  if (v.is_string() && v == "inf") return std::numeric_limits<double>::infinity();
+  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string front_matter(const CardFacts& f) {
+  std::string out = "---\n";
+  if (!f.base_model.empty()) {
+    out += "base_model: " + yaml_quoted(f.base_model) + "\n";
+    out += "base_model_relation: \"quantized\"\n";
+  }
+  for (const auto& [key, value] : f.source.inherited) {
+    if (const auto* s = std::get_if<std::string>(&value)) {
+      out += key + ": " + yaml_quoted(*s) + "\n";
+    } else {
+      out += key + ":\n";
+      for (const auto& item : std::get<std::vector<std::string>>(value)) out += "- " + yaml_quoted(item) + "\n";
+    }
+  }
+  out += "tags:\n- \"nvfp4\"\n- \"compressed-tensors\"\n- \"mx2nv\"\n";
+  if (f.kind == EvidenceKind::Requantize || !at(*f.report, "requantized").empty()) out += "- \"requantized\"\n";
+  return out + "---\n";
+}
+
+std::size_t bf16_module_count(const Json& r) {
+  std::size_t n = 0;
+  for (const auto& l : at(at(r, "overspan"), "bf16_layers")) n += at(l, "modules").size();
+  return n;
+}
+
+std::string linked_base(const CardFacts& f) {
+  return f.base_model.empty() ? "An MXFP4 checkpoint"
+                              : fmt::format("[{}](https://huggingface.co/{})'s MXFP4 checkpoint",
+                                            code_span(f.base_model), f.base_model);
+}
+
+// Lower median / worst of a requantized field (§5.3).
+struct Spread {
+  Json median, worst;
+  std::string worst_module;
+};
+Spread spread(const Json& modules, const char* field, bool worst_is_max) {
+  std::vector<const Json*> rows;
+  for (const auto& m : modules) rows.push_back(&m);
+  std::vector<const Json*> sorted = rows;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](const Json* a, const Json* b) { return as_double(at(*a, field)) < as_double(at(*b, field)); });
+  Spread s;
+  s.median = at(*sorted[(sorted.size() - 1) / 2], field);
+  const Json* w = rows[0];
+  for (const Json* m : rows) {
+    const double x = as_double(at(*m, field)), y = as_double(at(*w, field));
+    if (worst_is_max ? x > y : x < y) w = m;
+  }
+  s.worst = at(*w, field);
+  s.worst_module = at(*w, "module").get<std::string>();
+  return s;
+}
+
+std::string summary(const CardFacts& f) {
+  const Json& r = *f.report;
+  if (f.kind == EvidenceKind::Requantize) {
+    const Json& mods = at(r, "requantized");
+    return fmt::format(
+        "{}, requantized to compressed-tensors NVFP4A16 by mx2nv {} from the decoded MXFP4 values exactly as "
+        "compressed-tensors 0.20.1 quantizes NVFP4 (lossy). Relative RMSE against the MXFP4 values: median {}, "
+        "worst {}.\n",
+        linked_base(f), f.version, number_text(spread(mods, "relative_rmse", true).median),
+        number_text(spread(mods, "relative_rmse", true).worst));
+  }
+  std::string out = fmt::format(
+      "{}, transcoded to compressed-tensors NVFP4A16 by mx2nv {}. The FP4 codes are the source's bytes and every "
+      "block scale is the same power of two, re-expressed as an FP8 E4M3 scale and an FP32 global: `mx2nv verify` "
+      "compared all {} values of the {} quantized modules with the source and found {} mismatches",
+      linked_base(f), f.version, number_text(at(r, "values_compared")), number_text(at(at(r, "counts"), "modules")),
+      number_text(at(r, "mismatches")));
+  const std::string choice = at(at(r, "overspan"), "choice").is_string() ? at(at(r, "overspan"), "choice").get<std::string>() : "";
+  if (choice == "bf16" && bf16_module_count(r) > 0) {
+    out += fmt::format("; {} modules in {} MoE layers are stored as BF16, exactly", bf16_module_count(r),
+                       at(at(r, "overspan"), "bf16_layers").size());
+  } else if (choice == "requantize" && !at(r, "requantized").empty()) {
+    out += fmt::format("; {} modules did not fit the window and were requantized (lossy, see *Requantized modules*)",
+                       at(r, "requantized").size());
+  }
+  return out + ".\n";
+}
+
+std::string source_value(const CardFacts& f) {
+  if (!f.snapshot_repo.empty()) {
+    return fmt::format("{} at revision {}", code_span(f.snapshot_repo, true), code_span(f.snapshot_rev, true));
+  }
+  if (!f.base_model.empty()) return code_span(f.base_model, true) + " (given with --base-model; revision unknown)";
+  return "a local MXFP4 checkpoint (not a Hugging Face cache snapshot; no base model given)";
+}
+
+std::string format_table(const CardFacts& f) {
+  const Json& r = *f.report;
+  const Json& c = at(r, "counts");
+  const bool rq = f.kind == EvidenceKind::Requantize;
+  const std::size_t lossy = at(r, "requantized").size(), bf16 = bf16_module_count(r);
+  std::string weights = "FP4 (E2M1), two per byte: the source's packed bytes, unchanged";
+  if (rq) {
+    weights = "FP4 (E2M1), two per byte, requantized (lossy)";
+  } else {
+    if (lossy > 0) weights += fmt::format(", except {} requantized modules", lossy);
+    if (bf16 > 0) weights += fmt::format("; {} modules in BF16", bf16);
+  }
+  std::string policy = "none needed: every module fit the window";
+  const Json& os = at(r, "overspan");
+  if (rq) {
+    policy = "not applicable: every module was requantized";
+  } else if (os.is_object()) {
+    const std::string choice = at(os, "choice").get<std::string>();
+    policy = choice == "bf16" ? fmt::format("`bf16`: {} modules in {} MoE layers stored as BF16 (see below)", bf16,
+                                            at(os, "bf16_layers").size())
+                              : fmt::format("{}: {} modules requantized (see below)", code_span(choice, true), lossy);
+  }
+  std::string out = "## Format\n\n| Property | Value |\n|---|---|\n";
+  const double pct = as_double(at(r, "size_change_percent"));
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"Format", "`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)"},
+      {"Weights", weights},
+      {"Local scales", "FP8 (E4M3), one per 16 weights"},
+      {"Global scales",
+       fmt::format("{} FP32 global scales (one per module; a gate/up pair shares one)", number_text(at(c, "scale_groups")))},
+      {"Activations", "not quantized (fp16 or bf16 at run time)"},
+      {"Quantized modules", fmt::format("{} routed-expert projections", number_text(at(c, "modules")))},
+      {"Left bit-identical", fmt::format("{} pass-through tensors, {} companion files",
+                                         number_text(at(c, "passthrough_tensors")), number_text(at(c, "companion_files")))},
+      {"Source", source_value(f)},
+      {"Window", rq ? "not applicable (requantized)" : code_span(at(r, "window").get<std::string>(), true)},
+      {"Over-span policy", policy},
+      {"Tensor data size", fmt::format("{} bytes (source: {} bytes)", number_text(at(r, "target_tensor_bytes")),
+                                       number_text(at(r, "source_tensor_bytes")))},
+      {"Size change", (std::signbit(pct) ? "" : "+") + python_float(pct) + " %"}};
+  for (const auto& [label, value] : rows) out += table_row({label, value});
+  return out + "\n";
+}
+
+std::string error_table(const Json& r) {
+  const Json& mods = at(r, "requantized");
+  const Spread rmse = spread(mods, "relative_rmse", true), cos = spread(mods, "cosine", false);
+  std::uint64_t flushed = 0, blocks = 0;
+  for (const auto& m : mods) {
+    const auto b = at(m, "marlin_zeroed_blocks").get<std::uint64_t>();
+    flushed += b > 0 ? 1 : 0;
+    blocks += b;
+  }
+  std::string out = "| Measure | Value |\n|---|---|\n";
+  out += table_row({"Requantized modules", fmt::format("{}", mods.size())});
+  out += table_row({"Values compared", number_text(at(r, "values_compared"))});
+  out += table_row({"Relative RMSE, median", number_text(rmse.median)});
+  out += table_row({"Relative RMSE, worst", number_text(rmse.worst) + " (" + code_span(rmse.worst_module, true) + ")"});
+  out += table_row({"Cosine, median", number_text(cos.median)});
+  out += table_row({"Cosine, worst", number_text(cos.worst) + " (" + code_span(cos.worst_module, true) + ")"});
+  out += table_row({"Max abs error", number_text(at(r, "max_abs_error"))});
+  out += table_row({"Modules with block scales below 2^-6",
+                    fmt::format("{} of {} modules ({} blocks; vLLM's Marlin zeroes them)", flushed, mods.size(), blocks)});
+  return out + "\n";
+}
+
+std::string overspan_subsections(const Json& r) {
+  std::string out;
+  const Json& os = at(r, "overspan");
+  if (!at(os, "resolved_over_span").empty()) {
+    out += "### Modules outside the window\n\n| Module | Span | Limit | Groups outside |\n|---|---|---|---|\n";
+    for (const auto& o : at(os, "resolved_over_span")) {
+      out += table_row({code_span(at(o, "module").get<std::string>(), true), number_text(at(o, "span")),
+                        number_text(at(o, "limit")), number_text(at(o, "groups_outside"))});
+    }
+    out += "\n";
+  }
+  if (!at(os, "bf16_layers").empty()) {
+    out += "### BF16 layers\n\n| Layer | Modules | Refused modules | Size cost (bytes) |\n|---|---|---|---|\n";
+    for (const auto& l : at(os, "bf16_layers")) {
+      std::string why;
+      for (const auto& w : at(l, "why")) why += (why.empty() ? "" : ", ") + code_span(w.get<std::string>(), true);
+      out += table_row({code_span(at(l, "layer").get<std::string>(), true), fmt::format("{}", at(l, "modules").size()),
+                        why, number_text(at(l, "size_cost_bytes"))});
+    }
+    out += "\n";
+  }
+  if (!at(r, "requantized").empty()) out += "### Requantized modules (lossy)\n\n" + error_table(r);
+  return out;
+}
+
+std::string verified(const CardFacts& f) {
+  const Json& r = *f.report;
+  if (f.kind == EvidenceKind::Requantize) return "## Error against the source\n\n" + error_table(r);
+  const Json& c = at(r, "counts");
+  const auto modules = at(c, "modules").get<std::uint64_t>();
+  const std::uint64_t rewritten = bf16_module_count(r) + at(r, "requantized").size();
+  const auto counted = [&](const char* key) { return at(c, key).is_null() ? std::string("not counted") : number_text(at(c, key)); };
+  std::string out = "## Verified\n\n| Check | Result |\n|---|---|\n";
+  out += table_row({"Verify result", fmt::format("`ok` (mx2nv verify {})", at(at(r, "provenance"), "tool_version").get<std::string>())});
+  out += table_row({"Window", code_span(at(r, "window").get<std::string>(), true)});
+  out += table_row({"Quantized modules", number_text(at(c, "modules"))});
+  out += table_row({"Values compared", number_text(at(r, "values_compared"))});
+  out += table_row({"Mismatches", number_text(at(r, "mismatches"))});
+  out += table_row({"Max abs error", number_text(at(r, "max_abs_error"))});
+  out += table_row({"Packed bytes identical", fmt::format("{} of {} modules", modules - std::min(rewritten, modules), modules)});
+  out += table_row({"Pass-through tensors identical", number_text(at(c, "passthrough_tensors"))});
+  out += table_row({"Companion files identical", number_text(at(c, "companion_files"))});
+  out += table_row({"Shards", number_text(at(c, "shards"))});
+  out += table_row({"Active 32-value groups", counted("active_groups")});
+  out += table_row({"All-zero 32-value groups", counted("zero_groups")});
+  out += table_row({"Active groups below 2^-6 (zeroed by Marlin)", number_text(at(c, "marlin_zeroed_groups"))});
+  out += table_row({"Globals raised for fp16", number_text(at(c, "raised_globals"))});
+  return out + "\n" + overspan_subsections(r);
+}
+
+}  // namespace
+
+std::string number_text(const Json& v) {
+  if (v.is_number_integer()) return v.dump();
+  if (v.is_number_float()) return python_float(v.get<double>());
+  if (v.is_string() && v == "inf") return "inf";
+  return "?";
+}
+
+std::string table_row(const std::vector<std::string>& cells) {
+  std::string out = "|";
+  for (const auto& c : cells) out += " " + c + " |";
+  return out + "\n";
+}
+
+std::string render_card(const CardFacts& f) {
+  std::string out = front_matter(f) + "\n";
+  if (f.kind == EvidenceKind::Requantize) {
+    out += "# NVFP4A16 requantization" + (f.base_model.empty() ? "" : " of " + code_span(f.base_model)) + " (lossy)\n\n";
+  } else {
+    out += "# NVFP4A16 transcode" + (f.base_model.empty() ? "" : " of " + code_span(f.base_model)) + "\n\n";
+  }
+  out += summary(f) + "\n";
+  out += format_table(f);
+  out += verified(f);
+  out += render_gate_and_load(f);
+  out += render_trailer(f);
+  while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n') out.pop_back();
+  return out;
+}
+
+}  // namespace mx2nv

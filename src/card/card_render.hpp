@@ -1,0 +1,42 @@
+// The card's text from its facts (docs/reference/model-card.md §4, §5): a
+// pure function, so the same inputs give the same bytes.
+#pragma once
+
+#include "card/evidence.hpp"
+#include "card/source_card.hpp"
+#include "json/strict_json.hpp"
+
+#include <string>
+#include <vector>
+
+namespace mx2nv {
+
+struct CardFacts {
+  EvidenceKind kind = EvidenceKind::Verify;
+  const Json* report = nullptr;  // the verify or requantize report
+  const Json* gate = nullptr;    // gate_to_json at TP `tp`, runtimes not asked
+  SourceCard source;             // .present false: SRC has no README.md
+  std::string base_model;        // written to the front matter ("" = none)
+  bool base_given = false;       // --base-model
+  std::string snapshot_repo, snapshot_rev;  // §2.1 on provenance.source ("" = not a snapshot)
+  std::string companion_repo, companion_rev;
+  std::string repo_id;
+  std::optional<std::string> gpu_log;
+  unsigned tp = 1;
+  bool trust_remote_code = false;
+  std::vector<std::string> license_files;  // DST companions named LICENSE*, ... (byte order)
+  std::string version;                     // this mx2nv's
+};
+
+std::string render_card(const CardFacts& facts);
+
+// Parts of the body (card_sections.cpp).
+std::string render_gate_and_load(const CardFacts& f);
+std::string render_trailer(const CardFacts& f);  // Companion .. License
+
+// Report numbers written exactly (§5.0): an integer in plain digits, a
+// double as Python's repr, the report's "inf" as inf.
+std::string number_text(const Json& value);
+std::string table_row(const std::vector<std::string>& cells);
+
+}  // namespace mx2nv

@@ -1,0 +1,32 @@
+// The report a card is written from, and the refusals that keep a card from
+// claiming what the report does not prove (docs/reference/model-card.md §6,
+// rules 2 to 7; the fingerprints, rule 8, are compared in card.cpp).
+#pragma once
+
+#include "json/strict_json.hpp"
+#include "sys/file.hpp"
+
+#include <string>
+
+namespace mx2nv {
+
+enum class EvidenceKind { Verify, Requantize };
+
+struct Evidence {
+  EvidenceKind kind = EvidenceKind::Verify;
+  Json report;
+  std::string bytes;  // the report's bytes (its sha256 goes to card.json)
+};
+
+// Reads and checks the report: a regular file of at most 64 MiB, strict JSON,
+// an object of the right command with an ok outcome from this mx2nv, naming
+// SRC and DST as `source` and `target` resolve now. `text`: the report given
+// as JSON text instead of a file.
+Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::string* text, const fs::path& source,
+                       const fs::path& target);
+
+// The window mode recorded in DST/.mx2nv/finished.json must be the report's
+// (verify) or "requantize" (a requantize report).
+void check_finished_mode(const Evidence& e, const fs::path& target);
+
+}  // namespace mx2nv

@@ -1,0 +1,55 @@
+// mx2nv card SRC DST --verify-report R: DST/README.md, the Hugging Face model
+// card with the evidence (card/card.hpp; docs/card.md).
+#include "card/card.hpp"
+#include "cli/shared_options.hpp"
+#include "cli/subcommand.hpp"
+#include "common/printable.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace mx2nv::cli {
+namespace {
+
+class CardCommand final : public Subcommand {
+ public:
+  explicit CardCommand(CLI::App& mx2nv)
+      : Subcommand(mx2nv, Command::Card, "write DST/README.md: a Hugging Face model card from a verify report of DST") {
+    app_->add_option("SRC", source_, "the MXFP4 source checkpoint")->required();
+    app_->add_option("DST", target_, "the converted checkpoint (or requantize's output)")->required();
+    app_->add_option("--verify-report", verify_, "the report of `mx2nv verify SRC DST --report R`");
+    app_->add_option("--requantize-report", requantize_, "the report of `mx2nv requantize SRC DST --report R`");
+    app_->add_option("--base-model", options_.base_model, "ORG/NAME of the source on the Hub (default: from a hub-cache SRC)");
+    app_->add_option("--companion", options_.companion, "ORG/NAME[@40-hex REV]: the other artifact (requantized or lossless)");
+    app_->add_option("--tp", options_.tp, "tensor-parallel degree of the gate table and load commands (default 1)")
+        ->check(CLI::Range(1u, 1024u));
+    app_->add_option("--repo-id", options_.repo_id, "ORG/NAME DST will be published as (in the load commands)");
+    app_->add_option("--gpu-check", gpu_check_, "the saved output of scripts/gpu-check.sh");
+    add_threads(app_, options_.threads);
+  }
+
+  int run(CommandRun& state) override {
+    options_.source = source_;
+    options_.target = target_;
+    state.source = source_;
+    state.target = target_;
+    if (!verify_.empty()) options_.verify_report = verify_;
+    if (!requantize_.empty()) options_.requantize_report = requantize_;
+    if (!gpu_check_.empty()) options_.gpu_check = gpu_check_;
+    const CardResult r = run_card(options_);
+    for (const auto& w : r.warnings) fmt::print(stderr, "card: {}\n", printable(w));
+    if (r.source_card) fmt::print("card: kept SRC's README.md as {}\n", printable((fs::path(target_) / "README.source.md").string()));
+    fmt::print("card: wrote {} ({} bytes)\n", printable(r.path.string()), r.text.size());
+    return 0;
+  }
+
+ private:
+  CardOptions options_;
+  std::string source_, target_, verify_, requantize_, gpu_check_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> add_card(CLI::App& mx2nv) { return std::make_unique<CardCommand>(mx2nv); }
+
+}  // namespace mx2nv::cli
