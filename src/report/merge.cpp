@@ -139,6 +139,24 @@ const Json& array_at(const Part& p, const Json& v, std::string_view path, std::u
   return v;
 }
 
+// A part's fingerprint: the scheme verify writes, two digests and two file
+// counts, each of its type (a wrong type is invalid input, not a difference).
+void check_fingerprint(const Part& p, const Json& f) {
+  check_object(p, f, "fingerprint", {"scheme", "source", "target", "source_files", "target_files"}, {});
+  if (string_at(p, f["scheme"], "fingerprint.scheme") != "mx2nv-fingerprint/1") {
+    p.bad("fingerprint.scheme", "is not \"mx2nv-fingerprint/1\"");
+  }
+  for (const char* side : {"source", "target"}) {
+    const std::string& d = string_at(p, f[side], std::string("fingerprint.") + side);
+    const bool hex = d.size() == 9 + 32 && d.starts_with("xxh3-128:") &&
+                     std::all_of(d.begin() + 9, d.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+    if (!hex) p.bad(std::string("fingerprint.") + side, "is not xxh3-128:<32 lower-case hex digits>");
+  }
+  uint_at(p, f["source_files"], "fingerprint.source_files");
+  uint_at(p, f["target_files"], "fingerprint.target_files");
+}
+
+
 void strings_at(const Part& p, const Json& v, std::string_view path, std::uint64_t max_items, std::string_view limit) {
   const Json& a = array_at(p, v, path, max_items, limit);
   for (std::size_t i = 0; i < a.size(); ++i) string_at(p, a[i], item(path, i));
@@ -244,9 +262,7 @@ void check_report_keys(const Part& p, const Json& j) {
   // A part's fingerprint (verify writes one) is checked for shape only: the
   // merged report does not carry one (docs/reports.md), so `mx2nv card`
   // needs a whole verify.
-  if (j.contains("fingerprint")) {
-    check_object(p, j["fingerprint"], "fingerprint", {"scheme", "source", "target", "source_files", "target_files"}, {});
-  }
+  if (j.contains("fingerprint")) check_fingerprint(p, j["fingerprint"]);
 
   if (!parse_window(string_at(p, j["window"], "window"))) {
     p.bad("window", "is \"{}\", not a window mx2nv knows", excerpt(j["window"].get_ref<const std::string&>()));
