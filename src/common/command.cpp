@@ -12,6 +12,7 @@ std::string_view command_name(Command command) noexcept {
     case Command::Gate: return "gate";
     case Command::Generate: return "generate";
     case Command::Demo: return "demo";
+    case Command::Compare: return "compare";
   }
   return "convert";
 }

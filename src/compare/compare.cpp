@@ -1,0 +1,157 @@
+#include "compare/compare.hpp"
+
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "common/stopwatch.hpp"
+#include "compare/module_key.hpp"
+#include "compare/module_values.hpp"
+#include "compare/other_tree.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <regex>
+
+namespace mx2nv {
+namespace {
+
+std::regex module_filter(const std::string& pattern) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail(ErrorKind::Usage, "--modules: invalid regular expression: {}", e.what());
+  }
+}
+
+// SRC's keys, sorted, with a name collision refused.
+std::map<std::string, std::size_t> keys_of_source(const ModuleSet& modules) {
+  std::map<std::string, std::size_t> keys;
+  for (std::size_t i = 0; i < modules.modules.size(); ++i) {
+    const auto [it, fresh] = keys.emplace(module_key(modules.modules[i].name), i);
+    if (!fresh) {
+      fail_input("{}: name collision with {} in SRC", modules.modules[i].name, modules.modules[it->second].name);
+    }
+  }
+  return keys;
+}
+
+std::map<std::string, std::size_t> keys_of_other(const std::vector<OtherModule>& modules) {
+  std::map<std::string, std::size_t> keys;
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    const auto [it, fresh] = keys.emplace(module_key(modules[i].name), i);
+    if (!fresh) fail_input("{}: name collision with {} in OTHER", modules[i].name, modules[it->second].name);
+  }
+  return keys;
+}
+
+void pair_gate_up_globals(std::vector<ModuleComparison>& modules) {
+  std::map<std::string, std::size_t> by_key;
+  for (std::size_t i = 0; i < modules.size(); ++i) by_key.emplace(module_key(modules[i].name), i);
+  for (auto& r : modules) {
+    const auto e = routed_expert(r.name);
+    if (!e || e->projection == "down" || !r.global_bits) continue;
+    const auto partner = by_key.find(partner_key(*e));
+    if (partner == by_key.end() || !modules[partner->second].global_bits) continue;
+    r.gate_up_globals_bit_equal = *r.global_bits == *modules[partner->second].global_bits;
+  }
+}
+
+}  // namespace
+
+std::optional<double> relative_rmse(double sum_d2, double sum_s2) {
+  if (sum_d2 == 0) return 0.0;
+  if (sum_s2 == 0) return std::nullopt;
+  return std::sqrt(sum_d2) / std::sqrt(sum_s2);
+}
+
+double cosine_similarity(bool exact, double sum_os, double sum_o2, double sum_s2) {
+  if (exact) return 1.0;
+  if (sum_o2 == 0 || sum_s2 == 0) return 0.0;
+  return std::clamp(sum_os / std::sqrt(sum_o2 * sum_s2), -1.0, 1.0);
+}
+
+bool f32_is_power_of_two(std::uint32_t bits) {
+  if (bits & 0x80000000u) return false;
+  const std::uint32_t exp = (bits >> 23) & 0xFF, man = bits & 0x7FFFFF;
+  if (exp == 0xFF) return false;
+  if (exp == 0) return man != 0 && std::has_single_bit(man);
+  return man == 0;
+}
+
+float f32_from_bits(std::uint32_t bits) { return std::bit_cast<float>(bits); }
+
+bool CompareResult::all_exact() const {
+  return std::all_of(modules.begin(), modules.end(), [](const ModuleComparison& m) { return m.sums.exact(); });
+}
+
+int CompareResult::exit_code() const {
+  return all_exact() && missing_in_other.empty() && extra_in_other.empty() ? 0 : 1;
+}
+
+CompareResult compare_checkpoints(const CompareOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::optional<std::regex> filter =
+      options.modules.empty() ? std::nullopt : std::optional(module_filter(options.modules));
+  const auto selected = [&](std::string_view name) {
+    return !filter || std::regex_search(name.begin(), name.end(), *filter);
+  };
+  ProgressTracker progress(Command::Compare, "modules", options.progress);
+  progress.phase(ProgressPhase::Plan);
+  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
+  const OtherTree other = open_other(options.other, options.threads);
+  const auto src_keys = keys_of_source(source.modules);
+  std::vector<std::string> key_list;
+  key_list.reserve(src_keys.size());
+  for (const auto& [key, i] : src_keys) key_list.push_back(key);
+  const std::vector<OtherModule> others = other_modules(other, key_list);
+  const auto other_keys = keys_of_other(others);
+
+  CompareResult result;
+  result.source = options.source;
+  result.other = options.other;
+  result.format = other.format;
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;  // (SRC module, OTHER module), by SRC name
+  for (std::size_t i = 0; i < source.modules.modules.size(); ++i) {
+    const QuantModule& m = source.modules.modules[i];
+    if (!selected(m.name)) continue;
+    const auto o = other_keys.find(module_key(m.name));
+    if (o == other_keys.end()) {
+      result.missing_in_other.emplace_back(m.name);
+    } else {
+      pairs.emplace_back(i, o->second);
+    }
+  }
+  for (const auto& [key, i] : other_keys) {
+    if (!src_keys.contains(key) && selected(others[i].name)) result.extra_in_other.push_back(others[i].name);
+  }
+  std::sort(result.extra_in_other.begin(), result.extra_in_other.end());
+  for (const auto& [s, o] : pairs) check_other_module(source.modules.modules[s], others[o], other.format);
+
+  result.modules.resize(pairs.size());
+  progress.phase(ProgressPhase::Shards, 0, pairs.size());
+  parallel_for(pairs.size(), options.threads, [&](std::size_t i) {
+    const QuantModule& m = source.modules.modules[pairs[i].first];
+    const OtherModule& om = others[pairs[i].second];
+    ModuleComparison& r = result.modules[i];
+    r.name = m.name;
+    r.other_name = om.name;
+    r.quantized = om.quantized;
+    if (const auto e = routed_expert(m.name)) {
+      r.layer = e->layer;
+      r.expert = e->expert;
+      r.projection = e->projection;
+    }
+    compare_module_values(source.checkpoint, m, other, om, r);
+    progress.unit_done(0);
+  });
+  pair_gate_up_globals(result.modules);
+  progress.phase(ProgressPhase::Finalize);
+  result.seconds = seconds_since(started);
+  progress.done();
+  return result;
+}
+
+}  // namespace mx2nv

@@ -1,0 +1,61 @@
+// OTHER, the NVFP4 checkpoint compare reads: its container (opened and
+// validated like any checkpoint, checkpoint/reader.hpp), its format (from
+// config.json's quantization_config, else hf_quant_config.json) and the
+// tensors that can belong to a module, with where their bytes are.
+//
+// Module tensors (docs/reference/nvfp4-checkpoint-formats.md section 7):
+// compressed-tensors P.weight_packed / weight_scale / weight_global_scale /
+// input_global_scale; ModelOpt P.weight (U8) / weight_scale / weight_scale_2
+// / input_scale; unquantized P.weight in a float dtype. Which P are modules
+// is decided by other_modules() against SRC's keys.
+#pragma once
+
+#include "checkpoint/reader.hpp"
+#include "compare/compare.hpp"
+#include "safetensors/dtype.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mx2nv {
+
+struct OtherTensor {
+  std::string name;
+  std::size_t shard = 0;
+  Dtype dtype = Dtype::U8;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t offset = 0;  // absolute, in its shard file
+  std::uint64_t nbytes = 0;
+};
+
+struct OtherTree {
+  Checkpoint checkpoint;
+  OtherFormat format = OtherFormat::CompressedTensors;
+  std::vector<OtherTensor> tensors;  // the module tensors, sorted by name, names unique
+  const OtherTensor* find(std::string_view name) const;
+};
+
+OtherTree open_other(const fs::path& root, unsigned threads);
+
+// The format named by OTHER's config.json text and, when that has no NVFP4
+// quantization config, hf_quant_config.json's text (empty: absent).
+OtherFormat detect_other_format(std::string_view config_text, std::string_view hf_quant_config_text);
+
+struct OtherModule {
+  std::string name;
+  bool quantized = true;
+  const OtherTensor* weight = nullptr;  // packed codes, or the float weight
+  const OtherTensor* scale = nullptr;
+  const OtherTensor* global = nullptr;
+  const OtherTensor* input_scale = nullptr;
+};
+
+// OTHER's modules by name: every quantized prefix of its format, and every
+// float `P.weight` whose P is a routed expert or has a key in `src_keys`
+// (sorted). A prefix with tensors of both conventions is invalid input.
+std::vector<OtherModule> other_modules(const OtherTree& tree, std::span<const std::string> src_keys);
+
+}  // namespace mx2nv
