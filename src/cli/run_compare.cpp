@@ -90,13 +90,14 @@ class CompareCommand final : public Subcommand {
     state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, other_});
     if (src_.empty() || other_.empty()) fail(ErrorKind::Usage, "SRC and OTHER are required");
     const CompareResult r = compare_checkpoints({src_, other_, threads_, modules_, progress.callback()});
-    const std::string text = compare_json_text(r);
     if (json_) {
-      fmt::print("{}", text);
+      write_compare_json(r, [](std::string_view piece) { fmt::print("{}", piece); });
     } else {
       print_compare_summary(r);
     }
-    if (state.outputs.report) state.outputs.report->write(text);
+    if (state.outputs.report) {
+      state.outputs.report->write_pieces([&](const ReportFile::PieceSink& sink) { write_compare_json(r, sink); });
+    }
     if (state.outputs.html) state.outputs.html->write(render_compare_html(r));
     return r.exit_code();
   }

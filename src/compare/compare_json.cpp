@@ -1,5 +1,9 @@
 #include "compare/compare_json.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <fmt/core.h>
+
 #include <algorithm>
 
 namespace mx2nv {
@@ -117,14 +121,21 @@ CompareSums compare_totals(const CompareResult& r, std::string_view projection) 
   return t;
 }
 
-OJson compare_document(const CompareResult& r) {
-  OJson doc = OJson::object();
-  doc["command"] = "compare";
-  doc["source"] = r.source.string();
-  doc["other"] = r.other.string();
-  doc["format"] = r.format == OtherFormat::CompressedTensors ? "compressed-tensors" : "modelopt";
-  doc["activations"] = compare_activations(r);
-  doc["totals"] = totals_object(r, {});
+void write_compare_json(const CompareResult& r, const std::function<void(std::string_view)>& out) {
+  // The document is written key by key and module by module, so a
+  // checkpoint with hundreds of thousands of modules never has its whole
+  // document in memory: each top-level value is dumped compactly on a line.
+  const auto field = [&](std::string_view key, const OJson& value, bool last = false) {
+    out(fmt::format(" {}: {}{}\n", OJson(key).dump(), value.dump(-1, ' ', false, OJson::error_handler_t::replace),
+                    last ? "" : ","));
+  };
+  out("{\n");
+  field("command", "compare");
+  field("source", r.source.string());
+  field("other", r.other.string());
+  field("format", r.format == OtherFormat::CompressedTensors ? "compressed-tensors" : "modelopt");
+  field("activations", compare_activations(r));
+  field("totals", totals_object(r, {}));
   OJson projections = OJson::object();
   for (const std::string_view p : {"down", "gate", "other", "up"}) {
     const bool any = std::any_of(r.modules.begin(), r.modules.end(), [&](const ModuleComparison& m) {
@@ -132,24 +143,29 @@ OJson compare_document(const CompareResult& r) {
     });
     if (any) projections[std::string(p)] = totals_object(r, p);
   }
-  doc["projections"] = projections;
-  OJson modules = OJson::array();
-  for (const auto& m : r.modules) modules.push_back(module_object(m));
-  doc["modules"] = modules;
-  doc["missing_in_other"] = r.missing_in_other;
-  doc["extra_in_other"] = r.extra_in_other;
+  field("projections", projections);
+  out(" \"modules\": [");
+  for (std::size_t i = 0; i < r.modules.size(); ++i) {
+    out(i == 0 ? "\n  " : ",\n  ");
+    out(module_object(r.modules[i]).dump(-1, ' ', false, OJson::error_handler_t::replace));
+  }
+  out(r.modules.empty() ? "],\n" : "\n ],\n");
+  field("missing_in_other", r.missing_in_other);
+  field("extra_in_other", r.extra_in_other);
   OJson unquantized = OJson::array();
   for (const auto& m : r.modules) {
     if (!m.quantized) unquantized.push_back(m.name);
   }
-  doc["unquantized_in_other"] = unquantized;
-  doc["exit_code"] = r.exit_code();
-  doc["seconds"] = r.seconds;
-  return doc;
+  field("unquantized_in_other", unquantized);
+  field("exit_code", r.exit_code());
+  field("seconds", r.seconds, true);
+  out("}\n");
 }
 
 std::string compare_json_text(const CompareResult& r) {
-  return compare_document(r).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::string text;
+  write_compare_json(r, [&](std::string_view piece) { text += piece; });
+  return text;
 }
 
 }  // namespace mx2nv

@@ -7,9 +7,9 @@
 
 #include "compare/compare.hpp"
 
-#include <nlohmann/json.hpp>
-
+#include <functional>
 #include <string>
+#include <string_view>
 
 namespace mx2nv {
 
@@ -21,8 +21,10 @@ std::string compare_activations(const CompareResult& result);
 // down, other); empty: all.
 CompareSums compare_totals(const CompareResult& result, std::string_view projection = {});
 
-nlohmann::ordered_json compare_document(const CompareResult& result);
-// The document as text, indented by one space, ending in a newline.
+// The document as text in pieces, in order: one line per top-level key and
+// per module, so no more than one module's text is held at a time.
+void write_compare_json(const CompareResult& result, const std::function<void(std::string_view)>& out);
+// The same, whole (the Python package).
 std::string compare_json_text(const CompareResult& result);
 
 }  // namespace mx2nv

@@ -15,6 +15,7 @@
 #include "safetensors/dtype.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,7 +35,9 @@ struct OtherTensor {
 struct OtherTree {
   Checkpoint checkpoint;
   OtherFormat format = OtherFormat::CompressedTensors;
-  std::vector<OtherTensor> tensors;  // the module tensors, sorted by name, names unique
+  // The module tensors, sorted by name, names unique; a deque, so collecting
+  // hundreds of thousands never holds two copies while growing.
+  std::deque<OtherTensor> tensors;
   const OtherTensor* find(std::string_view name) const;
 };
 
