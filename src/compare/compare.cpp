@@ -12,7 +12,6 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <regex>
 
 namespace mx2nv {
@@ -26,36 +25,44 @@ std::regex module_filter(const std::string& pattern) {
   }
 }
 
-// SRC's keys, sorted, with a name collision refused.
-std::map<std::string, std::size_t> keys_of_source(const ModuleSet& modules) {
-  std::map<std::string, std::size_t> keys;
-  for (std::size_t i = 0; i < modules.modules.size(); ++i) {
-    const auto [it, fresh] = keys.emplace(module_key(modules.modules[i].name), i);
-    if (!fresh) {
-      fail_input("{}: name collision with {} in SRC", modules.modules[i].name, modules.modules[it->second].name);
+// Module keys of one side, sorted (then by name), each with its module's
+// index; two modules with one key are refused, naming both.
+class KeyIndex {
+ public:
+  template <typename NameOf>
+  KeyIndex(std::size_t count, NameOf&& name_of, std::string_view side) {
+    entries_.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) entries_.emplace_back(module_key(name_of(i)), i);
+    std::sort(entries_.begin(), entries_.end(), [&](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : name_of(a.second) < name_of(b.second);
+    });
+    for (std::size_t i = 1; i < entries_.size(); ++i) {
+      if (entries_[i].first == entries_[i - 1].first) {
+        fail_input("{}: name collision with {} in {}", name_of(entries_[i].second), name_of(entries_[i - 1].second),
+                   side);
+      }
     }
   }
-  return keys;
-}
-
-std::map<std::string, std::size_t> keys_of_other(const std::vector<OtherModule>& modules) {
-  std::map<std::string, std::size_t> keys;
-  for (std::size_t i = 0; i < modules.size(); ++i) {
-    const auto [it, fresh] = keys.emplace(module_key(modules[i].name), i);
-    if (!fresh) fail_input("{}: name collision with {} in OTHER", modules[i].name, modules[it->second].name);
+  std::optional<std::size_t> find(std::string_view key) const {
+    const auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
+                                     [](const auto& e, std::string_view k) { return e.first < k; });
+    if (it == entries_.end() || it->first != key) return std::nullopt;
+    return it->second;
   }
-  return keys;
-}
+  const std::vector<std::pair<std::string, std::size_t>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, std::size_t>> entries_;
+};
 
 void pair_gate_up_globals(std::vector<ModuleComparison>& modules) {
-  std::map<std::string, std::size_t> by_key;
-  for (std::size_t i = 0; i < modules.size(); ++i) by_key.emplace(module_key(modules[i].name), i);
+  const KeyIndex by_key(modules.size(), [&](std::size_t i) -> std::string_view { return modules[i].name; }, "SRC");
   for (auto& r : modules) {
     const auto e = routed_expert(r.name);
     if (!e || e->projection == "down" || !r.global_bits) continue;
     const auto partner = by_key.find(partner_key(*e));
-    if (partner == by_key.end() || !modules[partner->second].global_bits) continue;
-    r.gate_up_globals_bit_equal = *r.global_bits == *modules[partner->second].global_bits;
+    if (!partner || !modules[*partner].global_bits) continue;
+    r.gate_up_globals_bit_equal = *r.global_bits == *modules[*partner].global_bits;
   }
 }
 
@@ -102,30 +109,28 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   progress.phase(ProgressPhase::Plan);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   const OtherTree other = open_other(options.other, options.threads);
-  const auto src_keys = keys_of_source(source.modules);
-  std::vector<std::string> key_list;
-  key_list.reserve(src_keys.size());
-  for (const auto& [key, i] : src_keys) key_list.push_back(key);
-  const std::vector<OtherModule> others = other_modules(other, key_list);
-  const auto other_keys = keys_of_other(others);
+  const auto& src_modules = source.modules.modules;
+  const KeyIndex src_keys(src_modules.size(), [&](std::size_t i) { return src_modules[i].name; }, "SRC");
+  const std::vector<OtherModule> others =
+      other_modules(other, [&](std::string_view key) { return src_keys.find(key).has_value(); });
+  const KeyIndex other_keys(others.size(), [&](std::size_t i) { return others[i].name; }, "OTHER");
 
   CompareResult result;
   result.source = options.source;
   result.other = options.other;
   result.format = other.format;
   std::vector<std::pair<std::size_t, std::size_t>> pairs;  // (SRC module, OTHER module), by SRC name
-  for (std::size_t i = 0; i < source.modules.modules.size(); ++i) {
-    const QuantModule& m = source.modules.modules[i];
+  for (std::size_t i = 0; i < src_modules.size(); ++i) {
+    const QuantModule& m = src_modules[i];
     if (!selected(m.name)) continue;
-    const auto o = other_keys.find(module_key(m.name));
-    if (o == other_keys.end()) {
-      result.missing_in_other.emplace_back(m.name);
+    if (const auto o = other_keys.find(module_key(m.name))) {
+      pairs.emplace_back(i, *o);
     } else {
-      pairs.emplace_back(i, o->second);
+      result.missing_in_other.emplace_back(m.name);
     }
   }
-  for (const auto& [key, i] : other_keys) {
-    if (!src_keys.contains(key) && selected(others[i].name)) result.extra_in_other.push_back(others[i].name);
+  for (const auto& [key, i] : other_keys.entries()) {
+    if (!src_keys.find(key) && selected(others[i].name)) result.extra_in_other.emplace_back(others[i].name);
   }
   std::sort(result.extra_in_other.begin(), result.extra_in_other.end());
   for (const auto& [s, o] : pairs) check_other_module(source.modules.modules[s], others[o], other.format);
@@ -137,7 +142,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
     const OtherModule& om = others[pairs[i].second];
     ModuleComparison& r = result.modules[i];
     r.name = m.name;
-    r.other_name = om.name;
+    if (om.name != m.name) r.other_name = om.name;
     r.quantized = om.quantized;
     if (const auto e = routed_expert(m.name)) {
       r.layer = e->layer;

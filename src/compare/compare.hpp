@@ -59,7 +59,7 @@ double cosine_similarity(bool exact, double sum_os, double sum_o2, double sum_s2
 
 struct ModuleComparison {
   std::string name;        // SRC's
-  std::string other_name;  // OTHER's
+  std::string other_name;  // OTHER's; empty when it is SRC's
   bool quantized = true;   // false: OTHER holds it as BF16/F16/F32
   std::optional<std::uint64_t> layer, expert;  // routed experts
   std::string projection;                      // gate, up, down; empty otherwise

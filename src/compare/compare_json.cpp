@@ -67,7 +67,7 @@ OJson totals_object(const CompareResult& r, std::string_view projection) {
 OJson module_object(const ModuleComparison& m) {
   OJson o = OJson::object();
   o["name"] = m.name;
-  o["other_name"] = m.other_name;
+  o["other_name"] = m.other_name.empty() ? m.name : m.other_name;
   o["quantized"] = m.quantized;
   o["layer"] = m.layer ? OJson(*m.layer) : OJson(nullptr);
   o["expert"] = m.expert ? OJson(*m.expert) : OJson(nullptr);

@@ -26,10 +26,10 @@ struct Names {
 
 Names names_of(const OtherModule& om, OtherFormat f) {
   const bool ct = f == OtherFormat::CompressedTensors;
-  if (!om.quantized) return {om.name + ".weight", {}, {}, {}};
-  return {om.name + (ct ? ".weight_packed" : ".weight"), om.name + ".weight_scale",
-          om.name + (ct ? ".weight_global_scale" : ".weight_scale_2"),
-          om.name + (ct ? ".input_global_scale" : ".input_scale")};
+  const std::string p(om.name);
+  if (!om.quantized) return {p + ".weight", {}, {}, {}};
+  return {p + (ct ? ".weight_packed" : ".weight"), p + ".weight_scale", p + (ct ? ".weight_global_scale" : ".weight_scale_2"),
+          p + (ct ? ".input_global_scale" : ".input_scale")};
 }
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -42,10 +42,10 @@ void expect(const OtherTensor* t, const std::string& name, std::initializer_list
     for (const Dtype d : dtypes) want.push_back(dtype_name(d));
     fail_input("{}: dtype {}, expected {}", name, dtype_name(t->dtype), fmt::join(want, " or "));
   }
-  if (std::find(shapes.begin(), shapes.end(), t->shape) == shapes.end()) {
+  if (std::none_of(shapes.begin(), shapes.end(), [&](const auto& s) { return t->has_shape(s); })) {
     std::vector<std::string> want;
     for (const auto& s : shapes) want.push_back(shape_text(s));
-    fail_input("{}: shape {}, expected {}", name, shape_text(t->shape), fmt::join(want, " or "));
+    fail_input("{}: shape {}, expected {}", name, t->shape_text(), fmt::join(want, " or "));
   }
 }
 

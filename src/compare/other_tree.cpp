@@ -71,6 +71,17 @@ OtherFormat detect_other_format(std::string_view config_text, std::string_view h
   fail_input("OTHER's config.json: no NVFP4 quantization config (compressed-tensors nvfp4-pack-quantized or ModelOpt)");
 }
 
+bool OtherTensor::has_shape(std::span<const std::uint64_t> shape) const {
+  return rank == shape.size() && std::equal(shape.begin(), shape.end(), dims.begin());
+}
+
+std::string OtherTensor::shape_text() const {
+  std::string out = "[";
+  for (std::size_t i = 0; i < std::min<std::size_t>(rank, kKeptDims); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  if (rank > kKeptDims) out += ", ...";
+  return out + "]";
+}
+
 const OtherTensor* OtherTree::find(std::string_view name) const {
   const auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
                                    [](const OtherTensor& t, std::string_view n) { return t.name < n; });
@@ -81,13 +92,23 @@ OtherTree open_other(const fs::path& root, unsigned threads) {
   OtherTree tree;
   std::mutex mutex;
   const auto visit = [&](std::size_t shard, std::string_view, const ShardHeader& header) {
-    std::vector<OtherTensor> found;
+    std::vector<std::pair<std::string_view, OtherTensor>> found;  // names viewed in `header`
     for (const TensorInfo& t : header.tensors()) {
       if (!is_module_tensor(t.name)) continue;
-      found.push_back({t.name, shard, t.dtype, t.shape, header.data_start() + t.begin, t.nbytes()});
+      OtherTensor o;
+      o.offset = header.data_start() + t.begin;
+      o.nbytes = t.nbytes();
+      std::copy_n(t.shape.begin(), std::min(t.shape.size(), OtherTensor::kKeptDims), o.dims.begin());
+      o.shard = static_cast<std::uint32_t>(shard);
+      o.dtype = t.dtype;
+      o.rank = static_cast<std::uint8_t>(std::min<std::size_t>(t.shape.size(), 255));
+      found.emplace_back(t.name, o);
     }
     std::lock_guard lock(mutex);
-    for (auto& f : found) tree.tensors.push_back(std::move(f));
+    for (auto& [name, o] : found) {
+      o.name = tree.names.store(name);
+      tree.tensors.push_back(o);
+    }
   };
   tree.checkpoint = open_checkpoint(root, CheckpointRole::Target, threads, visit);
   std::sort(tree.tensors.begin(), tree.tensors.end(),

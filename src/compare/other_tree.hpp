@@ -13,9 +13,12 @@
 #include "checkpoint/reader.hpp"
 #include "compare/compare.hpp"
 #include "safetensors/dtype.hpp"
+#include "safetensors/name_table.hpp"
 
+#include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,17 +26,25 @@
 
 namespace mx2nv {
 
+// Kept small: a checkpoint at K3's structure has ~750k module tensors. A
+// module tensor's shape has rank 0 to 2; up to kKeptDims dimensions are kept
+// (enough to tell any other shape apart and to name it in a message).
 struct OtherTensor {
-  std::string name;
-  std::size_t shard = 0;
-  Dtype dtype = Dtype::U8;
-  std::vector<std::uint64_t> shape;
+  static constexpr std::size_t kKeptDims = 3;
+  std::string_view name;  // in OtherTree::names
   std::uint64_t offset = 0;  // absolute, in its shard file
   std::uint64_t nbytes = 0;
+  std::array<std::uint64_t, kKeptDims> dims = {};
+  std::uint32_t shard = 0;
+  Dtype dtype = Dtype::U8;
+  std::uint8_t rank = 0;  // saturates at 255
+  bool has_shape(std::span<const std::uint64_t> shape) const;
+  std::string shape_text() const;  // "[N, K]"; dimensions past kKeptDims as "..."
 };
 
 struct OtherTree {
   Checkpoint checkpoint;
+  NameArena names;  // the tensors' names (each stored once)
   OtherFormat format = OtherFormat::CompressedTensors;
   // The module tensors, sorted by name, names unique; a deque, so collecting
   // hundreds of thousands never holds two copies while growing.
@@ -48,7 +59,7 @@ OtherTree open_other(const fs::path& root, unsigned threads);
 OtherFormat detect_other_format(std::string_view config_text, std::string_view hf_quant_config_text);
 
 struct OtherModule {
-  std::string name;
+  std::string_view name;  // a view into its weight tensor's name
   bool quantized = true;
   const OtherTensor* weight = nullptr;  // packed codes, or the float weight
   const OtherTensor* scale = nullptr;
@@ -56,9 +67,10 @@ struct OtherModule {
   const OtherTensor* input_scale = nullptr;
 };
 
-// OTHER's modules by name: every quantized prefix of its format, and every
-// float `P.weight` whose P is a routed expert or has a key in `src_keys`
-// (sorted). A prefix with tensors of both conventions is invalid input.
-std::vector<OtherModule> other_modules(const OtherTree& tree, std::span<const std::string> src_keys);
+// OTHER's modules sorted by name: every quantized prefix of its format, and
+// every float `P.weight` whose P is a routed expert or whose key SRC has
+// (`src_has_key`). A prefix with tensors of both conventions is invalid input.
+std::vector<OtherModule> other_modules(const OtherTree& tree,
+                                       const std::function<bool(std::string_view key)>& src_has_key);
 
 }  // namespace mx2nv
