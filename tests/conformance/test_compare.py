@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
+import numpy as np
 import pytest
 
 import compare_oracle as co
@@ -199,3 +201,49 @@ def test_hostile_other_exits_3_naming_the_tensor(trees, base, kind):
     assert result.returncode == 3, (result.returncode, result.stdout[-400:], result.stderr)
     assert target in result.stderr, result.stderr
     assert result.stdout == ""
+
+
+# ---------------------------------------------------------------- unquantized dtypes
+
+def _retype_unquantized(src_tree, dst, module, dtype, poison=None):
+    """A copy of `src_tree` whose BF16 `module.weight` is stored as `dtype`
+    (F16 or F32, the same numbers), optionally with one value made `poison`."""
+    shutil.copytree(src_tree, dst)
+    name = module + ".weight"
+    other = nw.load_source(dst)
+    shard = other.info[name][0]
+    entries, meta = nw.read_entries(dst / shard)
+    out = []
+    for n, dt, shape, data in entries:
+        if n == name:
+            assert dt == "BF16"
+            values = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
+            values = values.astype({"F16": "<f2", "F32": "<f4"}[dtype])
+            if poison is not None:
+                values = values.copy()
+                values[3] = poison
+            data, dt = values.tobytes(), dtype
+        out.append((n, dt, shape, data))
+    nw.write_safetensors(dst / shard, out, meta)  # the index's total_size is informational
+    return dst
+
+
+@pytest.mark.parametrize("dtype", ["F16", "F32"])
+def test_unquantized_f16_and_f32_modules(trees, dtype):
+    keep = K3.format(0, 0, "w2")
+    base = made(trees, "k3-bf16-one", lambda d: nw.write_compressed_tensors(trees / "k3", d, unquantized=[keep]))
+    dst = made(trees, f"k3-{dtype}-one", lambda d: _retype_unquantized(base, d, keep, dtype))
+    report = check_against_oracle(trees / "k3", dst)
+    assert report["unquantized_in_other"] == [keep]
+    row = next(r for r in report["modules"] if r["name"] == keep)
+    assert row["exact_values"] == row["values"] and not row["quantized"]
+
+
+def test_unquantized_nan_exits_3_naming_the_tensor(trees):
+    keep = K3.format(0, 0, "w2")
+    base = made(trees, "k3-bf16-one", lambda d: nw.write_compressed_tensors(trees / "k3", d, unquantized=[keep]))
+    dst = made(trees, "k3-F32-nan", lambda d: _retype_unquantized(base, d, keep, "F32", poison=float("nan")))
+    with pytest.raises(co.InvalidInput):
+        co.compare(trees / "k3", dst)
+    result = mx2nv("compare", trees / "k3", dst, check=False)
+    assert result.returncode == 3 and keep + ".weight" in result.stderr, result.stderr
