@@ -98,28 +98,20 @@ int CompareResult::exit_code() const {
   return all_exact() && missing_in_other.empty() && extra_in_other.empty() ? 0 : 1;
 }
 
-CompareResult compare_checkpoints(const CompareOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
-  const std::optional<std::regex> filter =
-      options.modules.empty() ? std::nullopt : std::optional(module_filter(options.modules));
-  const auto selected = [&](std::string_view name) {
-    return !filter || std::regex_search(name.begin(), name.end(), *filter);
-  };
-  ProgressTracker progress(Command::Compare, "modules", options.progress);
-  progress.phase(ProgressPhase::Plan);
-  const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
-  const OtherTree other = open_other(options.other, options.threads);
-  const auto& src_modules = source.modules.modules;
-  const KeyIndex src_keys(src_modules.size(), [&](std::size_t i) { return src_modules[i].name; }, "SRC");
-  const std::vector<OtherModule> others =
-      other_modules(other, [&](std::string_view key) { return src_keys.find(key).has_value(); });
-  const KeyIndex other_keys(others.size(), [&](std::size_t i) { return others[i].name; }, "OTHER");
+namespace {
 
-  CompareResult result;
-  result.source = options.source;
-  result.other = options.other;
-  result.format = other.format;
-  std::vector<std::pair<std::size_t, std::size_t>> pairs;  // (SRC module, OTHER module), by SRC name
+// SRC and OTHER modules matched by key: (SRC module, OTHER module) pairs in
+// SRC name order, and the names missing and extra into `result`. The key
+// tables live only here, so they are gone before the values stream.
+std::vector<std::pair<std::size_t, std::size_t>> match_modules(const ModuleSet& source, const OtherTree& other,
+                                                               std::vector<OtherModule>& others,
+                                                               const std::function<bool(std::string_view)>& selected,
+                                                               CompareResult& result) {
+  const auto& src_modules = source.modules;
+  const KeyIndex src_keys(src_modules.size(), [&](std::size_t i) { return src_modules[i].name; }, "SRC");
+  others = other_modules(other, [&](std::string_view key) { return src_keys.find(key).has_value(); });
+  const KeyIndex other_keys(others.size(), [&](std::size_t i) { return others[i].name; }, "OTHER");
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
   for (std::size_t i = 0; i < src_modules.size(); ++i) {
     const QuantModule& m = src_modules[i];
     if (!selected(m.name)) continue;
@@ -133,6 +125,32 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
     if (!src_keys.find(key) && selected(others[i].name)) result.extra_in_other.emplace_back(others[i].name);
   }
   std::sort(result.extra_in_other.begin(), result.extra_in_other.end());
+  return pairs;
+}
+
+}  // namespace
+
+CompareResult compare_checkpoints(const CompareOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::optional<std::regex> filter =
+      options.modules.empty() ? std::nullopt : std::optional(module_filter(options.modules));
+  const auto selected = [&](std::string_view name) {
+    return !filter || std::regex_search(name.begin(), name.end(), *filter);
+  };
+  ProgressTracker progress(Command::Compare, "modules", options.progress);
+  progress.phase(ProgressPhase::Plan);
+  auto opened = std::make_shared<const SourceCheckpoint>(
+      open_source_checkpoint(options.source, options.threads, IndexNames::Drop));
+  const SourceCheckpoint& source = *opened;
+  const OtherTree other = open_other(options.other, options.threads);
+
+  CompareResult result;
+  result.source = options.source;
+  result.other = options.other;
+  result.format = other.format;
+  result.source_names = opened;
+  std::vector<OtherModule> others;
+  const auto pairs = match_modules(source.modules, other, others, selected, result);
   for (const auto& [s, o] : pairs) check_other_module(source.modules.modules[s], others[o], other.format);
 
   result.modules.resize(pairs.size());

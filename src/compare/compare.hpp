@@ -19,8 +19,10 @@
 #include "sys/file.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mx2nv {
@@ -58,11 +60,11 @@ std::optional<double> relative_rmse(double sum_d2, double sum_s2);
 double cosine_similarity(bool exact, double sum_os, double sum_o2, double sum_s2);
 
 struct ModuleComparison {
-  std::string name;        // SRC's
+  std::string_view name;   // SRC's (in CompareResult::source_names)
   std::string other_name;  // OTHER's; empty when it is SRC's
   bool quantized = true;   // false: OTHER holds it as BF16/F16/F32
   std::optional<std::uint64_t> layer, expert;  // routed experts
-  std::string projection;                      // gate, up, down; empty otherwise
+  std::string_view projection;                 // gate, up, down (static storage); empty otherwise
   CompareSums sums;
   std::optional<std::uint32_t> global_bits;  // the stored F32 global (ct: divisor, ModelOpt: multiplier)
   std::optional<double> input_scale;         // finite input_global_scale / input_scale
@@ -74,6 +76,7 @@ enum class OtherFormat { CompressedTensors, ModelOpt };
 
 struct CompareResult {
   fs::path source, other;
+  std::shared_ptr<const void> source_names;  // keeps the modules' names alive
   OtherFormat format = OtherFormat::CompressedTensors;
   std::vector<ModuleComparison> modules;  // by SRC name
   std::vector<std::string> missing_in_other;  // SRC modules OTHER lacks, sorted

@@ -66,12 +66,12 @@ OJson totals_object(const CompareResult& r, std::string_view projection) {
 
 OJson module_object(const ModuleComparison& m) {
   OJson o = OJson::object();
-  o["name"] = m.name;
-  o["other_name"] = m.other_name.empty() ? m.name : m.other_name;
+  o["name"] = std::string(m.name);
+  o["other_name"] = m.other_name.empty() ? std::string(m.name) : m.other_name;
   o["quantized"] = m.quantized;
   o["layer"] = m.layer ? OJson(*m.layer) : OJson(nullptr);
   o["expert"] = m.expert ? OJson(*m.expert) : OJson(nullptr);
-  o["projection"] = m.projection.empty() ? OJson(nullptr) : OJson(m.projection);
+  o["projection"] = m.projection.empty() ? OJson(nullptr) : OJson(std::string(m.projection));
   put_figures(o, m.sums);
   o["global_scale"] = m.global_bits ? OJson(static_cast<double>(f32_from_bits(*m.global_bits))) : OJson(nullptr);
   o["global_power_of_two"] = m.global_bits ? OJson(f32_is_power_of_two(*m.global_bits)) : OJson(nullptr);
@@ -154,7 +154,7 @@ void write_compare_json(const CompareResult& r, const std::function<void(std::st
   field("extra_in_other", r.extra_in_other);
   OJson unquantized = OJson::array();
   for (const auto& m : r.modules) {
-    if (!m.quantized) unquantized.push_back(m.name);
+    if (!m.quantized) unquantized.push_back(std::string(m.name));
   }
   field("unquantized_in_other", unquantized);
   field("exit_code", r.exit_code());

@@ -127,7 +127,7 @@ std::string render_compare_html(const CompareResult& r) {
   html += "</table>\n<h2>Relative RMSE by layer and expert</h2>" + legend();
   std::map<std::string, std::vector<const ModuleComparison*>> grids;
   for (const auto& m : r.modules) {
-    if (m.layer) grids[m.projection].push_back(&m);
+    if (m.layer) grids[std::string(m.projection)].push_back(&m);
   }
   for (const std::string_view p : {"gate", "up", "down"}) {
     if (const auto it = grids.find(std::string(p)); it != grids.end()) html += heatmap(p, it->second);
@@ -147,7 +147,7 @@ std::string render_compare_html(const CompareResult& r) {
   html += name_list("Extra in OTHER", r.extra_in_other);
   std::vector<std::string> unquantized;
   for (const auto& m : r.modules) {
-    if (!m.quantized) unquantized.push_back(m.name);
+    if (!m.quantized) unquantized.emplace_back(m.name);
   }
   html += name_list("Unquantized in OTHER", unquantized);
   return html + "</body></html>\n";
