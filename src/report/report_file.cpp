@@ -408,6 +408,7 @@ void ReportFile::write_pieces(const std::function<void(const PieceSink&)>& produ
   std::string buffer;
   const auto gathered = [&](const std::function<void(std::string_view)>& flush) {
     produce([&](std::string_view piece) {
+      if (buffer.empty() && piece.size() >= kCopyBufferBytes) return flush(piece);  // large: not copied
       buffer += piece;
       if (buffer.size() >= kCopyBufferBytes) {
         flush(buffer);
