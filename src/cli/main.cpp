@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("mx2nv ") + MX2NV_VERSION);
   app.require_subcommand(1);
   std::vector<std::unique_ptr<Subcommand>> subcommands;
-  for (const auto add : {add_convert, add_verify, add_plan, add_requantize, add_inspect, add_gate, add_generate,
-                         add_demo, add_card}) {
+  for (const auto add : {add_convert, add_verify, add_compare, add_plan, add_requantize, add_inspect, add_gate,
+                         add_generate, add_demo, add_card}) {
     subcommands.push_back(add(app));
   }
   escape_failure_messages(app);

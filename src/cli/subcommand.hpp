@@ -66,6 +66,7 @@ std::unique_ptr<Subcommand> add_gate(CLI::App& mx2nv);
 std::unique_ptr<Subcommand> add_generate(CLI::App& mx2nv);
 std::unique_ptr<Subcommand> add_demo(CLI::App& mx2nv);
 std::unique_ptr<Subcommand> add_card(CLI::App& mx2nv);
+std::unique_ptr<Subcommand> add_compare(CLI::App& mx2nv);
 
 // convert SRC DST and verify SRC DST with their summaries, as the demo runs
 // them too (cli/run_convert.cpp, cli/run_verify.cpp).

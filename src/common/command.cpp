@@ -13,6 +13,7 @@ std::string_view command_name(Command command) noexcept {
     case Command::Generate: return "generate";
     case Command::Demo: return "demo";
     case Command::Card: return "card";
+    case Command::Compare: return "compare";
   }
   return "convert";
 }

@@ -7,7 +7,7 @@
 
 namespace mx2nv {
 
-enum class Command { Convert, Verify, Plan, Requantize, Inspect, Gate, Generate, Demo, Card };
+enum class Command { Convert, Verify, Plan, Requantize, Inspect, Gate, Generate, Demo, Card, Compare };
 std::string_view command_name(Command command) noexcept;
 
 }  // namespace mx2nv

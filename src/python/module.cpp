@@ -13,10 +13,13 @@
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "common/progress.hpp"
+#include "compare/compare.hpp"
+#include "compare/compare_json.hpp"
 #include "convert/convert.hpp"
 #include "convert/plan_command.hpp"
 #include "convert/planned.hpp"
 #include "gate/gate.hpp"
+#include "html/compare_page.hpp"
 #include "html/html_report.hpp"
 #include "inspect/inspect.hpp"
 #include "plan/overspan.hpp"
@@ -206,6 +209,33 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
           return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
         } catch (...) {
           return error_return(Command::Verify, o.window, o.source, o.target, outputs, threads);
+        }
+      },
+      callback, mailbox);
+}
+
+// compare SRC OTHER: its JSON document; exit 0 or 1 is a result, not an
+// error (python/mx2nv/_compare.py).
+CommandReturn compare(const std::string& src, const std::string& other, unsigned threads, const std::string& modules,
+                      const nb::object& callback, const std::optional<std::string>& report,
+                      const std::optional<std::string>& html) {
+  ProgressMailbox mailbox;
+  CompareOptions o{src, other, threads, modules};
+  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
+  return run_released(
+      [&]() -> CommandReturn {
+        CommandOutputs outputs;
+        try {
+          outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.other});
+          const CompareResult r = compare_checkpoints(o);
+          const std::string text = compare_json_text(r);
+          std::optional<std::string> page;
+          if (html) page = render_compare_html(r);
+          if (outputs.report) outputs.report->write(text);
+          if (outputs.html) outputs.html->write(*page);
+          return {r.exit_code(), text, page};
+        } catch (...) {
+          return error_return(Command::Compare, Window::Marlin, o.source, o.other, outputs, threads);
         }
       },
       callback, mailbox);
@@ -441,6 +471,10 @@ NB_MODULE(_core, m) {
   m.def("verify", &verify, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
         nb::arg("progress").none(), nb::arg("report").none(), nb::arg("html").none(),
         "Verify, as convert; returns (exit code, report JSON, HTML page or None).");
+  m.def("compare", &compare, nb::arg("src"), nb::arg("other"), nb::arg("threads"), nb::arg("modules"),
+        nb::arg("progress").none(), nb::arg("report").none(), nb::arg("html").none(),
+        "Compare, writing the JSON document and the HTML page to the paths given (checked first); returns (exit "
+        "code, JSON, HTML page or None).");
   m.def("inspect", &inspect, nb::arg("src"), nb::arg("window"), nb::arg("threads"), nb::arg("html").none(),
         "Inspect, writing the HTML page to the path given; returns (exit code, inspection JSON, HTML page or None).");
   m.def("plan", &plan, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),

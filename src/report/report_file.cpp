@@ -399,9 +399,26 @@ void ReportFile::refuse_same_file(const ReportFile& other, std::string_view what
 }
 
 void ReportFile::write(std::string_view text) const {
+  write_pieces([&](const PieceSink& sink) { sink(text); });
+}
+
+void ReportFile::write_pieces(const std::function<void(const PieceSink&)>& produce) const {
   if (!protect_ || missing_directory_) throw std::logic_error("ReportFile::write before check");
+  // Pieces are gathered up to kCopyBufferBytes and written in order.
+  std::string buffer;
+  const auto gathered = [&](const std::function<void(std::string_view)>& flush) {
+    produce([&](std::string_view piece) {
+      if (buffer.empty() && piece.size() >= kCopyBufferBytes) return flush(piece);  // large: not copied
+      buffer += piece;
+      if (buffer.size() >= kCopyBufferBytes) {
+        flush(buffer);
+        buffer.clear();
+      }
+    });
+    if (!buffer.empty()) flush(buffer);
+  };
   if (!replace_) {
-    write_all(fd_.get(), text, path_);
+    gathered([&](std::string_view text) { write_all(fd_.get(), text, path_); });
     return;
   }
   const fs::path dir = resolved_.parent_path();
@@ -410,7 +427,11 @@ void ReportFile::write(std::string_view text) const {
   {
     File f = File::create_new_at(dir_.get(), temp, dir / temp);
     try {
-      f.write_at(0, std::as_bytes(std::span(text)));
+      std::uint64_t offset = 0;
+      gathered([&](std::string_view text) {
+        f.write_at(offset, std::as_bytes(std::span(text)));
+        offset += text.size();
+      });
       f.sync();
       f.close();
     } catch (...) {

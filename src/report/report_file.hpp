@@ -35,6 +35,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -121,6 +122,10 @@ class ReportFile {
   // never intended; one FIFO or device twice is written twice, harmlessly).
   void refuse_same_file(const ReportFile& other, std::string_view what) const;
   void write(std::string_view text) const;
+  // The same for text made in pieces: `produce` calls its argument with each
+  // piece in order (a large document need never be held whole).
+  using PieceSink = std::function<void(std::string_view)>;
+  void write_pieces(const std::function<void(const PieceSink&)>& produce) const;
   const fs::path& path() const { return path_; }
   bool written_through() const { return fd_ && !replace_; }
 

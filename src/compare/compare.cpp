@@ -1,0 +1,180 @@
+#include "compare/compare.hpp"
+
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "common/stopwatch.hpp"
+#include "compare/module_key.hpp"
+#include "compare/module_values.hpp"
+#include "compare/other_tree.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <regex>
+
+namespace mx2nv {
+namespace {
+
+std::regex module_filter(const std::string& pattern) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail(ErrorKind::Usage, "--modules: invalid regular expression: {}", e.what());
+  }
+}
+
+// Module keys of one side, sorted (then by name), each with its module's
+// index; two modules with one key are refused, naming both.
+class KeyIndex {
+ public:
+  template <typename NameOf>
+  KeyIndex(std::size_t count, NameOf&& name_of, std::string_view side) {
+    entries_.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) entries_.emplace_back(module_key(name_of(i)), i);
+    std::sort(entries_.begin(), entries_.end(), [&](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : name_of(a.second) < name_of(b.second);
+    });
+    for (std::size_t i = 1; i < entries_.size(); ++i) {
+      if (entries_[i].first == entries_[i - 1].first) {
+        fail_input("{}: name collision with {} in {}", name_of(entries_[i].second), name_of(entries_[i - 1].second),
+                   side);
+      }
+    }
+  }
+  std::optional<std::size_t> find(std::string_view key) const {
+    const auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
+                                     [](const auto& e, std::string_view k) { return e.first < k; });
+    if (it == entries_.end() || it->first != key) return std::nullopt;
+    return it->second;
+  }
+  const std::vector<std::pair<std::string, std::size_t>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, std::size_t>> entries_;
+};
+
+void pair_gate_up_globals(std::vector<ModuleComparison>& modules) {
+  const KeyIndex by_key(modules.size(), [&](std::size_t i) -> std::string_view { return modules[i].name; }, "SRC");
+  for (auto& r : modules) {
+    const auto e = routed_expert(r.name);
+    if (!e || e->projection == "down" || !r.global_bits) continue;
+    const auto partner = by_key.find(partner_key(*e));
+    if (!partner || !modules[*partner].global_bits) continue;
+    r.gate_up_globals_bit_equal = *r.global_bits == *modules[*partner].global_bits;
+  }
+}
+
+}  // namespace
+
+std::optional<double> relative_rmse(double sum_d2, double sum_s2) {
+  if (sum_d2 == 0) return 0.0;
+  if (sum_s2 == 0) return std::nullopt;
+  return std::sqrt(sum_d2) / std::sqrt(sum_s2);
+}
+
+double cosine_similarity(bool exact, double sum_os, double sum_o2, double sum_s2) {
+  if (exact) return 1.0;
+  if (sum_o2 == 0 || sum_s2 == 0) return 0.0;
+  return std::clamp(sum_os / std::sqrt(sum_o2 * sum_s2), -1.0, 1.0);
+}
+
+bool f32_is_power_of_two(std::uint32_t bits) {
+  if (bits & 0x80000000u) return false;
+  const std::uint32_t exp = (bits >> 23) & 0xFF, man = bits & 0x7FFFFF;
+  if (exp == 0xFF) return false;
+  if (exp == 0) return man != 0 && std::has_single_bit(man);
+  return man == 0;
+}
+
+float f32_from_bits(std::uint32_t bits) { return std::bit_cast<float>(bits); }
+
+bool CompareResult::all_exact() const {
+  return std::all_of(modules.begin(), modules.end(), [](const ModuleComparison& m) { return m.sums.exact(); });
+}
+
+int CompareResult::exit_code() const {
+  return all_exact() && missing_in_other.empty() && extra_in_other.empty() ? 0 : 1;
+}
+
+namespace {
+
+// SRC and OTHER modules matched by key: (SRC module, OTHER module) pairs in
+// SRC name order, and the names missing and extra into `result`. The key
+// tables live only here, so they are gone before the values stream.
+std::vector<std::pair<std::size_t, std::size_t>> match_modules(const ModuleSet& source, const OtherTree& other,
+                                                               std::vector<OtherModule>& others,
+                                                               const std::function<bool(std::string_view)>& selected,
+                                                               CompareResult& result) {
+  const auto& src_modules = source.modules;
+  const KeyIndex src_keys(src_modules.size(), [&](std::size_t i) { return src_modules[i].name; }, "SRC");
+  others = other_modules(other, [&](std::string_view key) { return src_keys.find(key).has_value(); });
+  const KeyIndex other_keys(others.size(), [&](std::size_t i) { return others[i].name; }, "OTHER");
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  for (std::size_t i = 0; i < src_modules.size(); ++i) {
+    const QuantModule& m = src_modules[i];
+    if (!selected(m.name)) continue;
+    if (const auto o = other_keys.find(module_key(m.name))) {
+      pairs.emplace_back(i, *o);
+    } else {
+      result.missing_in_other.emplace_back(m.name);
+    }
+  }
+  for (const auto& [key, i] : other_keys.entries()) {
+    if (!src_keys.find(key) && selected(others[i].name)) result.extra_in_other.emplace_back(others[i].name);
+  }
+  std::sort(result.extra_in_other.begin(), result.extra_in_other.end());
+  return pairs;
+}
+
+}  // namespace
+
+CompareResult compare_checkpoints(const CompareOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::optional<std::regex> filter =
+      options.modules.empty() ? std::nullopt : std::optional(module_filter(options.modules));
+  const auto selected = [&](std::string_view name) {
+    return !filter || std::regex_search(name.begin(), name.end(), *filter);
+  };
+  ProgressTracker progress(Command::Compare, "modules", options.progress);
+  progress.phase(ProgressPhase::Plan);
+  auto opened = std::make_shared<const SourceCheckpoint>(
+      open_source_checkpoint(options.source, options.threads, IndexNames::Drop));
+  const SourceCheckpoint& source = *opened;
+  const OtherTree other = open_other(options.other, options.threads);
+
+  CompareResult result;
+  result.source = options.source;
+  result.other = options.other;
+  result.format = other.format;
+  result.source_names = opened;
+  std::vector<OtherModule> others;
+  const auto pairs = match_modules(source.modules, other, others, selected, result);
+  for (const auto& [s, o] : pairs) check_other_module(source.modules.modules[s], others[o], other.format);
+
+  result.modules.resize(pairs.size());
+  progress.phase(ProgressPhase::Shards, 0, pairs.size());
+  parallel_for(pairs.size(), options.threads, [&](std::size_t i) {
+    const QuantModule& m = source.modules.modules[pairs[i].first];
+    const OtherModule& om = others[pairs[i].second];
+    ModuleComparison& r = result.modules[i];
+    r.name = m.name;
+    if (om.name != m.name) r.other_name = om.name;
+    r.quantized = om.quantized;
+    if (const auto e = routed_expert(m.name)) {
+      r.layer = e->layer;
+      r.expert = e->expert;
+      r.projection = e->projection;
+    }
+    compare_module_values(source.checkpoint, m, other, om, r);
+    progress.unit_done(0);
+  });
+  pair_gate_up_globals(result.modules);
+  progress.phase(ProgressPhase::Finalize);
+  result.seconds = seconds_since(started);
+  progress.done();
+  return result;
+}
+
+}  // namespace mx2nv

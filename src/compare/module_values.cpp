@@ -1,0 +1,233 @@
+#include "compare/module_values.hpp"
+
+#include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "numerics/formats.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace mx2nv {
+namespace {
+
+// 32-groups per chunk: 1 MiB of packed bytes per side (at most 8 MiB of an
+// F32 unquantized weight) per worker.
+constexpr std::uint64_t kChunkGroups = 1 << 16;
+
+struct Names {
+  std::string weight, scale, global, input;
+};
+
+Names names_of(const OtherModule& om, OtherFormat f) {
+  const bool ct = f == OtherFormat::CompressedTensors;
+  const std::string p(om.name);
+  if (!om.quantized) return {p + ".weight", {}, {}, {}};
+  return {p + (ct ? ".weight_packed" : ".weight"), p + ".weight_scale", p + (ct ? ".weight_global_scale" : ".weight_scale_2"),
+          p + (ct ? ".input_global_scale" : ".input_scale")};
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+void expect(const OtherTensor* t, const std::string& name, std::initializer_list<Dtype> dtypes,
+            std::initializer_list<std::vector<std::uint64_t>> shapes) {
+  if (!t) fail_input("{}: missing", name);
+  if (std::find(dtypes.begin(), dtypes.end(), t->dtype) == dtypes.end()) {
+    std::vector<std::string_view> want;
+    for (const Dtype d : dtypes) want.push_back(dtype_name(d));
+    fail_input("{}: dtype {}, expected {}", name, dtype_name(t->dtype), fmt::join(want, " or "));
+  }
+  if (std::none_of(shapes.begin(), shapes.end(), [&](const auto& s) { return t->has_shape(s); })) {
+    std::vector<std::string> want;
+    for (const auto& s : shapes) want.push_back(shape_text(s));
+    fail_input("{}: shape {}, expected {}", name, t->shape_text(), fmt::join(want, " or "));
+  }
+}
+
+// Correctly rounded to within a few ulps for sums of many terms (Neumaier's
+// compensated summation); the oracle's fsum is exact-then-rounded.
+struct CompensatedSum {
+  double sum = 0, compensation = 0;
+  void add(double x) {
+    const double t = sum + x;
+    compensation += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+    sum = t;
+  }
+  double value() const { return sum + compensation; }
+};
+
+struct Accumulator {
+  CompensatedSum d2, s2, o2, os;
+  std::uint64_t values = 0, exact = 0;
+  double max_abs = 0;
+  void add(double s, double o) {
+    const double d = o - s;
+    ++values;
+    if (o == s) ++exact;
+    max_abs = std::max(max_abs, std::fabs(d));
+    d2.add(d * d);
+    s2.add(s * s);
+    o2.add(o * o);
+    os.add(o * s);
+  }
+};
+
+std::uint8_t u8(std::byte b) { return std::to_integer<std::uint8_t>(b); }
+
+std::array<double, 16> e2m1_table() {
+  std::array<double, 16> t{};
+  for (std::uint8_t c = 0; c < 16; ++c) t[c] = e2m1_value(c);
+  return t;
+}
+
+float read_f32(const Checkpoint& c, const OtherTensor& t) {
+  std::array<std::byte, 4> raw{};
+  c.files->open(t.shard)->read_at(t.offset, raw);
+  return std::bit_cast<float>(raw);
+}
+
+double half_value(std::uint16_t h) {
+  const int exp = (h >> 10) & 0x1F;
+  const int man = h & 0x3FF;
+  double v = exp == 0 ? std::ldexp(man, -24) : exp == 31 ? (man ? NAN : INFINITY) : std::ldexp(1024 + man, exp - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+double float_value(Dtype d, const std::byte* p) {
+  if (d == Dtype::F32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (d == Dtype::BF16) return std::bit_cast<float>(std::uint32_t{h} << 16);
+  return half_value(h);
+}
+
+// Packed bytes of one chunk: identical bytes, zero-sign flips.
+void tally_packed(std::span<const std::byte> a, std::span<const std::byte> b, CompareSums& s) {
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::uint8_t x = u8(a[i]), y = u8(b[i]);
+    if (x == y) {
+      ++s.packed_bytes_identical;
+      continue;
+    }
+    bool only_flips = true;
+    for (const int shift : {0, 4}) {
+      const int p = (x >> shift) & 0xF, q = (y >> shift) & 0xF;
+      if (p == q) continue;
+      if ((p & 7) == 0 && (q & 7) == 0) {
+        ++s.zero_sign_rewrites;
+      } else {
+        only_flips = false;
+      }
+    }
+    if (only_flips) ++s.zero_sign_rewrite_bytes;
+  }
+}
+
+}  // namespace
+
+void check_other_module(const QuantModule& src, const OtherModule& om, OtherFormat format) {
+  const std::uint64_t n = src.rows, k = src.groups * kMxGroup;
+  const Names names = names_of(om, format);
+  if (!om.quantized) {
+    expect(om.weight, names.weight, {Dtype::BF16, Dtype::F16, Dtype::F32}, {{n, k}});
+    return;
+  }
+  expect(om.weight, names.weight, {Dtype::U8}, {{n, k / 2}});
+  expect(om.scale, names.scale, {Dtype::F8_E4M3}, {{n, k / kNvGroup}});
+  expect(om.global, names.global, {Dtype::F32}, {{1}, {}});
+  if (om.input_scale) expect(om.input_scale, names.input, {Dtype::F32}, {{1}, {}});
+}
+
+void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
+                           const OtherModule& om, ModuleComparison& out) {
+  static const std::array<double, 16> kE2M1 = e2m1_table();
+  const Names names = names_of(om, other.format);
+  const bool ct = other.format == OtherFormat::CompressedTensors;
+  double global = 1;
+  if (om.quantized) {
+    const float g = read_f32(other.checkpoint, *om.global);
+    out.global_bits = std::bit_cast<std::uint32_t>(g);
+    if (!std::isfinite(g) || !(g > 0)) fail_input("{}: global is {}, must be finite and > 0", names.global, g);
+    global = g;
+    if (om.input_scale) {
+      out.has_input_scale = true;
+      const float in = read_f32(other.checkpoint, *om.input_scale);
+      if (std::isfinite(in)) out.input_scale = in;
+    }
+  }
+  const auto sp = src.files->open(m.packed_shard);
+  const auto ss = src.files->open(m.scale_shard);
+  const auto op = other.checkpoint.files->open(om.weight->shard);
+  const auto os = om.quantized ? other.checkpoint.files->open(om.scale->shard) : nullptr;
+  const std::uint64_t src_packed = src.shards[m.packed_shard].data_start + m.packed.begin;
+  const std::uint64_t src_scale = src.shards[m.scale_shard].data_start + m.scale.begin;
+  const unsigned item = om.quantized ? 1 : dtype_bits(om.weight->dtype) / 8;
+  const std::uint64_t other_group_bytes = om.quantized ? kGroupBytes : kMxGroup * item;
+
+  const std::uint64_t total = m.group_count();
+  const std::uint64_t chunk = std::min(total, kChunkGroups);
+  std::vector<std::byte> a_packed(chunk * kGroupBytes), a_scale(chunk);
+  std::vector<std::byte> b_weight(chunk * other_group_bytes), b_scale(om.quantized ? chunk * kNvScalesPerMxScale : 0);
+  Accumulator acc;
+  CompareSums& sums = out.sums;
+  for (std::uint64_t start = 0; start < total; start += chunk) {
+    const std::uint64_t n = std::min(chunk, total - start);
+    sp->read_at(src_packed + start * kGroupBytes, std::span(a_packed).first(n * kGroupBytes));
+    ss->read_at(src_scale + start, std::span(a_scale).first(n));
+    op->read_at(om.weight->offset + start * other_group_bytes, std::span(b_weight).first(n * other_group_bytes));
+    if (om.quantized) {
+      os->read_at(om.scale->offset + start * kNvScalesPerMxScale, std::span(b_scale).first(n * kNvScalesPerMxScale));
+      tally_packed(std::span(a_packed).first(n * kGroupBytes), std::span(b_weight).first(n * kGroupBytes), sums);
+    }
+    for (std::uint64_t g = 0; g < n; ++g) {
+      const std::uint8_t sb = u8(a_scale[g]);
+      if (sb == kE8M0NaN) fail_input("{}.weight_scale: E8M0 NaN (0xFF) in SRC", m.name);
+      const double src_factor = e8m0_value(sb);
+      for (unsigned half = 0; half < 2; ++half) {
+        double factor = 0;
+        bool active = false;
+        if (om.quantized) {
+          const std::uint8_t b = u8(b_scale[g * 2 + half]);
+          if ((b & 0x7F) == 0x7F) fail_input("{}: E4M3 NaN block scale", names.scale);
+          factor = e4m3_value(b);
+          for (unsigned j = 0; j < 8; ++j) active |= (u8(b_weight[g * kGroupBytes + half * 8 + j]) & 0x77) != 0;
+          if (active && ((b >> 3) & 0xF) == 0 && (b & 7) != 0) ++sums.active_block_scales_below_min_normal;
+        }
+        for (unsigned j = 0; j < 16; ++j) {
+          const std::uint64_t byte = g * kGroupBytes + half * 8 + j / 2;
+          const unsigned shift = (j % 2) * 4;
+          const double s = kE2M1[(u8(a_packed[byte]) >> shift) & 0xF] * src_factor;
+          double o;
+          if (om.quantized) {
+            const double prod = kE2M1[(u8(b_weight[byte]) >> shift) & 0xF] * factor;
+            o = ct ? prod / global : prod * global;
+          } else {
+            o = float_value(om.weight->dtype, &b_weight[(g * kMxGroup + half * 16 + j) * item]);
+            if (!std::isfinite(o)) fail_input("{}: non-finite value in an unquantized weight", names.weight);
+          }
+          acc.add(s, o);
+        }
+      }
+    }
+    throw_if_stopped();
+  }
+  sums.values = acc.values;
+  sums.exact_values = acc.exact;
+  sums.max_abs_error = acc.exact == acc.values ? 0.0 : acc.max_abs;
+  sums.sum_d2 = acc.d2.value();
+  sums.sum_s2 = acc.s2.value();
+  sums.sum_o2 = acc.o2.value();
+  sums.sum_os = acc.os.value();
+  if (om.quantized) sums.packed_bytes = m.packed.nbytes();
+}
+
+}  // namespace mx2nv

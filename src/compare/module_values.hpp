@@ -1,0 +1,23 @@
+// One module's figures (compare/compare.hpp CompareSums): SRC's and OTHER's
+// values decoded chunk by chunk from their bit fields and compared in IEEE
+// binary64, as compare_oracle.compare_module defines them.
+#pragma once
+
+#include "checkpoint/reader.hpp"
+#include "compare/compare.hpp"
+#include "compare/other_tree.hpp"
+
+namespace mx2nv {
+
+// Checks OTHER's tensors of a matched module against SRC's shape: dtypes,
+// shapes, and for a quantized module the presence of the scale and global.
+// Throws Error(InvalidInput) naming the tensor.
+void check_other_module(const QuantModule& src, const OtherModule& other, OtherFormat format);
+
+// Streams both modules (checked first) and fills `out`'s sums, global and
+// input scale. A NaN SRC scale, a NaN OTHER block scale, a global that is
+// not finite and positive, or a non-finite unquantized value is invalid input.
+void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
+                           const OtherModule& om, ModuleComparison& out);
+
+}  // namespace mx2nv
