@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import mx2nv
+import pytest
 from conftest import generate, no_temporaries
 
 CHILD = textwrap.dedent(
@@ -44,7 +45,7 @@ CHILD = textwrap.dedent(
 def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
     # Many shards: when SIGINT arrives (within a poll interval of the first
     # shard bytes) most of the conversion is still to do.
-    src = generate(tmp_path / "src", "--layers", "2", "--experts", "16", "--hidden", "2048", "--intermediate", "1024",
+    src = generate(tmp_path / "src", "--layers", "2", "--experts", "48", "--hidden", "2048", "--intermediate", "1024",
                    "--shards", "16")
     dst = tmp_path / "dst"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(src), str(dst)], stdout=subprocess.PIPE, text=True)
@@ -57,7 +58,12 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
 
     # Like the CLI after SIGINT: no temporaries, no index, the lock released.
     assert no_temporaries(dst)
-    assert not (dst / "model.safetensors.index.json").exists()
+    if (dst / "model.safetensors.index.json").exists():
+        # Progress reaches Python between polls: on a starved main thread the
+        # first shard's progress (and so the Ctrl-C) can come after the last
+        # shard was committed. Then DST must be complete and exact.
+        assert mx2nv.verify(src, dst).ok
+        pytest.skip("the conversion finished before its first progress reached Python")
     started = time.monotonic()
     report = mx2nv.convert(src, dst, resume=True, threads=2)
     assert report.ok and time.monotonic() - started < 60
