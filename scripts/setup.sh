@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsimdjson-dev python3-venv python3-dev
+              libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsimdjson-dev libre2-dev pkgconf python3-venv python3-dev
               slurm-wlm munge  # the Slurm recipe's test (a single-node cluster)
               xfsprogs btrfs-progs)  # zero-copy tests and benchmark: loop-mounted XFS/btrfs
 # Tests only, installed without recommends: a headless browser for the HTML

@@ -12,17 +12,21 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
-#include <regex>
+#include <memory>
+
+#include <re2/re2.h>
 
 namespace mx2nv {
 namespace {
 
-std::regex module_filter(const std::string& pattern) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    fail(ErrorKind::Usage, "--modules: invalid regular expression: {}", e.what());
-  }
+// --modules: RE2, so matching is linear in the name whatever the pattern
+// (no backtracking a hostile pattern could make exponential).
+std::unique_ptr<const re2::RE2> module_filter(const std::string& pattern) {
+  re2::RE2::Options options;
+  options.set_log_errors(false);
+  auto filter = std::make_unique<const re2::RE2>(pattern, options);
+  if (!filter->ok()) fail(ErrorKind::Usage, "--modules: invalid regular expression: {}", filter->error());
+  return filter;
 }
 
 // Module keys of one side, sorted (then by name), each with its module's
@@ -132,10 +136,9 @@ std::vector<std::pair<std::size_t, std::size_t>> match_modules(const ModuleSet& 
 
 CompareResult compare_checkpoints(const CompareOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  const std::optional<std::regex> filter =
-      options.modules.empty() ? std::nullopt : std::optional(module_filter(options.modules));
+  const std::unique_ptr<const re2::RE2> filter = options.modules.empty() ? nullptr : module_filter(options.modules);
   const auto selected = [&](std::string_view name) {
-    return !filter || std::regex_search(name.begin(), name.end(), *filter);
+    return !filter || re2::RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *filter);
   };
   ProgressTracker progress(Command::Compare, "modules", options.progress);
   progress.phase(ProgressPhase::Plan);
