@@ -296,6 +296,13 @@ def k3_rows(exe: Path, name: str, src: Path, ref: Path, work: Path) -> list[tupl
             subprocess.run([str(exe), "verify", str(src), str(ref), "--shards", f"{i}/2", "--report", str(part)],
                            check=True, stdout=subprocess.DEVNULL)
 
+    verify_report = work / "verify-report.json"
+
+    def verified() -> None:
+        if not verify_report.exists():
+            subprocess.run([str(exe), "verify", str(src), str(ref), "--report", str(verify_report)], check=True,
+                           stdout=subprocess.DEVNULL)
+
     x = str(exe)
     return [
         (f"{name} convert", fresh(work / "out"), [x, "convert", str(src), str(work / "out")], None),
@@ -315,6 +322,9 @@ def k3_rows(exe: Path, name: str, src: Path, ref: Path, work: Path) -> list[tupl
         (f"{name} inspect --html", fresh(page), [x, "inspect", str(src), "--html", str(page)], page),
         (f"{name} convert --html", fresh(work / "out", page),
          [x, "convert", str(src), str(work / "out"), "--html", str(page)], page),
+        (f"{name} compare", None, [x, "compare", str(src), str(ref)], None),
+        (f"{name} compare --html", fresh(page), [x, "compare", str(src), str(ref), "--html", str(page)], page),
+        (f"{name} card", verified, [x, "card", str(src), str(ref), "--verify-report", str(verify_report)], None),
     ]
 
 

@@ -10,6 +10,7 @@
 #include "common/printable.hpp"
 #include "gate/gate.hpp"
 #include "safetensors/file_names.hpp"
+#include "sys/heap.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -310,8 +311,16 @@ CardResult run_card(const CardOptions& o) {
   check_finished_mode(e, o.target);
   const CardLock lock(o.target);
   // Rule 8: the files are those the report speaks of.
-  const Checkpoint src = open_checkpoint(o.source, CheckpointRole::Source, o.threads);
-  const Checkpoint dst = open_checkpoint(o.target, CheckpointRole::Target, o.threads);
+  // Only the files and companions are used (not the index's tensor names,
+  // which at K3's structure would sit beside gate's own tables).
+  const auto open_files = [&](const fs::path& root, CheckpointRole role) {
+    Checkpoint c = open_checkpoint(root, role, o.threads);
+    if (c.index) c.index->forget_tensors();
+    release_free_heap();
+    return c;
+  };
+  const Checkpoint src = open_files(o.source, CheckpointRole::Source);
+  const Checkpoint dst = open_files(o.target, CheckpointRole::Target);
   check_fingerprints(e, src, dst);
 
   // Invalid input (exit 3), still before anything is written.

@@ -7,12 +7,14 @@
 #include "compare/module_key.hpp"
 #include "compare/module_values.hpp"
 #include "compare/other_tree.hpp"
+#include "sys/heap.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include <re2/re2.h>
 
@@ -59,14 +61,29 @@ class KeyIndex {
   std::vector<std::pair<std::string, std::size_t>> entries_;
 };
 
+// Gate and up of one routed expert, each told whether their globals are
+// bit-equal. SRC's keys are unique (match_modules refused two spellings of
+// one), so a (layer, expert) has at most one gate and one up.
 void pair_gate_up_globals(std::vector<ModuleComparison>& modules) {
-  const KeyIndex by_key(modules.size(), [&](std::size_t i) -> std::string_view { return modules[i].name; }, "SRC");
-  for (auto& r : modules) {
-    const auto e = routed_expert(r.name);
-    if (!e || e->projection == "down" || !r.global_bits) continue;
-    const auto partner = by_key.find(partner_key(*e));
-    if (!partner || !modules[*partner].global_bits) continue;
-    r.gate_up_globals_bit_equal = *r.global_bits == *modules[*partner].global_bits;
+  struct Half {
+    std::uint64_t layer, expert;
+    std::size_t index;
+  };
+  std::vector<Half> halves;
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    const ModuleComparison& r = modules[i];
+    if (r.layer && r.expert && r.global_bits && (r.projection == "gate" || r.projection == "up")) {
+      halves.push_back({*r.layer, *r.expert, i});
+    }
+  }
+  std::sort(halves.begin(), halves.end(), [](const Half& a, const Half& b) {
+    return std::tie(a.layer, a.expert, a.index) < std::tie(b.layer, b.expert, b.index);
+  });
+  for (std::size_t i = 1; i < halves.size(); ++i) {
+    const Half &a = halves[i - 1], &b = halves[i];
+    if (a.layer != b.layer || a.expert != b.expert) continue;
+    ModuleComparison &x = modules[a.index], &y = modules[b.index];
+    x.gate_up_globals_bit_equal = y.gate_up_globals_bit_equal = *x.global_bits == *y.global_bits;
   }
 }
 
@@ -142,10 +159,21 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   };
   ProgressTracker progress(Command::Compare, "modules", options.progress);
   progress.phase(ProgressPhase::Plan);
+  // OTHER first, so its index's names are gone before SRC's module table is
+  // built; SRC's errors are still reported first.
+  std::optional<OtherTree> other_opened;
+  std::exception_ptr other_error;
+  try {
+    other_opened.emplace(open_other(options.other, options.threads));
+  } catch (const Error&) {
+    other_error = std::current_exception();
+  }
+  release_free_heap();  // OTHER's index names, dropped
   auto opened = std::make_shared<const SourceCheckpoint>(
       open_source_checkpoint(options.source, options.threads, IndexNames::Drop));
   const SourceCheckpoint& source = *opened;
-  const OtherTree other = open_other(options.other, options.threads);
+  if (other_error) std::rethrow_exception(other_error);
+  const OtherTree& other = *other_opened;
 
   CompareResult result;
   result.source = options.source;
@@ -156,6 +184,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   const auto pairs = match_modules(source.modules, other, others, selected, result);
   for (const auto& [s, o] : pairs) check_other_module(source.modules.modules[s], others[o], other.format);
 
+  release_free_heap();  // the key tables
   result.modules.resize(pairs.size());
   progress.phase(ProgressPhase::Shards, 0, pairs.size());
   parallel_for(pairs.size(), options.threads, [&](std::size_t i) {

@@ -83,8 +83,4 @@ std::string module_key(std::string_view name) {
   return "M" + std::string(name);
 }
 
-std::string partner_key(const RoutedExpert& e) {
-  return expert_key(e.layer, e.expert, e.projection == "gate" ? "up" : "gate");
-}
-
 }  // namespace mx2nv

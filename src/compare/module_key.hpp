@@ -28,7 +28,4 @@ std::optional<RoutedExpert> routed_expert(std::string_view name);
 // routed experts and other modules never share a key.
 std::string module_key(std::string_view name);
 
-// The key of the gate/up partner of a routed gate or up projection.
-std::string partner_key(const RoutedExpert& e);
-
 }  // namespace mx2nv

@@ -7,21 +7,45 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 namespace mx2nv {
 namespace {
 
 inline constexpr std::uint64_t kMaxHfQuantConfigBytes = 16 << 20;
 
+// Indexed by OtherSuffix.
 constexpr std::array<std::string_view, 7> kModuleSuffixes = {
     ".weight_packed", ".weight_scale", ".weight_global_scale", ".input_global_scale",
     ".weight",        ".weight_scale_2", ".input_scale"};
 
-bool is_module_tensor(std::string_view name) {
-  return std::any_of(kModuleSuffixes.begin(), kModuleSuffixes.end(),
-                     [&](std::string_view s) { return name.size() > s.size() && name.ends_with(s); });
+// PREFIX and suffix of a module tensor's name (a non-empty prefix, then one
+// of the suffixes: the text after the name's last dot), or nullopt.
+std::optional<std::pair<std::string_view, OtherSuffix>> split_module_name(std::string_view name) {
+  const std::size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
+  const std::string_view tail = name.substr(dot);
+  for (std::size_t i = 0; i < kModuleSuffixes.size(); ++i) {
+    if (tail == kModuleSuffixes[i]) return std::pair(name.substr(0, dot), static_cast<OtherSuffix>(i));
+  }
+  return std::nullopt;
 }
 
+// Orders tensors as their whole names would be ordered (PREFIX + suffix
+// compared as one string), so every walk meets them as the oracle does.
+int compare_names(std::string_view prefix_a, OtherSuffix a, std::string_view prefix_b, OtherSuffix b) {
+  std::string_view x = prefix_a, x_next = suffix_text(a), y = prefix_b, y_next = suffix_text(b);
+  for (;;) {  // at most four rounds: each ends a piece of one side
+    const std::size_t n = std::min(x.size(), y.size());
+    if (const int c = x.substr(0, n).compare(y.substr(0, n)); c != 0) return c;
+    x.remove_prefix(n);
+    y.remove_prefix(n);
+    if (x.empty()) x = std::exchange(x_next, {});
+    if (y.empty()) y = std::exchange(y_next, {});
+    if (x.empty() || y.empty()) return x.empty() == y.empty() ? 0 : x.empty() ? -1 : 1;
+  }
+}
 const Json* quantization_config(const Json& config) {
   if (!config.is_object()) return nullptr;
   if (const auto it = config.find("quantization_config"); it != config.end() && it->is_object()) return &*it;
@@ -71,6 +95,10 @@ OtherFormat detect_other_format(std::string_view config_text, std::string_view h
   fail_input("OTHER's config.json: no NVFP4 quantization config (compressed-tensors nvfp4-pack-quantized or ModelOpt)");
 }
 
+std::string_view suffix_text(OtherSuffix s) { return kModuleSuffixes[static_cast<std::size_t>(s)]; }
+
+std::string OtherTensor::name() const { return std::string(prefix) + std::string(suffix_text(suffix)); }
+
 bool OtherTensor::has_shape(std::span<const std::uint64_t> shape) const {
   return rank == shape.size() && std::equal(shape.begin(), shape.end(), dims.begin());
 }
@@ -82,41 +110,56 @@ std::string OtherTensor::shape_text() const {
   return out + "]";
 }
 
-const OtherTensor* OtherTree::find(std::string_view name) const {
-  const auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
-                                   [](const OtherTensor& t, std::string_view n) { return t.name < n; });
-  return it != tensors.end() && it->name == name ? &*it : nullptr;
+const OtherTensor* OtherTree::find(std::string_view prefix, OtherSuffix suffix) const {
+  const auto it = std::lower_bound(tensors.begin(), tensors.end(), 0, [&](const OtherTensor& t, int) {
+    return compare_names(t.prefix, t.suffix, prefix, suffix) < 0;
+  });
+  return it != tensors.end() && it->prefix == prefix && it->suffix == suffix ? &*it : nullptr;
 }
 
 OtherTree open_other(const fs::path& root, unsigned threads) {
   OtherTree tree;
   std::mutex mutex;
   const auto visit = [&](std::size_t shard, std::string_view, const ShardHeader& header) {
-    std::vector<std::pair<std::string_view, OtherTensor>> found;  // names viewed in `header`
+    std::vector<OtherTensor> found;  // prefixes viewed in `header`
     for (const TensorInfo& t : header.tensors()) {
-      if (!is_module_tensor(t.name)) continue;
+      const auto split = split_module_name(t.name);
+      if (!split) continue;
       OtherTensor o;
+      o.prefix = split->first;
+      o.suffix = split->second;
       o.offset = header.data_start() + t.begin;
       o.nbytes = t.nbytes();
       std::copy_n(t.shape.begin(), std::min(t.shape.size(), OtherTensor::kKeptDims), o.dims.begin());
       o.shard = static_cast<std::uint32_t>(shard);
       o.dtype = t.dtype;
       o.rank = static_cast<std::uint8_t>(std::min<std::size_t>(t.shape.size(), 255));
-      found.emplace_back(t.name, o);
+      found.push_back(o);
     }
+    // A module's tensors in this shard side by side, so its prefix is stored once.
+    std::sort(found.begin(), found.end(), [](const OtherTensor& a, const OtherTensor& b) {
+      return a.prefix != b.prefix ? a.prefix < b.prefix : a.suffix < b.suffix;
+    });
     std::lock_guard lock(mutex);
-    for (auto& [name, o] : found) {
-      o.name = tree.names.store(name);
-      tree.tensors.push_back(o);
+    std::string_view stored;
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      if (i == 0 || found[i].prefix != found[i - 1].prefix) stored = tree.names.store(found[i].prefix);
+      found[i].prefix = stored;
+      tree.tensors.push_back(found[i]);
     }
   };
   tree.checkpoint = open_checkpoint(root, CheckpointRole::Target, threads, visit);
-  std::sort(tree.tensors.begin(), tree.tensors.end(),
-            [](const OtherTensor& a, const OtherTensor& b) { return a.name < b.name; });
+  // The index was checked against the shards; nothing looks a name up in it
+  // again, so its names go before SRC's module table is built.
+  if (tree.checkpoint.index) tree.checkpoint.index->forget_tensors();
+  std::sort(tree.tensors.begin(), tree.tensors.end(), [](const OtherTensor& a, const OtherTensor& b) {
+    return compare_names(a.prefix, a.suffix, b.prefix, b.suffix) < 0;
+  });
   for (std::size_t i = 1; i < tree.tensors.size(); ++i) {
-    if (tree.tensors[i].name == tree.tensors[i - 1].name) {
-      fail_input("{}: name collision, in {} and {}", tree.tensors[i].name,
-                 tree.checkpoint.shards[tree.tensors[i - 1].shard].file, tree.checkpoint.shards[tree.tensors[i].shard].file);
+    const OtherTensor &a = tree.tensors[i - 1], &b = tree.tensors[i];
+    if (a.prefix == b.prefix && a.suffix == b.suffix) {
+      fail_input("{}: name collision, in {} and {}", b.name(), tree.checkpoint.shards[a.shard].file,
+                 tree.checkpoint.shards[b.shard].file);
     }
   }
   std::string hf;

@@ -2,18 +2,26 @@
 
 #include "compare/compare_json.hpp"
 #include "html/page_style.hpp"
+#include "html/png_image.hpp"
 
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <set>
+#include <tuple>
 
 namespace mx2nv {
 namespace {
 
 constexpr std::size_t kMaxListedModules = 500;
+// Above this many cells a map is drawn as an image (dense_heatmap): a shape
+// per module would grow the page with the module count (K3: 92 layers x 896
+// experts per projection).
+constexpr std::size_t kMaxCellShapes = 4'096;
+// Shades of the relative RMSE scale in the image's palette.
+constexpr int kImageShades = 64;
 constexpr const char* kExactColor = "#15803d";
 constexpr const char* kUndefinedColor = "#7c3aed";  // SRC all zero, OTHER not
 // Relative RMSE is drawn on a log scale from 10^kLowDecade (light) to 10^0 (dark red).
@@ -23,47 +31,171 @@ std::optional<double> rmse_of(const ModuleComparison& m) { return relative_rmse(
 
 std::string rmse_text(const std::optional<double>& r) { return r ? fmt::format("{:.3g}", *r) : "undefined"; }
 
+// Where a relative RMSE sits on the drawn scale: 0 at 10^kLowDecade or
+// below, 1 at 1 or above.
+double rmse_position(double r) {
+  return std::clamp((std::log10(std::max(r, 1e-300)) - kLowDecade) / -kLowDecade, 0.0, 1.0);
+}
+
+std::array<std::uint8_t, 3> rmse_rgb(double t) {
+  const auto mix = [t](int a, int b) { return static_cast<std::uint8_t>(std::lround(a + (b - a) * t)); };
+  return {mix(254, 127), mix(240, 29), mix(138, 29)};
+}
+
+std::string hex(const std::array<std::uint8_t, 3>& c) { return fmt::format("#{:02x}{:02x}{:02x}", c[0], c[1], c[2]); }
+
 std::string rmse_color(const ModuleComparison& m) {
   if (m.sums.exact()) return kExactColor;
   const auto r = rmse_of(m);
   if (!r) return kUndefinedColor;
-  const double t = std::clamp((std::log10(std::max(*r, 1e-300)) - kLowDecade) / -kLowDecade, 0.0, 1.0);
-  const auto mix = [t](int a, int b) { return static_cast<int>(std::lround(a + (b - a) * t)); };
-  return fmt::format("#{:02x}{:02x}{:02x}", mix(254, 127), mix(240, 29), mix(138, 29));
+  return hex(rmse_rgb(rmse_position(*r)));
+}
+
+std::array<std::uint8_t, 3> rgb(std::string_view hex_color) {  // "#rrggbb"
+  const auto byte = [&](std::size_t at) {
+    return static_cast<std::uint8_t>(std::stoi(std::string(hex_color.substr(at, 2)), nullptr, 16));
+  };
+  return {byte(1), byte(3), byte(5)};
 }
 
 std::string card(const std::string& value, const std::string& label) {
   return fmt::format("<div class=\"card\"><b>{}</b><span>{}</span></div>", value, label);
 }
 
-std::string heatmap(std::string_view projection, const std::vector<const ModuleComparison*>& cells) {
+struct Grid {
   std::uint64_t layers = 0, experts = 0;
-  for (const auto* m : cells) {
-    layers = std::max(layers, *m->layer + 1);
-    experts = std::max(experts, *m->expert + 1);
+  int cw = 0, ch = 0;
+  static constexpr int left = 48, top = 18;
+  explicit Grid(const std::vector<const ModuleComparison*>& cells) {
+    for (const auto* m : cells) {
+      layers = std::max(layers, *m->layer + 1);
+      experts = std::max(experts, *m->expert + 1);
+    }
+    cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(experts, 1), 2, 18));
+    ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(layers, 1), 3, 18));
   }
-  const int cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(experts, 1), 2, 18));
-  const int ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(layers, 1), 3, 18));
-  const int left = 48, top = 18;
-  const auto width = left + cw * static_cast<std::int64_t>(experts) + 4;
-  const auto height = top + ch * static_cast<std::int64_t>(layers) + 4;
-  std::string svg = fmt::format(
+  std::int64_t x(std::uint64_t expert) const { return left + cw * static_cast<std::int64_t>(expert); }
+  std::int64_t y(std::uint64_t layer) const { return top + ch * static_cast<std::int64_t>(layer); }
+  std::int64_t width() const { return x(experts) + 4; }
+  std::int64_t height() const { return y(layers) + 4; }
+};
+
+std::string svg_open(std::string_view projection, const Grid& g, std::string_view drawn) {
+  return fmt::format(
       "<h3>{}</h3><svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" data-projection=\"{}\" data-layers=\"{}\" data-experts=\"{}\"><title>{}: relative RMSE "
-      "per layer (rows) and expert (columns)</title>",
-      html_escape(projection), width, height, width, height, html_escape(projection), layers, experts,
-      html_escape(projection));
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"empty\"/>", left, top,
-                     cw * static_cast<std::int64_t>(experts), ch * static_cast<std::int64_t>(layers));
-  for (const auto* m : cells) {
-    svg += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" class=\"cell\"><title>layer {}, expert {}: "
-        "rel RMSE {}, {} of {} values exact{}\n{}</title></rect>",
-        left + cw * static_cast<std::int64_t>(*m->expert), top + ch * static_cast<std::int64_t>(*m->layer), cw, ch,
-        rmse_color(*m), *m->layer, *m->expert, rmse_text(rmse_of(*m)), m->sums.exact_values, m->sums.values,
-        m->quantized ? "" : " (unquantized in OTHER)", html_escape(m->name));
-  }
+      "viewBox=\"0 0 {} {}\" data-projection=\"{}\" data-layers=\"{}\" data-experts=\"{}\" data-drawn=\"{}\"><title>{}: "
+      "relative RMSE per layer (rows) and expert (columns)</title>",
+      html_escape(projection), g.width(), g.height(), g.width(), g.height(), html_escape(projection), g.layers, g.experts,
+      drawn, html_escape(projection));
+}
+
+std::string cell_title(const ModuleComparison& m) {
+  return fmt::format("layer {}, expert {}: rel RMSE {}, {} of {} values exact{}\n{}", *m.layer, *m.expert,
+                     rmse_text(rmse_of(m)), m.sums.exact_values, m.sums.values,
+                     m.quantized ? "" : " (unquantized in OTHER)", html_escape(m.name));
+}
+
+std::string cell_shape(const Grid& g, const ModuleComparison& m) {
+  return fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" class=\"cell\"><title>{}</title></rect>",
+                     g.x(*m.expert), g.y(*m.layer), g.cw, g.ch, rmse_color(m), cell_title(m));
+}
+
+// A shape per module: small maps.
+std::string heatmap(std::string_view projection, const std::vector<const ModuleComparison*>& cells) {
+  const Grid g(cells);
+  std::string svg = svg_open(projection, g, "shapes");
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"empty\"/>", g.left, g.top,
+                     g.x(g.experts) - g.left, g.y(g.layers) - g.top);
+  for (const auto* m : cells) svg += cell_shape(g, *m);
   return svg + "</svg>\n";
+}
+
+// A cell's class in a dense map: runs of one class in a layer are one shape.
+enum class CellClass { Exact, Differs, Undefined };
+CellClass class_of(const ModuleComparison& m) {
+  return m.sums.exact() ? CellClass::Exact : rmse_of(m) ? CellClass::Differs : CellClass::Undefined;
+}
+
+// A map too dense for a shape per module: the cells as an image, one pixel
+// per module in its colour; over it, per layer, one transparent shape per run
+// of modules of one class (its title: layer, experts and rel RMSE range), and
+// the `outlined` modules (the worst) as shapes of their own, named in their
+// titles. `cells` are sorted by layer, then expert.
+std::string dense_heatmap(std::string_view projection, const std::vector<const ModuleComparison*>& cells,
+                          const std::vector<const ModuleComparison*>& outlined) {
+  const Grid g(cells);
+  std::string svg = svg_open(projection, g, "image");
+  // Palette: 0 no module, 1 exact, 2 undefined, 3 + i the RMSE scale's shade i.
+  PaletteImage image;
+  image.width = static_cast<std::uint32_t>(g.experts);
+  image.height = static_cast<std::uint32_t>(g.layers);
+  image.palette = {{0xf9, 0xfa, 0xfb}, rgb(kExactColor), rgb(kUndefinedColor)};
+  for (int i = 0; i < kImageShades; ++i) image.palette.push_back(rmse_rgb(i / double(kImageShades - 1)));
+  image.pixels.assign(static_cast<std::size_t>(g.experts * g.layers), 0);
+  for (const auto* m : cells) {
+    const CellClass c = class_of(*m);
+    const std::uint8_t index =
+        c == CellClass::Exact       ? 1
+        : c == CellClass::Undefined ? 2
+                                    : static_cast<std::uint8_t>(3 + std::lround(rmse_position(*rmse_of(*m)) * (kImageShades - 1)));
+    image.pixels[static_cast<std::size_t>(*m->layer * g.experts + *m->expert)] = index;
+  }
+  svg += fmt::format("<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" preserveAspectRatio=\"none\" "
+                     "style=\"image-rendering:pixelated\" href=\"{}\"/>",
+                     g.left, g.top, g.x(g.experts) - g.left, g.y(g.layers) - g.top, png_data_uri(image));
+  for (std::size_t i = 0; i < cells.size();) {
+    const ModuleComparison& first = *cells[i];
+    const CellClass c = class_of(first);
+    double lo = rmse_of(first).value_or(0), hi = lo;
+    std::size_t j = i + 1;
+    for (; j < cells.size() && *cells[j]->layer == *first.layer && *cells[j]->expert == *cells[j - 1]->expert + 1 &&
+           class_of(*cells[j]) == c;
+         ++j) {
+      lo = std::min(lo, rmse_of(*cells[j]).value_or(0));
+      hi = std::max(hi, rmse_of(*cells[j]).value_or(0));
+    }
+    const std::uint64_t e0 = *first.expert, e1 = *cells[j - 1]->expert;
+    const std::string experts = e0 == e1 ? fmt::format("expert {}", e0) : fmt::format("experts {}-{}", e0, e1);
+    const std::string what = c == CellClass::Exact       ? std::string("exact")
+                             : c == CellClass::Undefined ? std::string("rel RMSE undefined (SRC all zero)")
+                             : lo == hi                  ? fmt::format("rel RMSE {}", rmse_text(lo))
+                                                         : fmt::format("rel RMSE {}-{}", rmse_text(lo), rmse_text(hi));
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"transparent\" class=\"run\"><title>layer {}, {}: "
+                       "{}{}</title></rect>",
+                       g.x(e0), g.y(*first.layer), g.cw * static_cast<std::int64_t>(e1 - e0 + 1), g.ch, *first.layer,
+                       experts, what, e0 == e1 ? "\n" + html_escape(first.name) : "");
+    i = j;
+  }
+  for (const auto* m : outlined) svg += cell_shape(g, *m);
+  return svg + "</svg>\n";
+}
+
+// Under a dense map, as text a reader can search: per layer, its modules,
+// how many are exact, the layer's relative RMSE and its worst module's.
+std::string layer_summaries(const std::vector<const ModuleComparison*>& cells) {
+  std::string html = "<details class=\"layers\"><summary>Per layer: modules, exact modules, relative RMSE</summary><table>"
+                     "<tr><th>layer</th><th>modules</th><th>exact</th><th>rel RMSE</th><th>worst module</th>"
+                     "<th>its rel RMSE</th></tr>";
+  for (std::size_t i = 0; i < cells.size();) {
+    const std::uint64_t layer = *cells[i]->layer;
+    CompareSums sums;
+    std::uint64_t modules = 0, exact = 0;
+    const ModuleComparison* worst = nullptr;
+    for (; i < cells.size() && *cells[i]->layer == layer; ++i) {
+      const ModuleComparison& m = *cells[i];
+      ++modules;
+      exact += m.sums.exact() ? 1u : 0u;
+      sums.sum_d2 += m.sums.sum_d2;
+      sums.sum_s2 += m.sums.sum_s2;
+      const double r = rmse_of(m).value_or(std::numeric_limits<double>::infinity());
+      if (!m.sums.exact() && (!worst || r > rmse_of(*worst).value_or(std::numeric_limits<double>::infinity()))) worst = &m;
+    }
+    html += fmt::format("<tr><td>layer {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                        "<td><code>{}</code></td><td class=\"num\">{}</td></tr>",
+                        layer, modules, exact, rmse_text(relative_rmse(sums.sum_d2, sums.sum_s2)),
+                        worst ? html_escape(worst->name) : std::string("-"), worst ? rmse_text(rmse_of(*worst)) : "-");
+  }
+  return html + "</table></details>\n";
 }
 
 std::string legend() {
@@ -125,19 +257,30 @@ std::string render_compare_html(const CompareResult& r) {
     if (s.values) html += figures_row(p, s);
   }
   html += "</table>\n<h2>Relative RMSE by layer and expert</h2>" + legend();
-  std::map<std::string, std::vector<const ModuleComparison*>> grids;
-  for (const auto& m : r.modules) {
-    if (m.layer) grids[std::string(m.projection)].push_back(&m);
-  }
-  for (const std::string_view p : {"gate", "up", "down"}) {
-    if (const auto it = grids.find(std::string(p)); it != grids.end()) html += heatmap(p, it->second);
-  }
   std::vector<const ModuleComparison*> worst;
   for (const auto& m : r.modules) {
     if (!m.sums.exact()) worst.push_back(&m);
   }
   const auto key = [](const ModuleComparison* m) { return rmse_of(*m).value_or(std::numeric_limits<double>::infinity()); };
   std::stable_sort(worst.begin(), worst.end(), [&](auto* a, auto* b) { return key(a) > key(b); });
+  const std::set<const ModuleComparison*> listed(worst.begin(), worst.begin() + static_cast<std::ptrdiff_t>(std::min(worst.size(), kMaxListedModules)));
+  for (const std::string_view p : {"gate", "up", "down"}) {
+    std::vector<const ModuleComparison*> cells;
+    for (const auto& m : r.modules) {
+      if (m.layer && m.projection == p) cells.push_back(&m);
+    }
+    if (cells.empty()) continue;
+    if (cells.size() <= kMaxCellShapes) {
+      html += heatmap(p, cells);
+      continue;
+    }
+    std::sort(cells.begin(), cells.end(), [](auto* a, auto* b) { return std::tie(*a->layer, *a->expert) < std::tie(*b->layer, *b->expert); });
+    std::vector<const ModuleComparison*> outlined;
+    for (const auto* m : cells) {
+      if (listed.count(m)) outlined.push_back(m);
+    }
+    html += dense_heatmap(p, cells, outlined) + layer_summaries(cells);
+  }
   if (!worst.empty()) {
     html += fmt::format("<h2>Modules that differ ({}, worst first)</h2>", worst.size()) + std::string(kFiguresHead);
     for (std::size_t i = 0; i < worst.size() && i < kMaxListedModules; ++i) html += figures_row(worst[i]->name, worst[i]->sums);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -247,3 +248,37 @@ def test_unquantized_nan_exits_3_naming_the_tensor(trees):
         co.compare(trees / "k3", dst)
     result = mx2nv("compare", trees / "k3", dst, check=False)
     assert result.returncode == 3 and keep + ".weight" in result.stderr, result.stderr
+
+
+def test_dense_page_names_the_worst_and_summarises_every_layer(tmp_path):
+    """Over 4,096 modules a projection, the page draws each map as one image:
+    it stays small whatever the module count, while the worst modules (the
+    table's 500) are still shapes named in their titles, every module is in a
+    run's title, and every layer has a searchable summary row."""
+    src, other = tmp_path / "src", tmp_path / "rq"
+    layers, experts = 3, 1400
+    mx2nv("generate", src, "--layout", "k3", "--layers", layers, "--experts", experts, "--shards", "2",
+          "--hidden", "32", "--intermediate", "32", "--seed", "11")
+    mx2nv("requantize", src, other, "--threads", "2")
+    page, report = tmp_path / "c.html", tmp_path / "c.json"
+    result = mx2nv("compare", src, other, "--threads", "2", "--html", page, "--report", report, check=False)
+    assert result.returncode == 1, result.stderr
+    html = page.read_text()
+    doc = json.loads(report.read_text())
+    assert html.count('data-drawn="image"') == 3 and 'data-drawn="shapes"' not in html
+    assert html.count("data:image/png;base64,") == 3
+    # a shape per module would be over 100 bytes a module; the image is about one
+    assert len(html.encode()) < 50 * len(doc["modules"])
+    differing = [m for m in doc["modules"] if m["exact_values"] != m["values"]]
+    worst = sorted(differing, key=lambda m: -(m["rel_rmse"] if m["rel_rmse"] is not None else math.inf))[:500]
+    for m in worst:
+        assert f"\n{m['name']}</title>" in html, m["name"]
+    for layer in range(layers):  # one summary table per projection
+        assert html.count(f"<tr><td>layer {layer}</td><td class=\"num\">{experts}</td>") == 3
+    # the runs' titles cover every expert of every layer, once per projection
+    runs = re.findall(r'class="run"><title>layer (\d+), (?:experts (\d+)-(\d+)|expert (\d+))', html)
+    covered = {}
+    for layer, a, b, single in runs:
+        lo, hi = (int(single), int(single)) if single else (int(a), int(b))
+        covered[int(layer)] = covered.get(int(layer), 0) + hi - lo + 1
+    assert covered == {layer: 3 * experts for layer in range(layers)}
