@@ -31,6 +31,12 @@ and the page sizes of inspect --html and convert --html, with peak RSS, and
 the same commands of another build (--baseline PATH) side by side for a
 before/after in one run (a row the other build refuses is shown as failed).
 
+With --cold it measures verify and compare (beside --baseline if given)
+against `cat` of both trees when nothing is cached: the 4-shard input (pick
+--experts so SRC and its conversion together exceed --cold-cap-mib) and its
+conversion, each run from dropped caches inside a memory cgroup capped at
+--cold-cap-mib MiB (384 by default). Needs root.
+
 With --capped it measures peak RSS of inspect, convert and verify (one run
 each, beside --baseline if given) on the largest inputs the metadata caps
 allow: K3's layout with 1,505 experts per layer (the most modules the index
@@ -86,12 +92,14 @@ def settle() -> None:
     subprocess.run(["sync"], check=True)
 
 
-def generate(work: Path, experts: int) -> dict[str, Path]:
+def generate(work: Path, experts: int, only: tuple[str, ...] = ("4-shard", "1-shard", "4-adv")) -> dict[str, Path]:
     """4-shard and 1-shard copies of the same data; plus an adversarial 4-shard
     variant whose all-zero groups carry scales far outside the window, which
     forces the planner to read packed bytes to prove those groups are zero."""
     out = {}
     for name, shards, extreme in (("4-shard", 4, "off"), ("1-shard", 1, "off"), ("4-adv", 4, "on")):
+        if name not in only:
+            continue
         path = work / f"src-{name}-{experts}e-{extreme}"
         if not (path / "config.json").exists():
             shutil.rmtree(path, ignore_errors=True)
@@ -298,10 +306,9 @@ def k3_rows(exe: Path, name: str, src: Path, ref: Path, work: Path) -> list[tupl
 
     verify_report = work / "verify-report.json"
 
-    def verified() -> None:
-        if not verify_report.exists():
-            subprocess.run([str(exe), "verify", str(src), str(ref), "--report", str(verify_report)], check=True,
-                           stdout=subprocess.DEVNULL)
+    def verified() -> None:  # a fresh report: card refuses one older than DST's files
+        subprocess.run([str(exe), "verify", str(src), str(ref), "--report", str(verify_report)], check=True,
+                       stdout=subprocess.DEVNULL)
 
     x = str(exe)
     return [
@@ -430,6 +437,81 @@ def bench_capped(work: Path, baseline: Path | None) -> None:
             print(f"| {case} | {tensors} | {names} | {name} | " + " | ".join(str(r) for r in rss) + " |")
 
 
+# --- cold cache, memory capped: reading larger than memory -------------------
+
+def memory_cgroup(cap: int) -> tuple[Path, str] | None:
+    """A memory cgroup capped at `cap` bytes (page cache included, so little
+    of what a run reads stays cached) and the file that takes a pid, or None
+    where none can be made. cgroup v2 (memory enabled in the root's
+    subtree_control) or v1's memory hierarchy."""
+    v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+    candidates = []
+    controllers = v2 / "cgroup.controllers"
+    if controllers.exists() and "memory" in controllers.read_text().split():
+        candidates.append((v2, "memory.max", "cgroup.procs"))
+    if (v1 / "memory.limit_in_bytes").exists():
+        candidates.append((v1, "memory.limit_in_bytes", "tasks"))
+    for base, limit, procs in candidates:
+        group = base / "mx2nv-bench"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / limit).write_text(str(cap))
+            return group, procs
+        except OSError:
+            continue
+    return None
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def run_capped(cmd: list[str], group: tuple[Path, str], ok: tuple[int, ...] = (0,)) -> tuple[float, int, float]:
+    procs = group[0] / group[1]
+    return run_measured(["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *cmd], ok)
+
+
+def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_mib: int) -> None:
+    """verify and compare against `cat` of both trees, each run from a dropped
+    page cache inside a memory cgroup of `cap_mib` MiB (smaller than the two
+    trees), so every byte comes from the disk and little stays cached."""
+    if os.geteuid() != 0:
+        print("cold: skipped (needs root to drop caches and make a memory cgroup)")
+        return
+    group = memory_cgroup(cap_mib << 20)
+    if group is None:
+        print("cold: skipped (no memory cgroup could be made)")
+        return
+    src = generate(work, experts, only=("4-shard",))["4-shard"]
+    ref = work / f"cold-ref-{experts}e"
+    if not (ref / ".mx2nv" / "finished.json").exists():
+        shutil.rmtree(ref, ignore_errors=True)
+        subprocess.run([str(MX2NV), "convert", str(src), str(ref)], check=True, stdout=subprocess.DEVNULL)
+    files = sorted(str(f) for tree in (src, ref) for f in tree.rglob("*") if f.is_file())
+    size = sum(Path(f).stat().st_size for f in files)
+    rows = [("cat both trees", ["sh", "-c", 'cat "$@" > /dev/null', "sh", *files], (0,))]
+    for name, exe in {"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {}).items():
+        rows += [(f"{name} verify", [str(exe), "verify", str(src), str(ref)], (0,)),
+                 (f"{name} compare", [str(exe), "compare", str(src), str(ref)], (0,))]
+    results: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}
+    for _ in range(reps):
+        for label, cmd, ok in rows:
+            drop_caches()
+            results[label].append(run_capped(cmd, group, ok))
+    print(f"\nCold cache, memory capped at {cap_mib} MiB: both trees {size / 2**30:.2f} GiB "
+          f"(SRC {experts} experts of K3's shapes and its conversion); machine: {platform.machine()}, "
+          f"{os.cpu_count()} cores")
+    print("| command | min s | median s | x cat | GB/s | CPU s | peak RSS MiB | n |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    cat = min(w for w, _, _ in results["cat both trees"])
+    for label, samples in results.items():
+        walls = [w for w, _, _ in samples]
+        print(f"| {label} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cat:.2f} | "
+              f"{size / min(walls) / 1e9:.2f} | {min(c for _, _, c in samples):.2f} | {max(r for _, r, _ in samples)} | "
+              f"{len(walls)} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
@@ -441,6 +523,8 @@ def main() -> None:
     p.add_argument("--k3-structure", action="store_true", help="metadata at K3's scale instead (see above)")
     p.add_argument("--baseline", type=Path, help="with --k3-structure/--capped: another mx2nv build to measure beside")
     p.add_argument("--capped", action="store_true", help="peak RSS on inputs at the metadata caps (see above)")
+    p.add_argument("--cold", action="store_true", help="verify and compare from a cold cache, memory capped (see above)")
+    p.add_argument("--cold-cap-mib", type=int, default=384, help="with --cold: the memory cgroup's limit")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.k3_structure:
@@ -448,6 +532,9 @@ def main() -> None:
         return
     if args.capped:
         bench_capped(args.work, args.baseline)
+        return
+    if args.cold:
+        bench_cold(args.work, args.reps, args.experts, args.baseline, args.cold_cap_mib)
         return
     if not args.fs_images_only:
         bench(args.work, args.reps, args.experts)

@@ -57,7 +57,10 @@ void write_merge_error(const Error& e, const VerifyReportMerger& merger, ReportF
     named.target = merger.target();
     const Report r = failed_report(Command::Verify, *merger.window(), std::move(named), e);
     std::fflush(stdout);
-    file.write(dump_json(report_to_json(r)) + "\n");
+    file.write_pieces([&](const ReportFile::PieceSink& sink) {
+      write_report_json(r, sink);
+      sink("\n");
+    });
   } catch (...) {
     const Error again = current_exception_as_error();
     fmt::print(stderr, "mx2nv: no report written: {}\n", printable(again.what()));

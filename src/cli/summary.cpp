@@ -72,7 +72,10 @@ void print_overspan(const Report& r) {
 void write_report(const std::optional<ReportFile>& file, const Report& report) {
   if (!file) return;
   std::fflush(stdout);  // the summary first, when the report goes to /dev/stdout too
-  file->write(dump_json(report_to_json(report)) + "\n");
+  file->write_pieces([&](const ReportFile::PieceSink& sink) {
+    write_report_json(report, sink);
+    sink("\n");
+  });
 }
 
 void write_html(const std::optional<ReportFile>& file, const Report& report, const Inspection* inspection,

@@ -13,6 +13,7 @@
 #include "plan/target_layout.hpp"
 #include "requantize/requantizer.hpp"
 #include "safetensors/index.hpp"
+#include "sys/heap.hpp"
 
 #include <xxhash.h>
 
@@ -174,6 +175,18 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     out.finish(finished, index);
   }
 
+  // What `mx2nv card --requantize-report` checks the files against. Before
+  // the report's rows are built, and the index's names dropped at once:
+  // only the files are hashed.
+  {
+    Checkpoint written = open_checkpoint(options.target, CheckpointRole::Target);
+    if (written.index) written.index->forget_tensors();
+    release_free_heap();
+    const FileSetDigest s = checkpoint_fingerprint(ck, CheckpointRole::Source);
+    const FileSetDigest t = checkpoint_fingerprint(written, CheckpointRole::Target);
+    report.fingerprint = Fingerprint{s.digest, t.digest, s.files, t.files};
+  }
+  release_free_heap();
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     const ErrorStats& e = stats[i];
     report.requantized.push_back(
@@ -181,11 +194,6 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     report.values_compared += e.values;
     report.max_abs_error = std::max(report.max_abs_error, e.max_abs);
   }
-  // What `mx2nv card --requantize-report` checks the files against.
-  const Checkpoint written = open_checkpoint(options.target, CheckpointRole::Target);
-  const FileSetDigest s = checkpoint_fingerprint(ck, CheckpointRole::Source);
-  const FileSetDigest t = checkpoint_fingerprint(written, CheckpointRole::Target);
-  report.fingerprint = Fingerprint{s.digest, t.digest, s.files, t.files};
   report.seconds = seconds_since(started);
   return report;
 }

@@ -7,6 +7,7 @@
 #include "gate/expert_table.hpp"
 #include "model/modules.hpp"
 #include "numerics/formats.hpp"
+#include "sys/heap.hpp"
 
 #include <algorithm>
 #include <array>
@@ -217,7 +218,11 @@ GateResult run_gate(const GateOptions& o) {
   // checkpoint's size or every tensor's name.
   ExpertCollector collect;
   const auto keep = [&](std::size_t shard, std::string_view, const ShardHeader& header) { collect.add(shard, header); };
-  const Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
+  Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
+  // The index was checked against the shards; gate reads by the records it
+  // kept, so the index's names go now (their pages back to the system).
+  if (ck.index) ck.index->forget_tensors();
+  release_free_heap();
   const Reader io{&ck};
   const Json config = parse_strict_json(ck.config_text, "config.json").value;
   const std::vector<SchemeFacts> schemes = scheme_facts(config);

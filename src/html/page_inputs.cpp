@@ -4,6 +4,7 @@
 #include "html/html_report.hpp"
 
 #include "common/error.hpp"
+#include "sys/heap.hpp"
 
 #include <fmt/core.h>
 
@@ -13,7 +14,9 @@ namespace mx2nv {
 
 std::string render_html_for(const Report& report, const Inspection* inspection, unsigned threads) {
   // Gate first, then inspect: gate's module table is dropped before the
-  // inspection's is built, so the two never peak together.
+  // inspection's is built, so the two never peak together. The heap the
+  // command and then gate freed goes back to the system before each.
+  release_free_heap();
   std::optional<GateResult> gate;
   std::string gate_unavailable;
   const bool output_finished = (report.command == Command::Convert || report.command == Command::Verify) &&
@@ -36,6 +39,7 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
   }
   std::optional<Inspection> inspected;
   std::string unavailable;
+  release_free_heap();
   if (inspection == nullptr) {
     try {
       inspected = inspect_checkpoint(report.provenance.source, report.window, threads);

@@ -158,7 +158,7 @@ CommandReturn error_return(Command command, Window window, const fs::path& src, 
   const Report r = failed_report(command, window, src, dst, current_exception_as_error(), UnresolvedPaths::AsGiven);
   std::optional<std::string> page;
   if (outputs.html) page = render_html_for(r, nullptr, threads);
-  CommandReturn returned{r.exit_code(), dump_json(report_to_json(r)), page};
+  CommandReturn returned{r.exit_code(), report_json_text(r), page};
   try {
     return written(outputs, returned);  // a copy: `returned` is what the catch below returns
   } catch (...) {  // the error is the command's; a report that cannot be written is not a second one
@@ -183,7 +183,7 @@ CommandReturn convert(const std::string& src, const std::string& dst, const std:
           const Report r = convert_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
-          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
+          return written(outputs, {r.exit_code(), report_json_text(r), page});
         } catch (...) {
           return error_return(Command::Convert, o.window, o.source, o.target, outputs, threads);
         }
@@ -206,7 +206,7 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
           const Report r = verify_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
-          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
+          return written(outputs, {r.exit_code(), report_json_text(r), page});
         } catch (...) {
           return error_return(Command::Verify, o.window, o.source, o.target, outputs, threads);
         }
@@ -279,7 +279,7 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
           const Report r = plan_checkpoint(o, written_to);
           std::optional<std::string> plan_path;
           if (!written_to.empty()) plan_path = written_to.string();
-          return {r.exit_code(), dump_json(report_to_json(r)), plan_path};
+          return {r.exit_code(), report_json_text(r), plan_path};
         } catch (...) {
           return error_return(Command::Plan, o.window, o.source, o.target, {}, threads);
         }
@@ -334,7 +334,7 @@ CommandReturn convert_shards(const std::string& plan_path, const std::string& se
                                                                                  : parse_shard_selection(selection);
           outputs = planned_outputs(o, report, std::nullopt, paths);
           const Report r = convert_planned_shards(o, which);
-          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), std::nullopt});
+          return written(outputs, {r.exit_code(), report_json_text(r), std::nullopt});
         } catch (...) {
           return planned_error(o, paths, outputs);
         }
@@ -358,7 +358,7 @@ CommandReturn finalize(const std::string& plan_path, const std::optional<std::st
           const Report r = finalize_planned(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
-          return written(outputs, {r.exit_code(), dump_json(report_to_json(r)), page});
+          return written(outputs, {r.exit_code(), report_json_text(r), page});
         } catch (...) {
           return planned_error(o, paths, outputs);
         }

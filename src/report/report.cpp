@@ -80,31 +80,39 @@ Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts) {
   return out;
 }
 
-Json over_span_to_json(const std::vector<OverSpan>& over_span) {
-  Json out = Json::array();
-  for (const auto& o : over_span) {
-    out.push_back(
-        {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}});
-  }
-  return out;
-}
-
 namespace {
 
-Json requantized_to_json(const std::vector<ModuleError>& requantized) {
+Json over_span_row(const OverSpan& o) {
+  return {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}};
+}
+
+Json requantized_row(const ModuleError& m) {
   const auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json("inf"); };
+  return {{"module", json_text(m.module)},
+          {"global_scale", m.global_scale},
+          {"values", m.values},
+          {"relative_rmse", number(m.relative_rmse)},
+          {"cosine", number(m.cosine)},
+          {"max_abs_error", number(m.max_abs_error)},
+          {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}};
+}
+
+template <typename Row, typename Format>
+Json rows_to_json(const std::vector<Row>& rows, Format&& format) {
   Json out = Json::array();
-  for (const auto& m : requantized) {
-    out.push_back({{"module", json_text(m.module)},
-                   {"global_scale", m.global_scale},
-                   {"values", m.values},
-                   {"relative_rmse", number(m.relative_rmse)},
-                   {"cosine", number(m.cosine)},
-                   {"max_abs_error", number(m.max_abs_error)},
-                   {"marlin_zeroed_blocks", m.marlin_zeroed_blocks}});
-  }
+  for (const auto& row : rows) out.push_back(format(row));
   return out;
 }
+
+Json requantized_to_json(const std::vector<ModuleError>& requantized) {
+  return rows_to_json(requantized, requantized_row);
+}
+
+}  // namespace
+
+Json over_span_to_json(const std::vector<OverSpan>& over_span) { return rows_to_json(over_span, over_span_row); }
+
+namespace {
 
 Json bf16_layers_to_json(const std::vector<Bf16Layer>& bf16_layers) {
   Json out = Json::array();
@@ -132,9 +140,9 @@ Json overspan_to_json(const Report& r) {
           {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
 }
 
-}  // namespace
-
-Json report_to_json(const Report& r) {
+// The document; with `rows` false, the top-level per-module arrays
+// (over_span, requantized) are left empty for write_report_json to stream.
+Json report_document(const Report& r, bool rows) {
   Json j;
   j["command"] = command_name(r.command);
   j["result"] = outcome_name(r.result);
@@ -173,8 +181,10 @@ Json report_to_json(const Report& r) {
   j["values_compared"] = r.values_compared;
   j["mismatches"] = r.mismatches;
   j["max_abs_error"] = std::isfinite(r.max_abs_error) ? Json(r.max_abs_error) : Json("inf");
-  j["over_span"] = over_span_to_json(r.over_span);
-  if (r.command == Command::Requantize || !r.requantized.empty()) j["requantized"] = requantized_to_json(r.requantized);
+  j["over_span"] = rows ? over_span_to_json(r.over_span) : Json::array();
+  if (r.command == Command::Requantize || !r.requantized.empty()) {
+    j["requantized"] = rows ? requantized_to_json(r.requantized) : Json::array();
+  }
   if (r.overspan != OverSpanChoice::Fail) j["overspan"] = overspan_to_json(r);
   j["unrepresentable_globals"] = Json::array();
   for (const auto& g : r.unrepresentable_globals) j["unrepresentable_globals"].push_back(json_text(g));
@@ -195,6 +205,60 @@ Json report_to_json(const Report& r) {
   j["exit_code"] = r.exit_code();
   j["seconds"] = std::round(r.seconds * 1000) / 1000;
   return j;
+}
+
+// `rows` as dump_json would write them as the value of a top-level key: each
+// row's lines indented by two levels, rows separated by ",\n".
+template <typename Row, typename Format>
+void stream_rows(const std::vector<Row>& rows, Format&& format, const std::function<void(std::string_view)>& sink) {
+  if (rows.empty()) return sink("[]");
+  sink("[\n");
+  std::string piece;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string row = dump_json(format(rows[i]));
+    piece.assign(i ? ",\n    " : "    ");
+    for (const char c : row) {
+      piece += c;
+      if (c == '\n') piece += "    ";
+    }
+    sink(piece);
+  }
+  sink("\n  ]");
+}
+
+}  // namespace
+
+Json report_to_json(const Report& r) { return report_document(r, true); }
+
+void write_report_json(const Report& r, const std::function<void(std::string_view)>& sink) {
+  const std::string text = dump_json(report_document(r, false));
+  // Each streamed array's key, as dump_json writes an empty array at the top
+  // level: a raw newline occurs in the text only between tokens, so this
+  // line cannot be inside a string or a nested object.
+  struct Streamed {
+    std::string_view marker;
+    std::function<void()> write;
+  };
+  const Streamed streamed[] = {
+      {"\n  \"over_span\": []", [&] { stream_rows(r.over_span, over_span_row, sink); }},
+      {"\n  \"requantized\": []", [&] { stream_rows(r.requantized, requantized_row, sink); }},
+  };
+  std::size_t at = 0;
+  for (const auto& s : streamed) {
+    const std::size_t found = text.find(s.marker, at);
+    if (found == std::string::npos) continue;  // a report without this key
+    const std::size_t value = found + s.marker.size() - 2;  // the "[]"
+    sink(std::string_view(text).substr(at, value - at));
+    s.write();
+    at = value + 2;
+  }
+  sink(std::string_view(text).substr(at));
+}
+
+std::string report_json_text(const Report& r) {
+  std::string out;
+  write_report_json(r, [&](std::string_view piece) { out += piece; });
+  return out;
 }
 
 }  // namespace mx2nv

@@ -11,8 +11,10 @@
 #include "sys/copy_engine.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mx2nv {
@@ -139,6 +141,12 @@ Report failed_report(Command command, Window window, const fs::path& source, con
 Report failed_report(Command command, Window window, Provenance provenance, const Error& error);
 
 Json report_to_json(const Report& report);
+// dump_json(report_to_json(report)), byte for byte, handed to `sink` in
+// pieces: the per-module arrays (over_span, requantized: a row per module, a
+// quarter of a million at K3's structure) are formatted a row at a time, so
+// no document of them is built. report_json_text gathers the pieces.
+void write_report_json(const Report& report, const std::function<void(std::string_view)>& sink);
+std::string report_json_text(const Report& report);
 // [{module, span, limit, groups_outside}]: refusals (over_span, resolved_over_span, inspect's outcomes).
 Json over_span_to_json(const std::vector<OverSpan>& over_span);
 // [{scale_group, k_max, k_min, needed: [lo, hi], allowed: [lo, hi]}]: global exponents m.
