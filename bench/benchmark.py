@@ -491,7 +491,7 @@ def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_m
     files = sorted(str(f) for tree in (src, ref) for f in tree.rglob("*") if f.is_file())
     size = sum(Path(f).stat().st_size for f in files)
     rows = [("cat both trees", ["sh", "-c", 'cat "$@" > /dev/null', "sh", *files], (0,))]
-    for name, exe in {"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {}).items():
+    for name, exe in ({"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})).items():
         rows += [(f"{name} verify", [str(exe), "verify", str(src), str(ref)], (0,)),
                  (f"{name} compare", [str(exe), "compare", str(src), str(ref)], (0,))]
     results: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}

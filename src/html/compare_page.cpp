@@ -51,36 +51,21 @@ std::string rmse_color(const ModuleComparison& m) {
   return hex(rmse_rgb(rmse_position(*r)));
 }
 
-std::array<std::uint8_t, 3> rgb(std::string_view hex_color) {  // "#rrggbb"
-  const auto byte = [&](std::size_t at) {
-    return static_cast<std::uint8_t>(std::stoi(std::string(hex_color.substr(at, 2)), nullptr, 16));
-  };
-  return {byte(1), byte(3), byte(5)};
-}
-
 std::string card(const std::string& value, const std::string& label) {
   return fmt::format("<div class=\"card\"><b>{}</b><span>{}</span></div>", value, label);
 }
 
-struct Grid {
+// The map's grid, sized by the largest layer and expert present.
+MapGrid grid_of(const std::vector<const ModuleComparison*>& cells) {
   std::uint64_t layers = 0, experts = 0;
-  int cw = 0, ch = 0;
-  static constexpr int left = 48, top = 18;
-  explicit Grid(const std::vector<const ModuleComparison*>& cells) {
-    for (const auto* m : cells) {
-      layers = std::max(layers, *m->layer + 1);
-      experts = std::max(experts, *m->expert + 1);
-    }
-    cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(experts, 1), 2, 18));
-    ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(layers, 1), 3, 18));
+  for (const auto* m : cells) {
+    layers = std::max(layers, *m->layer + 1);
+    experts = std::max(experts, *m->expert + 1);
   }
-  std::int64_t x(std::uint64_t expert) const { return left + cw * static_cast<std::int64_t>(expert); }
-  std::int64_t y(std::uint64_t layer) const { return top + ch * static_cast<std::int64_t>(layer); }
-  std::int64_t width() const { return x(experts) + 4; }
-  std::int64_t height() const { return y(layers) + 4; }
-};
+  return MapGrid(layers, experts);
+}
 
-std::string svg_open(std::string_view projection, const Grid& g, std::string_view drawn) {
+std::string svg_open(std::string_view projection, const MapGrid& g, std::string_view drawn) {
   return fmt::format(
       "<h3>{}</h3><svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "viewBox=\"0 0 {} {}\" data-projection=\"{}\" data-layers=\"{}\" data-experts=\"{}\" data-drawn=\"{}\"><title>{}: "
@@ -95,17 +80,17 @@ std::string cell_title(const ModuleComparison& m) {
                      m.quantized ? "" : " (unquantized in OTHER)", html_escape(m.name));
 }
 
-std::string cell_shape(const Grid& g, const ModuleComparison& m) {
+std::string cell_shape(const MapGrid& g, const ModuleComparison& m) {
   return fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" class=\"cell\"><title>{}</title></rect>",
                      g.x(*m.expert), g.y(*m.layer), g.cw, g.ch, rmse_color(m), cell_title(m));
 }
 
 // A shape per module: small maps.
 std::string heatmap(std::string_view projection, const std::vector<const ModuleComparison*>& cells) {
-  const Grid g(cells);
+  const MapGrid g = grid_of(cells);
   std::string svg = svg_open(projection, g, "shapes");
   svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"empty\"/>", g.left, g.top,
-                     g.x(g.experts) - g.left, g.y(g.layers) - g.top);
+                     g.cells_width(), g.cells_height());
   for (const auto* m : cells) svg += cell_shape(g, *m);
   return svg + "</svg>\n";
 }
@@ -123,7 +108,7 @@ CellClass class_of(const ModuleComparison& m) {
 // titles. `cells` are sorted by layer, then expert.
 std::string dense_heatmap(std::string_view projection, const std::vector<const ModuleComparison*>& cells,
                           const std::vector<const ModuleComparison*>& outlined) {
-  const Grid g(cells);
+  const MapGrid g = grid_of(cells);
   std::string svg = svg_open(projection, g, "image");
   // Palette: 0 no module, 1 exact, 2 undefined, 3 + i the RMSE scale's shade i.
   PaletteImage image;
@@ -142,7 +127,7 @@ std::string dense_heatmap(std::string_view projection, const std::vector<const M
   }
   svg += fmt::format("<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" preserveAspectRatio=\"none\" "
                      "style=\"image-rendering:pixelated\" href=\"{}\"/>",
-                     g.left, g.top, g.x(g.experts) - g.left, g.y(g.layers) - g.top, png_data_uri(image));
+                     g.left, g.top, g.cells_width(), g.cells_height(), png_data_uri(image));
   for (std::size_t i = 0; i < cells.size();) {
     const ModuleComparison& first = *cells[i];
     const CellClass c = class_of(first);

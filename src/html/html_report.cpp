@@ -70,11 +70,9 @@ struct Heatmap {
 // rect (and one tooltip), which keeps a map of hundreds of experts per
 // layer small.
 std::string heatmap_svg(const std::string& pattern, const Heatmap& h) {
-  const int cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(h.experts, 1), 2, 18));
-  const int ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(h.layers, 1), 3, 18));
-  const int left = 48, top = 18;
-  const int width = left + cw * static_cast<int>(h.experts) + 4;
-  const int height = top + ch * static_cast<int>(h.layers) + 4;
+  const MapGrid g(h.layers, h.experts);
+  const int cw = g.cw, ch = g.ch, left = g.left, top = g.top;
+  const auto width = g.width(), height = g.height();
   std::string svg = fmt::format(
       "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\">"
@@ -139,11 +137,6 @@ std::size_t span_runs(const Heatmap& h) {
   return runs;
 }
 
-std::array<std::uint8_t, 3> rgb(const std::string& hex) {  // "#rrggbb"
-  const auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)); };
-  return {byte(1), byte(3), byte(5)};
-}
-
 // The axes' labels: every few experts along the top, every few layers down
 // the left (as heatmap_svg places them).
 std::string axis_labels(const Heatmap& h, int cw, int ch, int left, int top) {
@@ -166,11 +159,9 @@ std::string axis_labels(const Heatmap& h, int cw, int ch, int left, int top) {
 // one class (its title: layer, experts, class and span range), and every
 // refused or constrained module as a shape of its own, named in its title.
 std::string dense_heatmap_svg(const std::string& pattern, const Heatmap& h) {
-  const int cw = static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(h.experts, 1), 2, 18));
-  const int ch = static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(h.layers, 1), 3, 18));
-  const int left = 48, top = 18;
-  const int width = left + cw * static_cast<int>(h.experts) + 4;
-  const int height = top + ch * static_cast<int>(h.layers) + 4;
+  const MapGrid g(h.layers, h.experts);
+  const int cw = g.cw, ch = g.ch, left = g.left, top = g.top;
+  const auto width = g.width(), height = g.height();
   std::string svg = fmt::format(
       "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\" data-drawn=\"image\">"

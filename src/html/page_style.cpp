@@ -4,6 +4,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <string>
+
 namespace mx2nv {
 namespace {
 
@@ -55,5 +58,18 @@ std::string page_preamble(std::string_view title) {
   html += kStyle;
   return html;
 }
+
+std::array<std::uint8_t, 3> rgb(std::string_view hex) {
+  const auto byte = [&](std::size_t at) {
+    return static_cast<std::uint8_t>(std::stoi(std::string(hex.substr(at, 2)), nullptr, 16));
+  };
+  return {byte(1), byte(3), byte(5)};
+}
+
+MapGrid::MapGrid(std::uint64_t layer_count, std::uint64_t expert_count)
+    : layers(layer_count),
+      experts(expert_count),
+      cw(static_cast<int>(std::clamp<std::uint64_t>(960 / std::max<std::uint64_t>(expert_count, 1), 2, 18))),
+      ch(static_cast<int>(std::clamp<std::uint64_t>(480 / std::max<std::uint64_t>(layer_count, 1), 3, 18))) {}
 
 }  // namespace mx2nv
