@@ -80,6 +80,7 @@ class GateResult:
     disagreement: bool
     selections: Tuple[RuntimeSelection, ...]
     tp_table: Tuple[Mapping[str, Any], ...]
+    quick: bool = False  # gate --quick: the block-scale counts in ``scales`` are None (not read)
 
     @property
     def runs(self) -> bool:
@@ -92,12 +93,13 @@ class GateResult:
         return cls(d["checkpoint"], d["result"], d["exit_code"], dict(d["dims"]), dict(d["scales"]),
                    tuple(GateVerdict.from_json(v) for v in d["verdicts"]), a["asked"], a["not_asked"], a["python"],
                    a["python_version"], a["layer"], a["disagreement"],
-                   tuple(RuntimeSelection.from_json(r) for r in a["runtimes"]), tuple(d["tp_table"]))
+                   tuple(RuntimeSelection.from_json(r) for r in a["runtimes"]), tuple(d["tp_table"]),
+                   bool(d.get("quick", False)))
 
 
 def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int = 1, dtype: str = "both",
          threads: Optional[int] = None, ask_runtimes: bool = True, python: Optional[str] = None,
-         ask_timeout: Optional[int] = None) -> GateResult:
+         ask_timeout: Optional[int] = None, quick: bool = False) -> GateResult:
     """``mx2nv gate``: will vLLM / SGLang run this compressed-tensors NVFP4A16
     checkpoint exactly? BLOCKED and a disagreement are answers, not
     exceptions (see ``result``, ``disagreement``, ``exit_code``).
@@ -109,7 +111,10 @@ def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int 
     ``ask_runtimes``, where they could only be ignored. The probe runs as a child process:
     importing vLLM changes environment variables, logging and torch state,
     and a crash in a runtime's compiled extension must not take this process
-    down. Raises ``InvalidInputError`` (not an NVFP4 checkpoint),
+    down. ``quick`` (``gate --quick``) reads the config, the headers and the
+    globals only: the rules that need the block scales are reported as not
+    checked, and the result's ``quick`` is true with those counts None. Raises
+    ``InvalidInputError`` (not an NVFP4 checkpoint),
     ``UsageError``, ``MxIOError``."""
     from ._api import _threads
 
@@ -119,6 +124,8 @@ def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int 
         raise UsageError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 1024:
         raise UsageError(f"tp must be an integer in [1, 1024], got {tp!r}")
+    if not isinstance(quick, bool):
+        raise UsageError(f"quick must be True or False, got {quick!r}")
     if not ask_runtimes:
         for name, value in (("python", python), ("ask_timeout", ask_timeout)):
             if value is not None:
@@ -131,7 +138,7 @@ def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int 
     if ask_runtimes and not interpreter:
         raise UsageError("ask_runtimes needs an interpreter: sys.executable is empty, pass python=")
     code, text, _ = _core.gate(os.fspath(checkpoint), runtime, tp, dtype, _threads(threads), interpreter,
-                               ask_timeout)
+                               ask_timeout, quick)
     data = json.loads(text)
     if data["result"] == "error":
         raise error_for(code, data["error"], None)

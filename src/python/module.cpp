@@ -370,7 +370,7 @@ CommandReturn finalize(const std::string& plan_path, const std::optional<std::st
 // {"result": "error", "error": message}, None). python: the interpreter to
 // ask the runtimes in, None not to ask.
 CommandReturn gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, const std::string& dtype,
-                   unsigned threads, const std::optional<std::string>& python, unsigned ask_timeout) {
+                   unsigned threads, const std::optional<std::string>& python, unsigned ask_timeout, bool quick) {
   ProgressMailbox mailbox;
   return run_released(
       [&]() -> CommandReturn {
@@ -388,6 +388,7 @@ CommandReturn gate(const std::string& checkpoint, const std::string& runtime, un
           o.runtime = runtime;
           o.tp = tp;
           o.threads = threads;
+          o.quick = quick;
           if (dtype != "both") o.dtypes = {dtype == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
           o.ask.enabled = python.has_value();
           if (python) o.ask.python = *python;
@@ -488,7 +489,7 @@ NB_MODULE(_core, m) {
         nb::arg("copy"), nb::arg("report").none(), nb::arg("html").none(),
         "Finalize a plan, as convert_shards; returns (exit code, report JSON, HTML page or None).");
   m.def("gate", &gate, nb::arg("checkpoint"), nb::arg("runtime"), nb::arg("tp"), nb::arg("dtype"), nb::arg("threads"),
-        nb::arg("python").none(), nb::arg("ask_timeout"),
+        nb::arg("python").none(), nb::arg("ask_timeout"), nb::arg("quick"),
         "Gate; returns (exit code, gate JSON or {result: error, error}, None).");
   m.def("card", &card, nb::arg("src"), nb::arg("dst"), nb::arg("kind"), nb::arg("report"),
         nb::arg("report_text").none(), nb::arg("base_model"), nb::arg("companion"), nb::arg("tp"), nb::arg("repo_id"),

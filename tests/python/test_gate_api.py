@@ -71,3 +71,14 @@ def test_the_probe_as_a_module(demo_dst: Path) -> None:
     assert answer["projections"] == ["w1", "w3", "w2"]
     assert [(r["runtime"], r["outcome"]) for r in answer["runtimes"]] == [("vllm", "not-installed"),
                                                                          ("sglang", "not-installed")]
+
+
+def test_quick_reads_no_block_scales_and_matches_the_command(demo_dst: Path, mx2nv_command: str) -> None:
+    g = mx2nv.gate(demo_dst, dtype="bf16", ask_runtimes=False, quick=True)
+    assert g.quick and g.scales["negative_block_scales"] is None
+    assert not mx2nv.gate(demo_dst, dtype="bf16", ask_runtimes=False).quick
+    cli = json.loads(subprocess.run([mx2nv_command, "gate", str(demo_dst), "--json", "--dtype", "bf16", "--quick",
+                                     "--ask-runtimes", "never"], capture_output=True, text=True).stdout)
+    assert mx2nv.GateResult.from_json(cli) == g
+    with pytest.raises(mx2nv.UsageError):
+        mx2nv.gate(demo_dst, ask_runtimes=False, quick="yes")
