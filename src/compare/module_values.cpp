@@ -96,9 +96,12 @@ struct Accumulator {
 
 // OTHER's 16 values for one block-scale byte, computed as the definition
 // says (e2m1 x scale, then / global or x global: the same roundings as the
-// oracle's), filled the first time a byte is met in the module.
+// oracle's), filled the first time a byte is met in the module; and, per
+// byte, the one SRC scale byte (if any) whose values the row equals code for
+// code, so a block with that scale and SRC's packed bytes is exact.
 class OtherValues {
  public:
+  static constexpr int kNone = -1;
   OtherValues(bool ct, double global) : ct_(ct), global_(global) {}
   const double* row(std::uint8_t scale) {
     double* r = &rows_[static_cast<std::size_t>(scale) * 16];
@@ -108,17 +111,41 @@ class OtherValues {
         const double prod = e2m1_value(c) * factor;
         r[c] = ct_ ? prod / global_ : prod * global_;
       }
+      same_as_src_[scale] = static_cast<std::int16_t>(src_scale_of(r));
       filled_[scale] = true;
     }
     return r;
   }
+  // After row(scale): the E8M0 byte whose block values the row equals, or kNone.
+  int same_as_src(std::uint8_t scale) const { return same_as_src_[scale]; }
 
  private:
+  // Code 2 is 1.0, so r[2] is the row's factor: a power of two 2^k with k
+  // in E8M0's range, and every code's value e2m1 x 2^k, or no SRC scale.
+  static int src_scale_of(const double* r) {
+    int e = 0;
+    if (!(r[2] > 0) || std::frexp(r[2], &e) != 0.5 || e - 1 < -127 || e - 1 > 127) return kNone;
+    for (std::uint8_t c = 0; c < 16; ++c) {
+      if (r[c] != e2m1_value(c) * r[2]) return kNone;
+    }
+    return e - 1 + 127;
+  }
   bool ct_;
   double global_;
   std::array<bool, 256> filled_{};
-  std::array<double, 256 * 16> rows_{};
+  std::array<std::int16_t, 256> same_as_src_;  // valid where filled_
+  std::array<double, 256 * 16> rows_;          // valid where filled_
 };
+
+// The sum of the squares of a packed byte's two E2M1 values (exact).
+constexpr std::array<double, 256> kSquaresOfByte = [] {
+  std::array<double, 256> t{};
+  for (unsigned b = 0; b < 256; ++b) {
+    const double lo = detail::kE2M1Values[b & 0xF], hi = detail::kE2M1Values[b >> 4];
+    t[b] = lo * lo + hi * hi;
+  }
+  return t;
+}();
 
 std::uint8_t u8(std::byte b) { return std::to_integer<std::uint8_t>(b); }
 
@@ -156,6 +183,12 @@ double float_value(Dtype d, const std::byte* p) {
 // Packed bytes of one chunk: identical bytes, zero-sign flips.
 void tally_packed(std::span<const std::byte> a, std::span<const std::byte> b, CompareSums& s) {
   for (std::size_t i = 0; i < a.size(); ++i) {
+    // Eight identical bytes at once (the common case for an exact OTHER).
+    if (i % 8 == 0 && i + 8 <= a.size() && std::memcmp(&a[i], &b[i], 8) == 0) {
+      s.packed_bytes_identical += 8;
+      i += 7;
+      continue;
+    }
     const std::uint8_t x = u8(a[i]), y = u8(b[i]);
     if (x == y) {
       ++s.packed_bytes_identical;
@@ -222,10 +255,21 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
   std::vector<std::byte> b_weight(chunk * other_group_bytes), b_scale(om.quantized ? chunk * kNvScalesPerMxScale : 0);
   Accumulator acc;
   CompareSums& sums = out.sums;
-  // 32 KiB, only for a quantized OTHER: the heap, not the worker's stack.
+  // 33 KiB, only for a quantized OTHER: the heap, not the worker's stack.
   const auto other_values = om.quantized ? std::make_unique<OtherValues>(ct, global) : nullptr;
+  // Chunk `start`'s ranges asked for ahead of their reads (File::prefetch).
+  const auto prefetch = [&](std::uint64_t start) {
+    if (start >= total) return;
+    const std::uint64_t n = std::min(chunk, total - start);
+    sp->prefetch(src_packed + start * kGroupBytes, n * kGroupBytes);
+    ss->prefetch(src_scale + start, n);
+    op->prefetch(om.weight->offset + start * other_group_bytes, n * other_group_bytes);
+    if (om.quantized) os->prefetch(om.scale->offset + start * kNvScalesPerMxScale, n * kNvScalesPerMxScale);
+  };
+  prefetch(0);
   for (std::uint64_t start = 0; start < total; start += chunk) {
     const std::uint64_t n = std::min(chunk, total - start);
+    prefetch(start + chunk);
     sp->read_at(src_packed + start * kGroupBytes, std::span(a_packed).first(n * kGroupBytes));
     ss->read_at(src_scale + start, std::span(a_scale).first(n));
     op->read_at(om.weight->offset + start * other_group_bytes, std::span(b_weight).first(n * other_group_bytes));
@@ -248,6 +292,18 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
           for (unsigned j = 0; j < 8; ++j) active |= (u8(w[j]) & 0x77) != 0;
           if (active && ((b >> 3) & 0xF) == 0 && (b & 7) != 0) ++sums.active_block_scales_below_min_normal;
           const double* o = other_values->row(b);
+          if (other_values->same_as_src(b) == sb && std::memcmp(w, a + half * 8, 8) == 0) {
+            // Every value equals SRC's: the sums from SRC's codes alone
+            // (squares of values e2m1 x 2^k, each and their sum exact).
+            double squares = 0;
+            for (unsigned j = 0; j < 8; ++j) squares += kSquaresOfByte[u8(w[j])];
+            const double s2 = squares * src_factor * src_factor;
+            group.exact += 16;
+            group.s2 += s2;
+            group.o2 += s2;
+            group.os += s2;
+            continue;
+          }
           for (unsigned j = 0; j < 8; ++j) {
             const std::uint8_t x = u8(a[half * 8 + j]), y = u8(w[j]);
             group.add(kE2M1[x & 0xF] * src_factor, o[y & 0xF]);

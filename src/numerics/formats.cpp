@@ -12,15 +12,6 @@ double e8m0_value(std::uint8_t b) {
   return std::ldexp(1.0, e8m0_exponent(b));
 }
 
-double e2m1_value(std::uint8_t code) {
-  const int sign = (code >> 3) & 1;
-  const int exponent = (code >> 1) & 0x3;
-  const int mantissa = code & 1;
-  // Subnormal when the exponent field is 0: 0.m x 2^(1-bias) = m x 0.5.
-  const double magnitude = exponent == 0 ? mantissa * 0.5 : std::ldexp(1.0 + mantissa * 0.5, exponent - 1);
-  return sign ? -magnitude : magnitude;
-}
-
 double e4m3_value(std::uint8_t byte) {
   const int sign = (byte >> 7) & 1;
   const int exponent = (byte >> 3) & 0xF;

@@ -7,10 +7,10 @@
 // (2^-137 .. 6*2^127 is far inside double's range), so comparisons are exact.
 #pragma once
 
-#include <span>
-
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "numerics/window.hpp"  // the windows (runtime profiles) built on these formats
@@ -25,7 +25,24 @@ double e8m0_value(std::uint8_t b);  // 2^(b-127); NaN for 0xFF
 
 // --- E2M1 (float4_e2m1fn): sign bit 3, two exponent bits (bias 1), one mantissa bit.
 // Magnitude codes 0..7 = {0, .5, 1, 1.5, 2, 3, 4, 6}; 0x8 is -0.
-double e2m1_value(std::uint8_t code);  // code in [0, 15]
+namespace detail {
+// By the fields: sign, 2 exponent bits (bias 1), 1 mantissa bit; subnormal
+// when the exponent field is 0 (0.m x 2^0 = m x 0.5).
+constexpr double e2m1_from_fields(std::uint8_t code) {
+  const int exponent = (code >> 1) & 0x3;
+  const int mantissa = code & 1;
+  const double magnitude = exponent == 0 ? mantissa * 0.5 : (1.0 + mantissa * 0.5) * (1 << (exponent - 1));
+  return (code >> 3) & 1 ? -magnitude : magnitude;
+}
+// Every code's value, so decoding a value is a load (code 8 is -0).
+inline constexpr std::array<double, 16> kE2M1Values = [] {
+  std::array<double, 16> t{};
+  for (std::uint8_t c = 0; c < 16; ++c) t[c] = e2m1_from_fields(c);
+  return t;
+}();
+static_assert(kE2M1Values[7] == 6.0 && kE2M1Values[9] == -0.5 && kE2M1Values[1] == 0.5);
+}  // namespace detail
+inline double e2m1_value(std::uint8_t code) { return detail::kE2M1Values[code & 0xF]; }  // low 4 bits
 inline constexpr bool e2m1_is_zero(std::uint8_t code) { return (code & 0x7) == 0; }
 
 // --- E4M3FN (float8_e4m3fn): bias 7, no infinities, 0x7F/0xFF are NaN, max 448.

@@ -124,10 +124,20 @@ bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, 
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
   const int k = e8m0_exponent(e8m0);
   float values[32];
-  for (std::size_t i = 0; i < 32; ++i) {
-    const auto v = mxfp4_value_f32(nibble(packed, i), k);
-    if (!v) return false;
-    values[i] = *v;
+  if (k >= std::numeric_limits<float>::min_exponent - 1 && k < std::numeric_limits<float>::max_exponent) {
+    // 2^k is a normal float, so e2m1 x 2^k is ldexp's result, correctly rounded
+    // (infinite where ldexp's is): one multiplication a value.
+    const float factor = std::ldexp(1.0f, k);
+    for (std::size_t i = 0; i < 32; ++i) {
+      values[i] = static_cast<float>(e2m1_value(nibble(packed, i))) * factor;
+      if (!std::isfinite(values[i])) return false;
+    }
+  } else {
+    for (std::size_t i = 0; i < 32; ++i) {
+      const auto v = mxfp4_value_f32(nibble(packed, i), k);
+      if (!v) return false;
+      values[i] = *v;
+    }
   }
   std::uint8_t codes[32];
   for (std::size_t block = 0; block < 2; ++block) {

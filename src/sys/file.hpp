@@ -53,6 +53,11 @@ class File {
   const fs::path& path() const { return path_; }
   // The sequential-access hint: shards are streamed front to back.
   void advise_sequential() const;
+  // Asks the kernel to start reading [offset, offset + length) now
+  // (POSIX_FADV_WILLNEED), so the read that follows finds it or waits less:
+  // a reader of several ranges keeps the disk busy while it computes.
+  // Advisory: errors are ignored; nothing is read into this process.
+  void prefetch(std::uint64_t offset, std::uint64_t length) const;
   int fd() const { return fd_; }
 
  private:
