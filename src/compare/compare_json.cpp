@@ -1,5 +1,7 @@
 #include "compare/compare_json.hpp"
 
+#include "numerics/compensated_sum.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/core.h>
@@ -27,16 +29,6 @@ void put_figures(OJson& o, const CompareSums& s) {
   o["zero_sign_rewrite_bytes"] = s.zero_sign_rewrite_bytes;
   o[std::string(kBelow)] = s.active_block_scales_below_min_normal;
 }
-
-// Compensated, as the per-module sums are (compare/module_values.cpp).
-struct Total {
-  double sum = 0, compensation = 0;
-  void add(double x) {
-    const double t = sum + x;
-    compensation += std::abs(sum) >= std::abs(x) ? (sum - t) + x : (x - t) + sum;
-    sum = t;
-  }
-};
 
 OJson totals_object(const CompareResult& r, std::string_view projection) {
   OJson o = OJson::object();
@@ -96,7 +88,7 @@ std::string compare_activations(const CompareResult& r) {
 
 CompareSums compare_totals(const CompareResult& r, std::string_view projection) {
   CompareSums t;
-  Total d2, s2, o2, os;
+  CompensatedSum d2, s2, o2, os;  // as the per-module sums are
   for (const auto& m : r.modules) {
     const std::string_view p = m.projection.empty() ? "other" : std::string_view(m.projection);
     if (!projection.empty() && p != projection) continue;
@@ -114,10 +106,10 @@ CompareSums compare_totals(const CompareResult& r, std::string_view projection) 
     t.zero_sign_rewrite_bytes += s.zero_sign_rewrite_bytes;
     t.active_block_scales_below_min_normal += s.active_block_scales_below_min_normal;
   }
-  t.sum_d2 = d2.sum + d2.compensation;
-  t.sum_s2 = s2.sum + s2.compensation;
-  t.sum_o2 = o2.sum + o2.compensation;
-  t.sum_os = os.sum + os.compensation;
+  t.sum_d2 = d2.value();
+  t.sum_s2 = s2.value();
+  t.sum_o2 = o2.value();
+  t.sum_os = os.value();
   return t;
 }
 

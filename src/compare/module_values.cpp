@@ -2,6 +2,7 @@
 
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "numerics/compensated_sum.hpp"
 #include "numerics/formats.hpp"
 
 #include <fmt/format.h>
@@ -49,18 +50,6 @@ void expect(const OtherTensor* t, const std::string& name, std::initializer_list
     fail_input("{}: shape {}, expected {}", name, t->shape_text(), fmt::join(want, " or "));
   }
 }
-
-// Correctly rounded to within a few ulps for sums of many terms (Neumaier's
-// compensated summation); the oracle's fsum is exact-then-rounded.
-struct CompensatedSum {
-  double sum = 0, compensation = 0;
-  void add(double x) {
-    const double t = sum + x;
-    compensation += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-    sum = t;
-  }
-  double value() const { return sum + compensation; }
-};
 
 // Sums of one 32-group in plain double (32 terms: a relative error of a few
 // ulps), then added to the module's compensated sums: a compensated addition

@@ -66,18 +66,23 @@ struct Heatmap {
   std::map<std::pair<std::uint64_t, std::uint64_t>, Cell> cells;  // (layer, expert)
 };
 
+// A pattern's <svg> element and title; `attributes` (with a leading space)
+// say how its cells are drawn.
+std::string svg_open(const std::string& pattern, const MapGrid& g, std::string_view attributes) {
+  return fmt::format(
+      "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\"{}>"
+      "<title>{}: exponent span per layer (rows) and expert (columns)</title>",
+      g.width(), g.height(), g.width(), g.height(), esc(pattern), g.layers, g.experts, attributes, esc(pattern));
+}
+
 // One SVG per module pattern; horizontal runs of identical cells share one
 // rect (and one tooltip), which keeps a map of hundreds of experts per
 // layer small.
 std::string heatmap_svg(const std::string& pattern, const Heatmap& h) {
   const MapGrid g(h.layers, h.experts);
   const int cw = g.cw, ch = g.ch, left = g.left, top = g.top;
-  const auto width = g.width(), height = g.height();
-  std::string svg = fmt::format(
-      "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\">"
-      "<title>{}: exponent span per layer (rows) and expert (columns)</title>",
-      width, height, width, height, esc(pattern), h.layers, h.experts, esc(pattern));
+  std::string svg = svg_open(pattern, g, "");
   svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"empty\"/>", left, top,
                      cw * static_cast<int>(h.experts), ch * static_cast<int>(h.layers));
   const std::uint64_t label_every_layer = std::max<std::uint64_t>(1, (h.layers + 15) / 16);
@@ -161,12 +166,7 @@ std::string axis_labels(const Heatmap& h, int cw, int ch, int left, int top) {
 std::string dense_heatmap_svg(const std::string& pattern, const Heatmap& h) {
   const MapGrid g(h.layers, h.experts);
   const int cw = g.cw, ch = g.ch, left = g.left, top = g.top;
-  const auto width = g.width(), height = g.height();
-  std::string svg = fmt::format(
-      "<svg class=\"heatmap\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" data-pattern=\"{}\" data-layers=\"{}\" data-experts=\"{}\" data-drawn=\"image\">"
-      "<title>{}: exponent span per layer (rows) and expert (columns)</title>",
-      width, height, width, height, esc(pattern), h.layers, h.experts, esc(pattern));
+  std::string svg = svg_open(pattern, g, " data-drawn=\"image\"");
   // Palette: 0 no module, 1 all-zero, 2 constrained, 3 refused, 4 + s fits with span s.
   PaletteImage image;
   image.width = static_cast<std::uint32_t>(h.experts);
