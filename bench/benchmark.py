@@ -35,7 +35,8 @@ With --cold it measures verify and compare (beside --baseline if given)
 against `cat` of both trees when nothing is cached: the 4-shard input (pick
 --experts so SRC and its conversion together exceed --cold-cap-mib) and its
 conversion, each run from dropped caches inside a memory cgroup capped at
---cold-cap-mib MiB (384 by default). Needs root.
+--cold-cap-mib MiB (384 by default), then the same rows warm (everything
+cached, no cap). Needs root.
 
 With --capped it measures peak RSS of inspect, convert and verify (one run
 each, beside --baseline if given) on the largest inputs the metadata caps
@@ -472,6 +473,24 @@ def run_capped(cmd: list[str], group: tuple[Path, str], ok: tuple[int, ...] = (0
     return run_measured(["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *cmd], ok)
 
 
+def block_device(path: Path) -> str | None:
+    """The /proc/diskstats name of the device holding `path` (a partition's
+    own line), or None where it cannot be told (tmpfs, overlay)."""
+    dev = os.stat(path).st_dev
+    link = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    return link.resolve().name if link.exists() else None
+
+
+def disk_reads(device: str | None) -> tuple[int, int]:
+    """Read requests completed and bytes read so far on `device` (/proc/diskstats)."""
+    if device:
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            f = line.split()
+            if len(f) > 5 and f[2] == device:
+                return int(f[3]), int(f[5]) * 512
+    return 0, 0
+
+
 def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_mib: int) -> None:
     """verify and compare against `cat` of both trees, each run from a dropped
     page cache inside a memory cgroup of `cap_mib` MiB (smaller than the two
@@ -494,22 +513,45 @@ def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_m
     for name, exe in ({"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})).items():
         rows += [(f"{name} verify", [str(exe), "verify", str(src), str(ref)], (0,)),
                  (f"{name} compare", [str(exe), "compare", str(src), str(ref)], (0,))]
-    results: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}
+    # What each cold run asked of the disk: read requests and bytes, which
+    # show a read pattern's request sizes and any bytes read twice.
+    device = block_device(src)
+    cold: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}
+    disk: dict[str, list[tuple[int, int]]] = {label: [] for label, _, _ in rows}
     for _ in range(reps):
         for label, cmd, ok in rows:
             drop_caches()
-            results[label].append(run_capped(cmd, group, ok))
-    print(f"\nCold cache, memory capped at {cap_mib} MiB: both trees {size / 2**30:.2f} GiB "
-          f"(SRC {experts} experts of K3's shapes and its conversion); machine: {platform.machine()}, "
-          f"{os.cpu_count()} cores")
-    print("| command | min s | median s | x cat | GB/s | CPU s | peak RSS MiB | n |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    cat = min(w for w, _, _ in results["cat both trees"])
-    for label, samples in results.items():
-        walls = [w for w, _, _ in samples]
-        print(f"| {label} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cat:.2f} | "
-              f"{size / min(walls) / 1e9:.2f} | {min(c for _, _, c in samples):.2f} | {max(r for _, r, _ in samples)} | "
-              f"{len(walls)} |")
+            before = disk_reads(device)
+            cold[label].append(run_capped(cmd, group, ok))
+            after = disk_reads(device)
+            disk[label].append((after[0] - before[0], after[1] - before[1]))
+    # The same rows with everything cached and no cap: the warm case the
+    # cold one must not cost.
+    subprocess.run(rows[0][1], check=True)
+    warm: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}
+    for _ in range(reps):
+        for label, cmd, ok in rows:
+            warm[label].append(run_measured(cmd, ok))
+    print(f"\nBoth trees {size / 2**30:.2f} GiB (SRC {experts} experts of K3's shapes and its conversion); "
+          f"machine: {platform.machine()}, {os.cpu_count()} cores")
+    for title, results in ((f"Cold cache, memory capped at {cap_mib} MiB", cold), ("Warm cache, no cap", warm)):
+        print(f"\n{title}:")
+        print("| command | min s | median s | x cat | GB/s | CPU s | peak RSS MiB | n |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        cat = min(w for w, _, _ in results["cat both trees"])
+        for label, samples in results.items():
+            walls = [w for w, _, _ in samples]
+            print(f"| {label} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cat:.2f} | "
+                  f"{size / min(walls) / 1e9:.2f} | {min(c for _, _, c in samples):.2f} | "
+                  f"{max(r for _, r, _ in samples)} | {len(walls)} |")
+    if device:
+        print(f"\nCold runs' reads from {device} (/proc/diskstats, medians; anything else reading meanwhile counts):")
+        print("| command | read requests | MB read | MB a request | read / both trees |")
+        print("|---|---:|---:|---:|---:|")
+        for label, samples in disk.items():
+            n = statistics.median(r for r, _ in samples)
+            b = statistics.median(b for _, b in samples)
+            print(f"| {label} | {n:.0f} | {b / 1e6:.0f} | {b / max(n, 1) / 1e6:.2f} | {b / size:.3f} |")
 
 
 def main() -> None:

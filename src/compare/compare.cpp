@@ -187,7 +187,14 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   release_free_heap();  // the key tables
   result.modules.resize(pairs.size());
   progress.phase(ProgressPhase::Shards, 0, pairs.size());
-  parallel_for(pairs.size(), options.threads, [&](std::size_t i) {
+  // Pairs visited in SRC's file order (modules_in_file_order), reported in theirs.
+  std::vector<std::size_t> order(pairs.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return before_in_file(source.modules.modules[pairs[a].first], source.modules.modules[pairs[b].first]);
+  });
+  parallel_for_with<CompareBuffers>(order.size(), options.threads, [&](CompareBuffers& buffers, std::size_t k) {
+    const std::size_t i = order[k];
     const QuantModule& m = source.modules.modules[pairs[i].first];
     const OtherModule& om = others[pairs[i].second];
     ModuleComparison& r = result.modules[i];
@@ -199,7 +206,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
       r.expert = e->expert;
       r.projection = e->projection;
     }
-    compare_module_values(source.checkpoint, m, other, om, r);
+    compare_module_values(source.checkpoint, m, other, om, options.threads, buffers, r);
     progress.unit_done(0);
   });
   pair_gate_up_globals(result.modules);

@@ -18,10 +18,6 @@
 namespace mx2nv {
 namespace {
 
-// 32-groups per chunk: 1 MiB of packed bytes per side (at most 8 MiB of an
-// F32 unquantized weight) per worker.
-constexpr std::uint64_t kChunkGroups = 1 << 16;
-
 struct Names {
   std::string weight, scale, global, input;
 };
@@ -138,10 +134,101 @@ constexpr std::array<double, 256> kSquaresOfByte = [] {
 
 std::uint8_t u8(std::byte b) { return std::to_integer<std::uint8_t>(b); }
 
-std::array<double, 16> e2m1_table() {
-  std::array<double, 16> t{};
-  for (std::uint8_t c = 0; c < 16; ++c) t[c] = e2m1_value(c);
+constexpr std::uint64_t kMagnitudeBits = 0x7777777777777777ULL;  // of 16 packed E2M1 codes
+
+// Four times the sum of the squares of a packed byte's two E2M1 values: an
+// integer (the squares are multiples of 1/4), at most 2 x 144.
+constexpr std::array<std::uint16_t, 256> kQuarterSquaresOfByte = [] {
+  std::array<std::uint16_t, 256> t{};
+  for (unsigned b = 0; b < 256; ++b) t[b] = static_cast<std::uint16_t>(4 * kSquaresOfByte[b]);
   return t;
+}();
+
+// Groups whose 32 values all equal SRC's: their only figure is the sum of
+// SRC's squares (which is also OTHER's, and their product's), kept per SRC
+// scale byte as an integer count of quarters and added to the module's sums
+// once per chunk, each scale's term exact (a chunk's count is below
+// 2^19 groups x 4608 quarters, far below 2^53, and is scaled by a power of
+// two). A table lookup per byte instead of four sums per value.
+class ExactGroups {
+ public:
+  void add(std::uint8_t scale, const std::byte* group16) {
+    std::uint32_t q = 0;
+    for (unsigned j = 0; j < kGroupBytes; ++j) q += kQuarterSquaresOfByte[u8(group16[j])];
+    quarters_[scale] += q;
+    ++groups_;
+  }
+  // Called once per chunk (at most 2^19 groups, stream_chunk_bytes).
+  void flush(Accumulator& acc) {
+    if (groups_ == 0) return;
+    acc.values += groups_ * kMxGroup;
+    acc.exact += groups_ * kMxGroup;
+    for (unsigned k = 0; k < 255; ++k) {
+      if (quarters_[k] == 0) continue;
+      const double s2 = std::ldexp(static_cast<double>(quarters_[k]), 2 * (static_cast<int>(k) - 127) - 2);
+      acc.s2.add(s2);
+      acc.o2.add(s2);
+      acc.os.add(s2);
+      quarters_[k] = 0;
+    }
+    groups_ = 0;
+  }
+
+ private:
+  std::array<std::uint64_t, 256> quarters_{};
+  std::uint64_t groups_ = 0;
+};
+
+// e8m0_value by table (one ldexp per byte, at start-up); 0xFF is NaN.
+const std::array<double, 256> kE8M0 = [] {
+  std::array<double, 256> t{};
+  for (unsigned v = 0; v < 256; ++v) t[v] = e8m0_value(static_cast<std::uint8_t>(v));
+  return t;
+}();
+
+constexpr const std::array<double, 16>& kE2M1 = detail::kE2M1Values;
+
+// One 32-group of a quantized OTHER (w: 16 packed bytes, scales: its two
+// E4M3 block scales) against SRC's (a, scale byte sb): a NaN block scale is
+// invalid input, an active block with a subnormal scale is counted; true when
+// all 32 values equal SRC's (left to ExactGroups), else the terms in `group`.
+bool quantized_group(const std::byte* a, const std::byte* w, const std::byte* scales, std::uint8_t sb,
+                     OtherValues& other, const std::string& scale_name, CompareSums& sums, GroupSums& group) {
+  const std::uint8_t b[2] = {u8(scales[0]), u8(scales[1])};
+  std::uint64_t a_half[2], w_half[2];
+  std::memcpy(a_half, a, 16);
+  std::memcpy(w_half, w, 16);
+  for (unsigned half = 0; half < 2; ++half) {
+    if ((b[half] & 0x7F) == 0x7F) fail_input("{}: E4M3 NaN block scale", scale_name);
+    const bool active = (w_half[half] & kMagnitudeBits) != 0;
+    if (active && ((b[half] >> 3) & 0xF) == 0 && (b[half] & 7) != 0) ++sums.active_block_scales_below_min_normal;
+    other.row(b[half]);
+  }
+  const bool same[2] = {other.same_as_src(b[0]) == sb && a_half[0] == w_half[0],
+                        other.same_as_src(b[1]) == sb && a_half[1] == w_half[1]};
+  if (same[0] && same[1]) return true;
+  const double src_factor = kE8M0[sb];
+  for (unsigned half = 0; half < 2; ++half) {
+    if (same[half]) {
+      // Every value equals SRC's: the sums from SRC's codes alone
+      // (squares of values e2m1 x 2^k, each and their sum exact).
+      double squares = 0;
+      for (unsigned j = 0; j < 8; ++j) squares += kSquaresOfByte[u8(a[half * 8 + j])];
+      const double s2 = squares * src_factor * src_factor;
+      group.exact += 16;
+      group.s2 += s2;
+      group.o2 += s2;
+      group.os += s2;
+      continue;
+    }
+    const double* o = other.row(b[half]);
+    for (unsigned j = 0; j < 8; ++j) {
+      const std::uint8_t x = u8(a[half * 8 + j]), y = u8(w[half * 8 + j]);
+      group.add(kE2M1[x & 0xF] * src_factor, o[y & 0xF]);
+      group.add(kE2M1[x >> 4] * src_factor, o[y >> 4]);
+    }
+  }
+  return false;
 }
 
 float read_f32(const Checkpoint& c, const OtherTensor& t) {
@@ -169,10 +256,23 @@ double float_value(Dtype d, const std::byte* p) {
   return half_value(h);
 }
 
-// Packed bytes of one chunk: identical bytes, zero-sign flips.
-void tally_packed(std::span<const std::byte> a, std::span<const std::byte> b, CompareSums& s) {
+// One 32-group of an unquantized OTHER (w: its 32 values of `dtype`) against
+// SRC's; a non-finite value is invalid input.
+void unquantized_group(const std::byte* a, const std::byte* w, Dtype dtype, double src_factor,
+                       const std::string& weight_name, GroupSums& group) {
+  const unsigned item = dtype_bits(dtype) / 8;
+  for (unsigned j = 0; j < kMxGroup; ++j) {
+    const std::uint8_t x = u8(a[j / 2]);
+    const double o = float_value(dtype, w + j * item);
+    if (!std::isfinite(o)) fail_input("{}: non-finite value in an unquantized weight", weight_name);
+    group.add(kE2M1[(x >> ((j % 2) * 4)) & 0xF] * src_factor, o);
+  }
+}
+
+// Packed bytes that differ somewhere: identical bytes, zero-sign flips, byte by byte.
+void tally_bytes(std::span<const std::byte> a, std::span<const std::byte> b, CompareSums& s) {
   for (std::size_t i = 0; i < a.size(); ++i) {
-    // Eight identical bytes at once (the common case for an exact OTHER).
+    // Eight identical bytes at once.
     if (i % 8 == 0 && i + 8 <= a.size() && std::memcmp(&a[i], &b[i], 8) == 0) {
       s.packed_bytes_identical += 8;
       i += 7;
@@ -197,6 +297,20 @@ void tally_packed(std::span<const std::byte> a, std::span<const std::byte> b, Co
   }
 }
 
+// Packed bytes of one chunk: identical bytes, zero-sign flips.
+void tally_packed(std::span<const std::byte> a, std::span<const std::byte> b, CompareSums& s) {
+  // Blocks of identical bytes (all of an exact OTHER's) at one memcmp each.
+  constexpr std::size_t kBlock = 4096;
+  for (std::size_t begin = 0; begin < a.size(); begin += kBlock) {
+    const std::size_t n = std::min(kBlock, a.size() - begin);
+    if (std::memcmp(&a[begin], &b[begin], n) == 0) {
+      s.packed_bytes_identical += n;
+      continue;
+    }
+    tally_bytes(a.subspan(begin, n), b.subspan(begin, n), s);
+  }
+}
+
 }  // namespace
 
 void check_other_module(const QuantModule& src, const OtherModule& om, OtherFormat format) {
@@ -213,8 +327,7 @@ void check_other_module(const QuantModule& src, const OtherModule& om, OtherForm
 }
 
 void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
-                           const OtherModule& om, ModuleComparison& out) {
-  static const std::array<double, 16> kE2M1 = e2m1_table();
+                           const OtherModule& om, unsigned threads, CompareBuffers& buffers, ModuleComparison& out) {
   const Names names = names_of(om, other.format);
   const bool ct = other.format == OtherFormat::CompressedTensors;
   double global = 1;
@@ -239,76 +352,43 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
   const std::uint64_t other_group_bytes = om.quantized ? kGroupBytes : kMxGroup * item;
 
   const std::uint64_t total = m.group_count();
-  const std::uint64_t chunk = std::min(total, kChunkGroups);
-  std::vector<std::byte> a_packed(chunk * kGroupBytes), a_scale(chunk);
-  std::vector<std::byte> b_weight(chunk * other_group_bytes), b_scale(om.quantized ? chunk * kNvScalesPerMxScale : 0);
+  // A chunk's groups: SRC's packed bytes or OTHER's weight (up to 8 times as
+  // large, an F32 unquantized one), whichever is larger, fill one chunk.
+  const std::uint64_t chunk = std::min(total, stream_chunk_bytes(threads) / std::max(kGroupBytes, other_group_bytes));
   Accumulator acc;
   CompareSums& sums = out.sums;
   // 33 KiB, only for a quantized OTHER: the heap, not the worker's stack.
   const auto other_values = om.quantized ? std::make_unique<OtherValues>(ct, global) : nullptr;
-  // Chunk `start`'s ranges asked for ahead of their reads (File::prefetch).
-  const auto prefetch = [&](std::uint64_t start) {
-    if (start >= total) return;
-    const std::uint64_t n = std::min(chunk, total - start);
-    sp->prefetch(src_packed + start * kGroupBytes, n * kGroupBytes);
-    ss->prefetch(src_scale + start, n);
-    op->prefetch(om.weight->offset + start * other_group_bytes, n * other_group_bytes);
-    if (om.quantized) os->prefetch(om.scale->offset + start * kNvScalesPerMxScale, n * kNvScalesPerMxScale);
-  };
-  prefetch(0);
+  ExactGroups exact_squares;
   for (std::uint64_t start = 0; start < total; start += chunk) {
     const std::uint64_t n = std::min(chunk, total - start);
-    prefetch(start + chunk);
-    sp->read_at(src_packed + start * kGroupBytes, std::span(a_packed).first(n * kGroupBytes));
-    ss->read_at(src_scale + start, std::span(a_scale).first(n));
-    op->read_at(om.weight->offset + start * other_group_bytes, std::span(b_weight).first(n * other_group_bytes));
+    const auto a_packed = buffer_first(buffers.a_packed, n * kGroupBytes);
+    const auto a_scale = buffer_first(buffers.a_scale, n);
+    const auto b_weight = buffer_first(buffers.b_weight, n * other_group_bytes);
+    const auto b_scale = buffer_first(buffers.b_scale, om.quantized ? n * kNvScalesPerMxScale : 0);
+    sp->read_at(src_packed + start * kGroupBytes, a_packed);
+    ss->read_at(src_scale + start, a_scale);
+    op->read_at(om.weight->offset + start * other_group_bytes, b_weight);
     if (om.quantized) {
-      os->read_at(om.scale->offset + start * kNvScalesPerMxScale, std::span(b_scale).first(n * kNvScalesPerMxScale));
-      tally_packed(std::span(a_packed).first(n * kGroupBytes), std::span(b_weight).first(n * kGroupBytes), sums);
+      os->read_at(om.scale->offset + start * kNvScalesPerMxScale, b_scale);
+      tally_packed(a_packed, b_weight, sums);
     }
     for (std::uint64_t g = 0; g < n; ++g) {
       const std::uint8_t sb = u8(a_scale[g]);
       if (sb == kE8M0NaN) fail_input("{}.weight_scale: E8M0 NaN (0xFF) in SRC", m.name);
-      const double src_factor = e8m0_value(sb);
+      const double src_factor = kE8M0[sb];
       const std::byte* a = &a_packed[g * kGroupBytes];
       GroupSums group;
-      for (unsigned half = 0; half < 2; ++half) {
-        if (om.quantized) {
-          const std::uint8_t b = u8(b_scale[g * 2 + half]);
-          if ((b & 0x7F) == 0x7F) fail_input("{}: E4M3 NaN block scale", names.scale);
-          const std::byte* w = &b_weight[g * kGroupBytes + half * 8];
-          bool active = false;
-          for (unsigned j = 0; j < 8; ++j) active |= (u8(w[j]) & 0x77) != 0;
-          if (active && ((b >> 3) & 0xF) == 0 && (b & 7) != 0) ++sums.active_block_scales_below_min_normal;
-          const double* o = other_values->row(b);
-          if (other_values->same_as_src(b) == sb && std::memcmp(w, a + half * 8, 8) == 0) {
-            // Every value equals SRC's: the sums from SRC's codes alone
-            // (squares of values e2m1 x 2^k, each and their sum exact).
-            double squares = 0;
-            for (unsigned j = 0; j < 8; ++j) squares += kSquaresOfByte[u8(w[j])];
-            const double s2 = squares * src_factor * src_factor;
-            group.exact += 16;
-            group.s2 += s2;
-            group.o2 += s2;
-            group.os += s2;
-            continue;
-          }
-          for (unsigned j = 0; j < 8; ++j) {
-            const std::uint8_t x = u8(a[half * 8 + j]), y = u8(w[j]);
-            group.add(kE2M1[x & 0xF] * src_factor, o[y & 0xF]);
-            group.add(kE2M1[x >> 4] * src_factor, o[y >> 4]);
-          }
-        } else {
-          for (unsigned j = 0; j < 16; ++j) {
-            const std::uint8_t x = u8(a[half * 8 + j / 2]);
-            const double o = float_value(om.weight->dtype, &b_weight[(g * kMxGroup + half * 16 + j) * item]);
-            if (!std::isfinite(o)) fail_input("{}: non-finite value in an unquantized weight", names.weight);
-            group.add(kE2M1[(x >> ((j % 2) * 4)) & 0xF] * src_factor, o);
-          }
-        }
+      if (!om.quantized) {
+        unquantized_group(a, &b_weight[g * kMxGroup * item], om.weight->dtype, src_factor, names.weight, group);
+      } else if (quantized_group(a, &b_weight[g * kGroupBytes], &b_scale[g * 2], sb, *other_values, names.scale, sums,
+                                 group)) {
+        exact_squares.add(sb, a);  // the common case for an exact OTHER
+        continue;
       }
       acc.add(group, kMxGroup);
     }
+    exact_squares.flush(acc);
     throw_if_stopped();
   }
   sums.values = acc.values;

@@ -7,6 +7,9 @@
 #include "compare/compare.hpp"
 #include "compare/other_tree.hpp"
 
+#include <cstddef>
+#include <vector>
+
 namespace mx2nv {
 
 // Checks OTHER's tensors of a matched module against SRC's shape: dtypes,
@@ -14,10 +17,17 @@ namespace mx2nv {
 // Throws Error(InvalidInput) naming the tensor.
 void check_other_module(const QuantModule& src, const OtherModule& other, OtherFormat format);
 
+// A worker's read buffers, kept from one module to the next (buffer_first).
+struct CompareBuffers {
+  std::vector<std::byte> a_packed, a_scale, b_weight, b_scale;
+};
+
 // Streams both modules (checked first) and fills `out`'s sums, global and
-// input scale. A NaN SRC scale, a NaN OTHER block scale, a global that is
-// not finite and positive, or a non-finite unquantized value is invalid input.
+// input scale, reading in chunks sized for `threads` workers
+// (stream_chunk_bytes). A NaN SRC scale, a NaN OTHER block scale, a global
+// that is not finite and positive, or a non-finite unquantized value is
+// invalid input.
 void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
-                           const OtherModule& om, ModuleComparison& out);
+                           const OtherModule& om, unsigned threads, CompareBuffers& buffers, ModuleComparison& out);
 
 }  // namespace mx2nv

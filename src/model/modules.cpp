@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <tuple>
 
 namespace mx2nv {
 namespace {
@@ -194,6 +195,18 @@ ModuleSet discover_modules(const std::vector<ShardTensors>& shards) {
   ModuleCollector collector;
   for (std::size_t s = 0; s < shards.size(); ++s) collector.add_shard(s, shards[s].file, *shards[s].header);
   return std::move(collector).finish();
+}
+
+bool before_in_file(const QuantModule& a, const QuantModule& b) {
+  return std::tie(a.packed_shard, a.packed.begin) < std::tie(b.packed_shard, b.packed.begin);
+}
+
+std::vector<std::size_t> modules_in_file_order(const ModuleSet& set) {
+  std::vector<std::size_t> order(set.modules.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return before_in_file(set.modules[a], set.modules[b]); });
+  return order;
 }
 
 }  // namespace mx2nv

@@ -97,6 +97,12 @@ struct ModuleSet {
   bool is_module_tensor(std::string_view tensor) const;
 };
 
+// Whether a's packed tensor lies before b's (shard, then offset), and the
+// modules' indices in that order: passes that read every module visit them
+// so, each file read front to back where the kernel's readahead serves it.
+bool before_in_file(const QuantModule& a, const QuantModule& b);
+std::vector<std::size_t> modules_in_file_order(const ModuleSet& set);
+
 // Collects module tensors shard by shard; finish() validates and pairs.
 // Throws Error(InvalidInput) naming the file and tensor on any inconsistency.
 class ModuleCollector {

@@ -43,6 +43,26 @@ std::optional<float> mxfp4_value_f32(std::uint8_t code, int k) {
   return v;
 }
 
+bool mxfp4_group_values_f32(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<float, 32> out) {
+  const int k = e8m0_exponent(e8m0);
+  if (k >= std::numeric_limits<float>::min_exponent - 1 && k < std::numeric_limits<float>::max_exponent) {
+    // 2^k is a normal float, so e2m1 x 2^k is ldexp's result, correctly
+    // rounded (infinite where ldexp's is): one multiplication a value.
+    const float factor = std::ldexp(1.0f, k);
+    for (std::size_t i = 0; i < 32; ++i) {
+      out[i] = static_cast<float>(e2m1_value(nibble(packed, i))) * factor;
+      if (!std::isfinite(out[i])) return false;
+    }
+    return true;
+  }
+  for (std::size_t i = 0; i < 32; ++i) {
+    const auto v = mxfp4_value_f32(nibble(packed, i), k);
+    if (!v) return false;
+    out[i] = *v;
+  }
+  return true;
+}
+
 std::optional<float> mxfp4_group_amax(std::span<const std::byte, 16> packed, std::uint8_t e8m0) {
   std::uint8_t top = 0;  // largest magnitude code: E2M1 magnitudes grow with the code
   for (std::size_t i = 0; i < 32; ++i) top = std::max(top, static_cast<std::uint8_t>(nibble(packed, i) & 0x7));
@@ -122,23 +142,8 @@ double ErrorStats::cosine() const {
 
 bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
-  const int k = e8m0_exponent(e8m0);
   float values[32];
-  if (k >= std::numeric_limits<float>::min_exponent - 1 && k < std::numeric_limits<float>::max_exponent) {
-    // 2^k is a normal float, so e2m1 x 2^k is ldexp's result, correctly rounded
-    // (infinite where ldexp's is): one multiplication a value.
-    const float factor = std::ldexp(1.0f, k);
-    for (std::size_t i = 0; i < 32; ++i) {
-      values[i] = static_cast<float>(e2m1_value(nibble(packed, i))) * factor;
-      if (!std::isfinite(values[i])) return false;
-    }
-  } else {
-    for (std::size_t i = 0; i < 32; ++i) {
-      const auto v = mxfp4_value_f32(nibble(packed, i), k);
-      if (!v) return false;
-      values[i] = *v;
-    }
-  }
+  if (!mxfp4_group_values_f32(packed, e8m0, values)) return false;
   std::uint8_t codes[32];
   for (std::size_t block = 0; block < 2; ++block) {
     const float* x = values + block * kNvBlock;

@@ -32,6 +32,10 @@ inline constexpr std::size_t kNvBlock = 16;  // values per NVFP4 block scale
 // which only scale bytes 253 and 254 can produce).
 std::optional<float> mxfp4_value_f32(std::uint8_t code, int k);
 
+// A 32-group's values as float32, each equal to mxfp4_value_f32's; false
+// (out unspecified) when any is beyond float32.
+bool mxfp4_group_values_f32(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<float, 32> out);
+
 // The largest |value| of a 32-group: 16 packed bytes and its E8M0 byte (not
 // NaN). nullopt when a value is beyond float32.
 std::optional<float> mxfp4_group_amax(std::span<const std::byte, 16> packed, std::uint8_t e8m0);

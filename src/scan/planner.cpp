@@ -63,17 +63,6 @@ class ModuleSources {
 constexpr std::size_t kModulesPerTask = 256;
 constexpr std::uint64_t kScaleBytesPerTask = 1 << 20;
 
-std::vector<std::size_t> modules_in_file_order(const ModuleSet& set) {
-  std::vector<std::size_t> order(set.modules.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const QuantModule& x = set.modules[a];
-    const QuantModule& y = set.modules[b];
-    return std::tie(x.packed_shard, x.packed.begin) < std::tie(y.packed_shard, y.packed.begin);
-  });
-  return order;
-}
-
 // A small module's bytes, read ahead: reads inside them are served from
 // memory, anything else (never expected) from the file.
 class PrefetchedSource final : public ByteSource {

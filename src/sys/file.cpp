@@ -144,14 +144,6 @@ void File::close() {
 
 void File::advise_sequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
 
-void File::prefetch(std::uint64_t offset, std::uint64_t length) const {
-  if (length == 0 || offset > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
-      length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
-    return;
-  }
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
-}
-
 std::string read_text_file(const fs::path& path, std::uint64_t max_bytes) {
   return read_text_file(File::open_read(path), max_bytes);
 }

@@ -10,12 +10,31 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace mx2nv {
 
 // The buffer of every streamed copy and scan: small enough to stay in cache
 // between the read and the write (bench/benchmark.py compares it with 8 MiB).
 inline constexpr std::size_t kCopyBufferBytes = 1 << 20;
+
+// Passes that compare two trees range by range (verify, compare) read each
+// range in chunks of this size, one buffer per tree and worker: 8 MiB with
+// one or two workers, so a tensor of a K3 expert (5.5 MiB) is read in one
+// call and each file front to back, the kernel's readahead sending requests
+// of megabytes; with more workers (which keep the disk busy by their number)
+// 16 MiB shared among them, but never under 1 MiB.
+inline constexpr std::uint64_t kStreamBuffersBytes = 16 << 20;
+inline constexpr std::uint64_t stream_chunk_bytes(unsigned threads) {
+  return std::clamp<std::uint64_t>(kStreamBuffersBytes / std::max(1u, threads), 1 << 20, 8 << 20);
+}
+// The first n bytes of a worker's buffer, grown to n if smaller: buffers kept
+// from one range to the next (allocating megabytes per range would cost page
+// faults on each).
+inline std::span<std::byte> buffer_first(std::vector<std::byte>& buffer, std::uint64_t n) {
+  if (buffer.size() < n) buffer.resize(static_cast<std::size_t>(n));
+  return {buffer.data(), static_cast<std::size_t>(n)};
+}
 
 namespace fs = std::filesystem;
 
@@ -53,11 +72,6 @@ class File {
   const fs::path& path() const { return path_; }
   // The sequential-access hint: shards are streamed front to back.
   void advise_sequential() const;
-  // Asks the kernel to start reading [offset, offset + length) now
-  // (POSIX_FADV_WILLNEED), so the read that follows finds it or waits less:
-  // a reader of several ranges keeps the disk busy while it computes.
-  // Advisory: errors are ignored; nothing is read into this process.
-  void prefetch(std::uint64_t offset, std::uint64_t length) const;
   int fd() const { return fd_; }
 
  private:

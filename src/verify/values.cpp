@@ -1,5 +1,6 @@
 // verify: every value of every module, decoded on both sides with the general
-// bit-field decoders (value_compare.hpp), in chunks of groups.
+// bit-field decoders (value_compare.hpp), in chunks of groups, the modules
+// visited in SRC's file order.
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
@@ -11,9 +12,11 @@
 namespace mx2nv {
 namespace {
 
-constexpr std::uint64_t kCompareGroups = 1 << 16;  // 32-groups per chunk: 1 MiB packed per side
+struct ChunkBuffers {  // a worker's, kept from one module to the next (buffer_first)
+  std::vector<std::byte> a_packed, a_scale, b_packed, b_scale;
+};
 
-void compare_module(const VerifyContext& ctx, std::size_t i, CompareTally& tally) {
+void compare_module(const VerifyContext& ctx, std::size_t i, ChunkBuffers& buffers, CompareTally& tally) {
   const QuantModule& m = ctx.source.modules.modules[i];
   const TargetModule& t = ctx.modules[i];
   if (!ctx.selected[m.packed_shard]) return;  // another part's (verify --shards), not in this part's totals
@@ -32,40 +35,27 @@ void compare_module(const VerifyContext& ctx, std::size_t i, CompareTally& tally
   const std::uint64_t src_scale = src.shards[m.scale_shard].data_start + m.scale.begin;
 
   const std::uint64_t total = m.group_count();
-  const std::uint64_t chunk = std::min(total, kCompareGroups);
-  std::vector<std::byte> a_packed(static_cast<std::size_t>(chunk * kGroupBytes)), b_packed(a_packed.size());
-  std::vector<std::byte> a_scale(static_cast<std::size_t>(chunk));
-  std::vector<std::byte> b_scale(static_cast<std::size_t>(chunk * kNvScalesPerMxScale));
-  // Chunk `start`'s four ranges asked for ahead of their reads (File::prefetch).
-  const auto prefetch = [&](std::uint64_t start) {
-    if (start >= total) return;
-    const std::uint64_t n = std::min(chunk, total - start);
-    sp->prefetch(src_packed + start * kGroupBytes, n * kGroupBytes);
-    ss->prefetch(src_scale + start, n);
-    dp->prefetch(*t.packed_offset + start * kGroupBytes, n * kGroupBytes);
-    ds->prefetch(*t.scale_offset + start * kNvScalesPerMxScale, n * kNvScalesPerMxScale);
-  };
-  prefetch(0);
+  const std::uint64_t chunk = std::min(total, stream_chunk_bytes(ctx.options.threads) / kGroupBytes);
   for (std::uint64_t start = 0; start < total; start += chunk) {
     const std::uint64_t n = std::min(chunk, total - start);
-    const auto np = static_cast<std::size_t>(n * kGroupBytes);
-    const auto ns = static_cast<std::size_t>(n);
-    const auto nt = static_cast<std::size_t>(n * kNvScalesPerMxScale);
-    prefetch(start + chunk);
-    sp->read_at(src_packed + start * kGroupBytes, {a_packed.data(), np});
-    ss->read_at(src_scale + start, {a_scale.data(), ns});
-    dp->read_at(*t.packed_offset + start * kGroupBytes, {b_packed.data(), np});
-    ds->read_at(*t.scale_offset + start * kNvScalesPerMxScale, {b_scale.data(), nt});
+    const auto a_packed = buffer_first(buffers.a_packed, n * kGroupBytes);
+    const auto a_scale = buffer_first(buffers.a_scale, n);
+    const auto b_packed = buffer_first(buffers.b_packed, n * kGroupBytes);
+    const auto b_scale = buffer_first(buffers.b_scale, n * kNvScalesPerMxScale);
+    sp->read_at(src_packed + start * kGroupBytes, a_packed);
+    ss->read_at(src_scale + start, a_scale);
+    dp->read_at(*t.packed_offset + start * kGroupBytes, b_packed);
+    ds->read_at(*t.scale_offset + start * kNvScalesPerMxScale, b_scale);
+    const std::size_t ns = a_scale.size();
     for (std::size_t k = 0; k < ns; ++k) {
       if (std::to_integer<std::uint8_t>(a_scale[k]) == kE8M0NaN) {
         fail_input("{}: tensor \"{}\" row {} group {}: scale byte 0xFF is NaN in E8M0", src.shards[m.scale_shard].file,
                    m.scale_name(), (start + k) / m.groups, (start + k) % m.groups);
       }
     }
-    compare_groups({a_packed.data(), np}, {a_scale.data(), ns}, {b_packed.data(), np}, {b_scale.data(), nt},
-                   static_cast<double>(*t.global), start, m.groups, tally);
-    counted += 2 * np + 3 * ns;
-    if (ctx.progress) ctx.progress->add_bytes(2 * np + 3 * ns);
+    compare_groups(a_packed, a_scale, b_packed, b_scale, static_cast<double>(*t.global), start, m.groups, tally);
+    counted += 2 * a_packed.size() + 3 * ns;
+    if (ctx.progress) ctx.progress->add_bytes(2 * a_packed.size() + 3 * ns);
     throw_if_stopped();
   }
   finished();
@@ -77,7 +67,10 @@ void check_values(const VerifyContext& ctx, Report& report) {
   const auto& modules = ctx.source.modules.modules;
   const Checkpoint& src = ctx.source.checkpoint;
   std::vector<CompareTally> tallies(modules.size());
-  parallel_for(modules.size(), ctx.options.threads, [&](std::size_t i) { compare_module(ctx, i, tallies[i]); });
+  const std::vector<std::size_t> order = modules_in_file_order(ctx.source.modules);
+  parallel_for_with<ChunkBuffers>(order.size(), ctx.options.threads, [&](ChunkBuffers& buffers, std::size_t k) {
+    compare_module(ctx, order[k], buffers, tallies[order[k]]);
+  });
   for (std::size_t i = 0; i < modules.size(); ++i) {
     const CompareTally& t = tallies[i];
     const QuantModule& m = modules[i];

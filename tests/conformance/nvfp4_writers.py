@@ -616,25 +616,35 @@ def _prepare(src_dir, unquantized, drop, extra) -> tuple[Source, set, set, dict]
     return src, unq, dr, ex
 
 
+def _per_module(src: Source, unq: set, dr: set, ex: dict, quantize) -> tuple[dict, dict, dict]:
+    """Each SRC module's OTHER tensors and facts (None for a dropped module, a
+    BF16 weight for an unquantized one, quantize(m) -> (tensors, facts) for
+    the rest), and the extra modules' tensors (copies under new names)."""
+    tensors, facts = {}, {}
+    for m in src.modules:
+        if m in dr:
+            tensors[m] = None
+        elif m in unq:
+            tensors[m] = _bf16_tensor(src, m)
+            facts[m] = {"quantized": False}
+        else:
+            tensors[m], facts[m] = quantize(m)
+    extra = {new: tensors[m] for m, new in ex.items() if tensors.get(m) is not None}
+    return tensors, facts, extra
+
+
 def write_modelopt_cast(src_dir, dst_dir, *, unquantized=(), drop=(), extra=None, rename: Rename = _identity,
                         mixed: bool = True, input_scale: float | None = 1.0) -> WriterReport:
     """ModelOpt's published cast (Kimi-K3 streaming script, --cast_mxfp4_to_nvfp4)."""
     src, unq, dr, ex = _prepare(src_dir, unquantized, drop, extra)
     kmax = {m: mxfp4_kmax(src.scale(m)) for m in src.modules}
     shared = _shared_over_gate_up(kmax, src.modules)  # build_w13_kmax_overrides
-    tensors, facts = {}, {}
-    for m in src.modules:
-        if m in dr:
-            tensors[m] = None
-            continue
-        if m in unq:
-            tensors[m] = _bf16_tensor(src, m)
-            facts[m] = {"quantized": False}
-            continue
+
+    def quantize(m):
         q = modelopt_cast(src.packed(m), src.scale(m), int(shared[m]))
-        tensors[m] = _modelopt_tensors(q, input_scale)
-        facts[m] = {"quantized": True, "global": float(q.scale_2), **q.info}
-    extra_t = {new: tensors[m] for m, new in ex.items() if tensors.get(m) is not None}
+        return _modelopt_tensors(q, input_scale), {"quantized": True, "global": float(q.scale_2), **q.info}
+
+    tensors, facts, extra_t = _per_module(src, unq, dr, ex, quantize)
     quantized = [m for m in src.modules if m not in dr and m not in unq]
     config, hf = _modelopt_config(src, quantized, unq, mixed, "NVFP4" if input_scale is not None else "W4A16_NVFP4",
                                   rename)
@@ -661,20 +671,14 @@ def write_modelopt_calibrated(src_dir, dst_dir, *, mode: str = "dynamic", algo: 
         amax = {m: float(np.float32(6.0 * 448.0 * 2.0 ** (mxfp4_kmax(src.scale(m)) - 8))) for m in live}
     amax = _shared_over_gate_up(amax, live)
     in_amax = _shared_over_gate_up({m: _input_amax(m, seed) for m in live}, live)
-    tensors, facts = {}, {}
-    for m in src.modules:
-        if m in dr:
-            tensors[m] = None
-        elif m in unq:
-            tensors[m] = _bf16_tensor(src, m)
-            facts[m] = {"quantized": False}
-        else:
-            a = np.float32(amax[m])
-            q = modelopt_dynamic(bf16[m], a) if mode == "dynamic" else modelopt_static(bf16[m], pb[m], a)
-            isc = float(np.float32(np.float32(in_amax[m]) / np.float32(2688.0))) if algo == "NVFP4" else None
-            tensors[m] = _modelopt_tensors(q, isc)
-            facts[m] = {"quantized": True, "global": float(q.scale_2), "input_scale": isc}
-    extra_t = {new: tensors[m] for m, new in ex.items() if tensors.get(m) is not None}
+
+    def quantize(m):
+        a = np.float32(amax[m])
+        q = modelopt_dynamic(bf16[m], a) if mode == "dynamic" else modelopt_static(bf16[m], pb[m], a)
+        isc = float(np.float32(np.float32(in_amax[m]) / np.float32(2688.0))) if algo == "NVFP4" else None
+        return _modelopt_tensors(q, isc), {"quantized": True, "global": float(q.scale_2), "input_scale": isc}
+
+    tensors, facts, extra_t = _per_module(src, unq, dr, ex, quantize)
     config, hf = _modelopt_config(src, live, unq, mixed, algo, rename)
     _write_tree(src, Path(dst_dir), Plan(tensors, extra_t, config, hf), rename)
     return WriterReport(Path(dst_dir), facts)
@@ -710,15 +714,8 @@ def write_compressed_tensors(src_dir, dst_dir, *, w4a4: bool = False, global_fac
     amax = {m: float(np.abs(vals[m]).max()) for m in live}
     if share_gate_up:
         amax = _shared_over_gate_up(amax, live)
-    tensors, facts = {}, {}
-    for m in src.modules:
-        if m in dr:
-            tensors[m] = None
-            continue
-        if m in unq:
-            tensors[m] = _bf16_tensor(src, m)
-            facts[m] = {"quantized": False}
-            continue
+
+    def quantize(m):
         a = np.float32(max(amax[m], float(np.finfo(np.float32).tiny)))
         g = np.float32(np.float32(448.0 * 6.0) / a)
         if not np.isfinite(g):
@@ -732,9 +729,9 @@ def write_compressed_tensors(src_dir, dst_dir, *, w4a4: bool = False, global_fac
         if w4a4:
             isc = float(np.float32(np.float32(2688.0) / np.float32(_input_amax(m, seed))))
             t[".input_global_scale"] = ("F32", [1], _f32([isc]))
-        tensors[m] = t
-        facts[m] = {"quantized": True, "global": float(g), "input_scale": isc}
-    extra_t = {new: tensors[m] for m, new in ex.items() if tensors.get(m) is not None}
+        return t, {"quantized": True, "global": float(g), "input_scale": isc}
+
+    tensors, facts, extra_t = _per_module(src, unq, dr, ex, quantize)
     _write_tree(src, Path(dst_dir), Plan(tensors, extra_t, _ct_config(src, w4a4, unq, rename)), rename)
     return WriterReport(Path(dst_dir), facts)
 

@@ -120,6 +120,47 @@ def test_requantize_output_matches_the_oracle_and_its_own_report(trees):
         assert r["rel_rmse"] == pytest.approx(table[r["name"]]["relative_rmse"], rel=1e-9)
 
 
+# ---------------------------------------------------------------- chunks
+
+def test_modules_spanning_several_read_chunks(tmp_path):
+    """Modules of 1536 x 112 groups: with 16 workers each is read in three
+    chunks of 1 MiB (stream_chunk_bytes), a boundary inside a row; with one
+    worker in one. The figures are the oracle's either way (exact groups,
+    zero-sign rewrites and requantized values alike), and verify finds a value
+    changed past the first chunk at its row, group and element."""
+    src = tmp_path / "src"
+    mx2nv("generate", src, "--layout", "k3", "--layers", "1", "--experts", "1", "--shards", "1",
+          "--hidden", "3584", "--intermediate", "1536", "--zero-percent", "10", "--extreme-zero-scales", "off")
+    own, cast, rq = tmp_path / "own", tmp_path / "cast", tmp_path / "rq"
+    mx2nv("convert", src, own)
+    nw.write_modelopt_cast(src, cast)
+    mx2nv("requantize", src, rq)
+    for other in (own, cast, rq):
+        want = co.compare(src, other)
+        docs = []
+        for threads in ("16", "1"):
+            result = mx2nv("compare", src, other, "--json", "--threads", threads, check=False)
+            assert result.returncode == want["exit_code"], result.stderr
+            mine = json.loads(result.stdout)
+            check_figures(mine["totals"], want["totals"], f"{other.name} totals")
+            for m, w in zip(mine["modules"], want["modules"], strict=True):
+                check_figures(m, w, m["name"])
+            docs.append({k: v for k, v in mine.items() if k != "seconds"})
+        assert docs[0] == docs[1], other.name
+
+    w1 = K3.format(0, 0, "w1") + ".weight_packed"
+    ref = next(r for f in sorted(own.glob("*.safetensors")) for n, r in co.read_header(f).items() if n == w1)
+    group, byte = 70001, 3  # row 625 (112 groups a row), group 1; elements 6 and 7
+    with open(ref.path, "r+b") as f:
+        f.seek(ref.begin + group * 16 + byte)
+        b = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([b ^ 0x01]))  # a different magnitude in the low nibble: a different value
+    result = mx2nv("verify", src, own, "--threads", "16", check=False)
+    assert result.returncode == 1
+    assert f"row {group // 112} group {group % 112} element {2 * byte}:" in result.stdout + result.stderr
+
+
 # ---------------------------------------------------------------- ModelOpt
 
 @pytest.mark.parametrize("src", ["k3", "zeros"])

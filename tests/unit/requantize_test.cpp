@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -178,6 +179,29 @@ TEST(RequantizeGroup, ScalesOnlyPathAgreesWithTheFullPathForEveryScaleByte) {
         EXPECT_EQ(full, only) << b << " " << global;
       }
     }
+  }
+}
+
+TEST(GroupValues, EqualTheOneValueDecoderForEveryScaleByteOrAreRefusedWithIt) {
+  std::mt19937 rng(11);
+  for (int b = 0; b < 255; ++b) {
+    std::array<std::byte, 16> packed{};
+    for (auto& x : packed) x = static_cast<std::byte>(rng() & 0xFF);
+    packed[0] = std::byte{0x70};  // code 7 (6.0) at element 1: the largest value each scale can give
+    std::array<float, 32> values{};
+    const bool ok = mxfp4_group_values_f32(packed, static_cast<std::uint8_t>(b), values);
+    bool all = true;
+    for (std::size_t i = 0; i < 32; ++i) {
+      const auto byte = std::to_integer<std::uint8_t>(packed[i / 2]);
+      const auto code = static_cast<std::uint8_t>(i % 2 == 0 ? (byte & 0xF) : (byte >> 4));
+      const auto one = mxfp4_value_f32(code, e8m0_exponent(static_cast<std::uint8_t>(b)));
+      all = all && one.has_value();
+      if (ok) {
+        ASSERT_TRUE(one.has_value());
+        EXPECT_EQ(std::bit_cast<std::uint32_t>(values[i]), std::bit_cast<std::uint32_t>(*one)) << b << " " << i;
+      }
+    }
+    EXPECT_EQ(ok, all) << b;
   }
 }
 
