@@ -21,7 +21,7 @@ void parallel_for_with(std::size_t n, unsigned threads, Fn&& fn) {
   std::exception_ptr error;
   std::mutex error_mutex;
   const auto worker = [&] {
-    State state;
+    State state{};
     for (;;) {
       const std::size_t i = next.fetch_add(1);
       if (i >= n || failed.load()) return;

@@ -193,7 +193,8 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return before_in_file(source.modules.modules[pairs[a].first], source.modules.modules[pairs[b].first]);
   });
-  parallel_for_with<CompareBuffers>(order.size(), options.threads, [&](CompareBuffers& buffers, std::size_t k) {
+  const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, options.threads), order.size()));
+  parallel_for_with<CompareBuffers>(order.size(), workers, [&](CompareBuffers& buffers, std::size_t k) {
     const std::size_t i = order[k];
     const QuantModule& m = source.modules.modules[pairs[i].first];
     const OtherModule& om = others[pairs[i].second];
@@ -206,7 +207,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
       r.expert = e->expert;
       r.projection = e->projection;
     }
-    compare_module_values(source.checkpoint, m, other, om, options.threads, buffers, r);
+    compare_module_values(source.checkpoint, m, other, om, workers, buffers, r);
     progress.unit_done(0);
   });
   pair_gate_up_globals(result.modules);

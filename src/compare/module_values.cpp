@@ -147,9 +147,10 @@ constexpr std::array<std::uint16_t, 256> kQuarterSquaresOfByte = [] {
 // Groups whose 32 values all equal SRC's: their only figure is the sum of
 // SRC's squares (which is also OTHER's, and their product's), kept per SRC
 // scale byte as an integer count of quarters and added to the module's sums
-// once per chunk, each scale's term exact (a chunk's count is below
-// 2^19 groups x 4608 quarters, far below 2^53, and is scaled by a power of
-// two). A table lookup per byte instead of four sums per value.
+// every kGroups groups of the module (fixed points, so the sums do not depend
+// on how the module was read), each scale's term exact (a count of at most
+// 2^16 groups x 4608 quarters, far below 2^53, scaled by a power of two). A
+// table lookup per byte instead of four sums per value.
 class ExactGroups {
  public:
   void add(std::uint8_t scale, const std::byte* group16) {
@@ -158,7 +159,9 @@ class ExactGroups {
     quarters_[scale] += q;
     ++groups_;
   }
-  // Called once per chunk (at most 2^19 groups, stream_chunk_bytes).
+  static constexpr std::uint64_t kGroups = 1 << 16;
+  // Called before the module's group g when g is a multiple of kGroups, and
+  // after its last.
   void flush(Accumulator& acc) {
     if (groups_ == 0) return;
     acc.values += groups_ * kMxGroup;
@@ -327,7 +330,7 @@ void check_other_module(const QuantModule& src, const OtherModule& om, OtherForm
 }
 
 void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
-                           const OtherModule& om, unsigned threads, CompareBuffers& buffers, ModuleComparison& out) {
+                           const OtherModule& om, unsigned workers, CompareBuffers& buffers, ModuleComparison& out) {
   const Names names = names_of(om, other.format);
   const bool ct = other.format == OtherFormat::CompressedTensors;
   double global = 1;
@@ -354,7 +357,7 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
   const std::uint64_t total = m.group_count();
   // A chunk's groups: SRC's packed bytes or OTHER's weight (up to 8 times as
   // large, an F32 unquantized one), whichever is larger, fill one chunk.
-  const std::uint64_t chunk = std::min(total, stream_chunk_bytes(threads) / std::max(kGroupBytes, other_group_bytes));
+  const std::uint64_t chunk = std::min(total, stream_chunk_bytes(workers) / std::max(kGroupBytes, other_group_bytes));
   Accumulator acc;
   CompareSums& sums = out.sums;
   // 33 KiB, only for a quantized OTHER: the heap, not the worker's stack.
@@ -374,6 +377,7 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
       tally_packed(a_packed, b_weight, sums);
     }
     for (std::uint64_t g = 0; g < n; ++g) {
+      if ((start + g) % ExactGroups::kGroups == 0) exact_squares.flush(acc);
       const std::uint8_t sb = u8(a_scale[g]);
       if (sb == kE8M0NaN) fail_input("{}.weight_scale: E8M0 NaN (0xFF) in SRC", m.name);
       const double src_factor = kE8M0[sb];
@@ -388,9 +392,9 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
       }
       acc.add(group, kMxGroup);
     }
-    exact_squares.flush(acc);
     throw_if_stopped();
   }
+  exact_squares.flush(acc);
   sums.values = acc.values;
   sums.exact_values = acc.exact;
   sums.max_abs_error = acc.exact == acc.values ? 0.0 : acc.max_abs;

@@ -23,11 +23,11 @@ struct CompareBuffers {
 };
 
 // Streams both modules (checked first) and fills `out`'s sums, global and
-// input scale, reading in chunks sized for `threads` workers
+// input scale, reading in chunks sized for `workers` running at once
 // (stream_chunk_bytes). A NaN SRC scale, a NaN OTHER block scale, a global
 // that is not finite and positive, or a non-finite unquantized value is
 // invalid input.
 void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
-                           const OtherModule& om, unsigned threads, CompareBuffers& buffers, ModuleComparison& out);
+                           const OtherModule& om, unsigned workers, CompareBuffers& buffers, ModuleComparison& out);
 
 }  // namespace mx2nv

@@ -16,7 +16,8 @@ struct ChunkBuffers {  // a worker's, kept from one module to the next (buffer_f
   std::vector<std::byte> a_packed, a_scale, b_packed, b_scale;
 };
 
-void compare_module(const VerifyContext& ctx, std::size_t i, ChunkBuffers& buffers, CompareTally& tally) {
+void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, ChunkBuffers& buffers,
+                    CompareTally& tally) {
   const QuantModule& m = ctx.source.modules.modules[i];
   const TargetModule& t = ctx.modules[i];
   if (!ctx.selected[m.packed_shard]) return;  // another part's (verify --shards), not in this part's totals
@@ -35,7 +36,7 @@ void compare_module(const VerifyContext& ctx, std::size_t i, ChunkBuffers& buffe
   const std::uint64_t src_scale = src.shards[m.scale_shard].data_start + m.scale.begin;
 
   const std::uint64_t total = m.group_count();
-  const std::uint64_t chunk = std::min(total, stream_chunk_bytes(ctx.options.threads) / kGroupBytes);
+  const std::uint64_t chunk = std::min(total, stream_chunk_bytes(workers) / kGroupBytes);
   for (std::uint64_t start = 0; start < total; start += chunk) {
     const std::uint64_t n = std::min(chunk, total - start);
     const auto a_packed = buffer_first(buffers.a_packed, n * kGroupBytes);
@@ -68,8 +69,9 @@ void check_values(const VerifyContext& ctx, Report& report) {
   const Checkpoint& src = ctx.source.checkpoint;
   std::vector<CompareTally> tallies(modules.size());
   const std::vector<std::size_t> order = modules_in_file_order(ctx.source.modules);
-  parallel_for_with<ChunkBuffers>(order.size(), ctx.options.threads, [&](ChunkBuffers& buffers, std::size_t k) {
-    compare_module(ctx, order[k], buffers, tallies[order[k]]);
+  const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, ctx.options.threads), order.size()));
+  parallel_for_with<ChunkBuffers>(order.size(), workers, [&](ChunkBuffers& buffers, std::size_t k) {
+    compare_module(ctx, order[k], workers, buffers, tallies[order[k]]);
   });
   for (std::size_t i = 0; i < modules.size(); ++i) {
     const CompareTally& t = tallies[i];
