@@ -38,11 +38,11 @@ import traceback
 
 PROTOCOL = 1
 # The releases gate's rules were read from (gate/rules.cpp).
-PINNED = {"vllm": "0.33.0", "sglang": "0.5.23"}
+PINNED = {"vllm": "0.34.0", "sglang": "0.5.23"}
 RUNTIMES = ("vllm", "sglang")
 _MAX_TEXT = 2000  # characters of any message kept in the answer
 
-# The runtimes' own modules (vLLM 0.33.0 / SGLang 0.5.23 paths).
+# The runtimes' own modules (vLLM 0.34.0 / SGLang 0.5.23 paths).
 _VLLM_CT = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"
 _VLLM_MOE_PKG = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe"
 _VLLM_EXPERTS = "vllm.model_executor.layers.fused_moe"  # RoutedExperts

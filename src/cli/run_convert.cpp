@@ -39,7 +39,7 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
   print_counts(r);
   print_overspan(r);
   if (o.resume) fmt::print("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
-  if (r.marlin_zeroed_groups > 0) {
+  if (r.marlin_zeroed_groups.value_or(0) > 0) {
     fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
                r.marlin_zeroed_groups);
   }

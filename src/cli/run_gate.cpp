@@ -54,12 +54,25 @@ int gate_and_print(const GateOptions& o, bool json) {
     fmt::print("{}\n", dump_json(gate_to_json(r)));
     return r.exit_code();
   }
-  fmt::print("mx2nv gate: {} (hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}\n",
-             printable(r.checkpoint), r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp);
+  fmt::print("mx2nv gate: {} ({}, hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}{}\n",
+             printable(r.checkpoint), r.architecture.empty() ? "no architectures" : printable(r.architecture),
+             r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp,
+             o.ep > 1 ? fmt::format(", EP {}", o.ep) : "");
   for (const auto& v : r.verdicts) {
-    fmt::print("  {:<7} {:<8} {:<7} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
+    fmt::print("  {:<7} {:<8} {:<10} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
                v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
     for (const auto& why : v.reasons) fmt::print("      - {}\n", printable(why));
+  }
+  // What one GPU holds, per runtime (the same for every backend and dtype of it).
+  std::string_view shown;
+  for (const auto& v : r.verdicts) {
+    if (v.backend->runtime == shown || v.share.problem) continue;
+    shown = v.backend->runtime;
+    fmt::print("  per GPU on {}: {} of {} experts a layer, inner dimension {}{}, {:.4g} GB of routed-expert "
+               "weights\n", v.backend->runtime, v.share.experts, r.dims.experts, v.share.intermediate,
+               v.share.padded_intermediate != v.share.intermediate
+                   ? fmt::format(" (padded to {})", v.share.padded_intermediate) : "",
+               v.share.bytes / 1e9);
   }
   print_runtime_checks(r);
   return r.exit_code();
@@ -73,6 +86,10 @@ class GateCommand final : public Subcommand {
     app_->add_option("--runtime", options_.runtime, "vllm, sglang or all (default)")
         ->check(CLI::IsMember({"vllm", "sglang", "all"}));
     app_->add_option("--tp", options_.tp, "tensor-parallel degree (default 1)")->check(CLI::Range(1u, 1024u));
+    app_->add_option("--ep", options_.ep,
+                     "expert-parallel degree (default 1: none); vLLM: its EP size (TP x DP with "
+                     "--enable-expert-parallel), SGLang: --ep-size")
+        ->check(CLI::Range(1u, 1024u));
     app_->add_option("--dtype", dtype_, "activation dtype: fp16, bf16 or both (default)")
         ->check(CLI::IsMember({"fp16", "bf16", "both"}));
     add_threads(app_, threads_);

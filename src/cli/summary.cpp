@@ -38,18 +38,22 @@ void print_counts(const Report& r) {
              r.scale_groups, r.shards);
   fmt::print("  copied   {} pass-through tensors, {} companion files, byte for byte\n", r.passthrough_tensors,
              r.companion_files);
-  if (r.active_groups + r.zero_groups > 0) {
+  if (r.active_groups && r.zero_groups && *r.active_groups + *r.zero_groups > 0) {
     fmt::print("  groups   {} active, {} all-zero", r.active_groups, r.zero_groups);
-    if (r.command == Command::Convert) {
+    if (r.command == Command::Convert && r.canonicalised_zero_groups) {
       fmt::print(" ({} zero-group scales canonicalised to 0x00)", r.canonicalised_zero_groups);
     }
     fmt::print("\n");
   }
-  fmt::print("  size     {} -> {} tensor bytes ({:+.2f}%)\n", human_bytes(r.source_tensor_bytes),
-             human_bytes(r.target_tensor_bytes), r.size_change_percent());
-  if (r.copy_mode) {
-    fmt::print("  output   {} shared with SRC, {} copied, {} written (--copy {})\n", human_bytes(r.shared_bytes),
-               human_bytes(r.copied_bytes), human_bytes(r.written_bytes), copy_mode_name(*r.copy_mode));
+  const auto bytes = [](const Measured<std::uint64_t>& n) { return n ? human_bytes(*n) : std::string("not written"); };
+  if (r.source_tensor_bytes) {
+    const auto change = r.size_change_percent();
+    fmt::print("  size     {} -> {} tensor bytes{}\n", human_bytes(*r.source_tensor_bytes), bytes(r.target_tensor_bytes),
+               change ? fmt::format(" ({:+.2f}%)", *change) : "");
+  }
+  if (r.copy_mode && r.written_bytes) {
+    fmt::print("  output   {} shared with SRC, {} copied, {} written (--copy {})\n", bytes(r.shared_bytes),
+               bytes(r.copied_bytes), bytes(r.written_bytes), copy_mode_name(*r.copy_mode));
   }
 }
 

@@ -65,7 +65,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // --copy reflink is refused before anything is written.
   if (options.copy == CopyMode::Reflink && !ck.shards.empty()) out.require_sharing(*ck.files->open(0));
   throw_if_stopped();
-  progress.phase(ProgressPhase::Shards, report.source_tensor_bytes, ck.shards.size());
+  progress.phase(ProgressPhase::Shards, report.source_tensor_bytes.value_or(0), ck.shards.size());
 
   // --- execute every shard, then finalize.
   if (!out.open_for_writing(files_written(ck))) {
@@ -82,8 +82,10 @@ Report convert_checkpoint(const ConvertOptions& options) {
   if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);
   std::vector<std::size_t> all(ck.shards.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
+  std::uint64_t resumed = 0;
   std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, all, options.resume, options.threads, report.resumed_shards, &engine, &progress);
+      execute_shards(source, plan, out, all, options.resume, options.threads, resumed, &engine, &progress);
+  report.resumed_shards = resumed;
   add_shard_counts(report, records);
   progress.phase(ProgressPhase::Finalize);
   finalize_conversion(source, plan, report, std::move(records), out, &engine,

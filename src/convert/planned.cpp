@@ -279,8 +279,10 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   report.shards = shards.size();
   report.copy_mode = options.copy;
   CopyEngine engine(options.copy);
+  std::uint64_t resumed = 0;
   const std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, shards, true, options.threads, report.resumed_shards, &engine, &progress);
+      execute_shards(source, plan, out, shards, true, options.threads, resumed, &engine, &progress);
+  report.resumed_shards = resumed;
   out.sync_directories();  // this step's shards are durable before it reports them done
   add_shard_counts(report, records);
   report.seconds = seconds_since(started);

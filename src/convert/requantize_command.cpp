@@ -166,7 +166,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     Destination::Pending index = out.begin(std::string(kIndexFileName));
     StreamHash hash;
     std::uint64_t written = 0;
-    render_target_index(source, {}, report.target_tensor_bytes, [&](std::string_view piece) {
+    render_target_index(source, {}, report.target_tensor_bytes.value_or(0), [&](std::string_view piece) {
       index.file.write_at(written, std::as_bytes(std::span(piece)));
       hash.update(std::as_bytes(std::span(piece)));
       written += piece.size();
@@ -186,12 +186,14 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     report.fingerprint = Fingerprint{s.digest, t.digest, s.files, t.files};
   }
   release_free_heap();
+  report.values_compared = 0;
+  report.max_abs_error = 0;
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     const ErrorStats& e = stats[i];
     report.requantized.push_back(
         {std::string(set.modules[i].name), globals[i], e.values, e.relative_rmse(), e.cosine(), e.max_abs, e.marlin_zeroed_blocks});
     report.values_compared += e.values;
-    report.max_abs_error = std::max(report.max_abs_error, e.max_abs);
+    report.max_abs_error = std::max(*report.max_abs_error, e.max_abs);
   }
   report.seconds = seconds_since(started);
   return report;

@@ -96,6 +96,8 @@ void add_source_counts(Report& report, const SourceCheckpoint& source) {
 }
 
 void add_plan_counts(Report& report, const Plan& plan) {
+  report.canonicalised_zero_groups = 0;
+  report.marlin_zeroed_groups = 0;
   for (const auto& mp : plan.modules) {
     report.canonicalised_zero_groups += mp.canonical_zero_groups;
     report.marlin_zeroed_groups += mp.marlin_zeroed_groups;
@@ -104,19 +106,28 @@ void add_plan_counts(Report& report, const Plan& plan) {
 }
 
 void add_shard_counts(Report& report, const std::vector<ShardRecord>& records) {
-  std::uint64_t groups = 0;
+  std::uint64_t groups = 0, zero_groups = 0;
+  bool counted = true;
+  report.target_tensor_bytes = 0;
+  report.passthrough_tensors = 0;
+  report.shared_bytes = 0;
+  report.copied_bytes = 0;
+  report.written_bytes = 0;
   for (const auto& r : records) {
     report.target_tensor_bytes += r.target_bytes;
-    report.zero_groups += r.zero_groups;
+    zero_groups += r.zero_groups;
     report.passthrough_tensors += r.passthrough_tensors;
     groups += r.groups;
-    report.groups_counted = report.groups_counted && r.groups_counted;
+    counted = counted && r.groups_counted;
     report.shared_bytes += r.shared_bytes;
     report.copied_bytes += r.copied_bytes;
     report.written_bytes += r.written_bytes;
   }
-  report.active_groups = groups - report.zero_groups;
-  if (!report.groups_counted) report.active_groups = report.zero_groups = 0;
+  // Groups are counted only where mx2nv read the packed bytes (report.hpp).
+  if (counted) {
+    report.zero_groups = zero_groups;
+    report.active_groups = groups - zero_groups;
+  }
 }
 
 std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRecord& expected,
@@ -200,8 +211,8 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   finished.tool_version = MX2NV_VERSION;
   finished.window = plan_mode_name(plan);
   finished.shards = std::move(records);
-  finished.canonicalised_zero_groups = report.canonicalised_zero_groups;
-  finished.marlin_zeroed_groups = report.marlin_zeroed_groups;
+  finished.canonicalised_zero_groups = report.canonicalised_zero_groups.value_or(0);
+  finished.marlin_zeroed_groups = report.marlin_zeroed_groups.value_or(0);
   TransferTally companions;
   for (const auto& rel : ck.companions) {
     copy_companion(ck.root / rel, out, rel, copier, companions);
@@ -224,11 +235,11 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
     return;
   }
   out.write_file(std::string(kConfigFileName), config);
-  if (early && early->total_size != report.target_tensor_bytes) {
+  if (early && early->total_size != report.target_tensor_bytes.value_or(0)) {
     out.drop(early->file);  // never expected: target_totals equals the layouts' sum (tested)
     early.reset();
   }
-  WrittenIndex index = early ? std::move(*early) : write_target_index(source, plan, report.target_tensor_bytes, out);
+  WrittenIndex index = early ? std::move(*early) : write_target_index(source, plan, report.target_tensor_bytes.value_or(0), out);
   finished.index_hash = index.hash;
   report.written_bytes += index.bytes;
   out.finish(finished, index.file);

@@ -81,7 +81,7 @@ std::pair<std::uint64_t, std::uint64_t> count_active_small(const ExpertModule& m
   return {fp16, bf16};
 }
 
-// vLLM's bf16 rescale for one bank (marlin_utils_fp4.py:38-57, :419-421).
+// vLLM's bf16 rescale for one bank (vLLM 0.34.0 marlin_utils_fp4.py:36-55, :375-377).
 double bank_scale_factor(double max_scale) {
   if (max_scale <= 0 || max_scale >= 448) return 1.0;
   return std::exp2(std::floor(std::log2(448.0 / max_scale)));
@@ -198,6 +198,18 @@ void add_small_scale_facts(const Experts& x, const Reader& io, unsigned threads,
   }
 }
 
+// What one rank holds; null figures where the split is refused.
+Json per_rank_json(const RankShare& share) {
+  if (share.problem) {
+    return {{"experts", nullptr}, {"intermediate", nullptr}, {"padded_intermediate", nullptr},
+            {"routed_expert_bytes", nullptr}};
+  }
+  return {{"experts", share.experts},
+          {"intermediate", share.intermediate},
+          {"padded_intermediate", share.padded_intermediate},
+          {"routed_expert_bytes", static_cast<std::uint64_t>(share.bytes)}};
+}
+
 }  // namespace
 
 bool GateResult::disagreed() const {
@@ -205,6 +217,16 @@ bool GateResult::disagreed() const {
 }
 
 int GateResult::exit_code() const { return blocked() || disagreed() ? kExitRefusedOrMismatch : kExitOk; }
+
+std::string_view GateResult::result() const {
+  const auto any = [&](Verdict::Kind k) {
+    return std::any_of(verdicts.begin(), verdicts.end(), [&](const Verdict& v) { return v.kind == k; });
+  };
+  if (any(Verdict::Blocked)) return "BLOCKED";
+  if (any(Verdict::Unknown)) return "UNKNOWN";
+  if (any(Verdict::Unverified)) return "UNVERIFIED";
+  return "RUN";
+}
 
 bool GateResult::blocked() const {
   return std::any_of(verdicts.begin(), verdicts.end(), [](const Verdict& v) { return v.kind == Verdict::Blocked; });
@@ -226,6 +248,7 @@ GateResult run_gate(const GateOptions& o) {
   const Reader io{&ck};
   const Json config = parse_strict_json(ck.config_text, "config.json").value;
   const std::vector<SchemeFacts> schemes = scheme_facts(config);
+  result.architecture = architecture_of(config);
 
   Experts experts = collect.finish();
   check_nvfp4(experts);
@@ -245,7 +268,9 @@ GateResult run_gate(const GateOptions& o) {
 
   for (const auto& b : runtime_backends()) {
     if (o.runtime != "all" && o.runtime != b.runtime) continue;
-    for (const ActivationDtype d : o.dtypes) result.verdicts.push_back(judge_backend(b, d, o.tp, schemes, result.dims, s));
+    for (const ActivationDtype d : o.dtypes) {
+      result.verdicts.push_back(judge_backend(b, d, {o.tp, o.ep}, result.architecture, schemes, result.dims, s));
+    }
   }
   ask_own_selectors(o, config, experts.layers, result);
   return result;
@@ -261,7 +286,8 @@ Json gate_to_json(const GateResult& r) {
     return out;
   };
   j["checkpoint"] = json_text(r.checkpoint);
-  j["result"] = r.blocked() ? "BLOCKED" : "RUN";
+  j["result"] = r.result();
+  j["architecture"] = r.architecture.empty() ? Json(nullptr) : Json(json_text(r.architecture));
   j["dims"] = {{"hidden", r.dims.hidden},
                {"intermediate", r.dims.intermediate},
                {"experts", r.dims.experts},
@@ -293,6 +319,9 @@ Json gate_to_json(const GateResult& r) {
                              {"gpus", v.backend->gpus},
                              {"dtype", activation_dtype_name(v.dtype)},
                              {"tp", v.tp},
+                             {"ep", v.ep},
+                             {"model_class", v.model_class.empty() ? Json(nullptr) : Json(v.model_class)},
+                             {"per_rank", per_rank_json(v.share)},
                              {"verdict", verdict_name(v.kind)},
                              {"reasons", texts(v.reasons)},
                              {"notes", texts(v.notes)}});

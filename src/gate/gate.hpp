@@ -20,6 +20,7 @@ struct GateOptions {
   fs::path checkpoint;
   std::string runtime = "all";             // vllm | sglang | all
   unsigned tp = 1;
+  unsigned ep = 1;  // expert-parallel degree (1: none)
   std::vector<ActivationDtype> dtypes = {ActivationDtype::Fp16, ActivationDtype::Bf16};
   unsigned threads = 1;
   // Config and headers only (dims, dtypes, shapes) and the globals (4 bytes a
@@ -38,6 +39,7 @@ struct RuntimeCheck {
 
 struct GateResult {
   std::string checkpoint;
+  std::string architecture;  // config.json "architectures"[0]; "" when none
   MoeDims dims;
   ScaleFacts scales;
   std::vector<Verdict> verdicts;
@@ -47,6 +49,9 @@ struct GateResult {
   std::string expert_layer;  // the layer the runtimes were asked about
   std::vector<RuntimeCheck> checks;
   bool blocked() const;     // any verdict BLOCKED
+  // BLOCKED when any verdict is; RUN when every one is; else UNKNOWN when a
+  // model class is unknown, else UNVERIFIED.
+  std::string_view result() const;
   bool disagreed() const;   // a runtime's own selector disagrees with gate's scheme rule
   int exit_code() const;    // 1 when blocked or disagreed, else 0
 };

@@ -14,7 +14,7 @@ constexpr int kProtocol = 1;           // python/mx2nv/runtime_probe.py PROTOCOL
 constexpr std::size_t kMaxText = 2000;  // characters kept of any string the probe sends
 constexpr std::size_t kMaxArgs = 16;
 
-const char* const kPinned[][2] = {{"vllm", "0.33.0"}, {"sglang", "0.5.23"}};
+const char* const kPinned[][2] = {{"vllm", "0.34.0"}, {"sglang", "0.5.23"}};
 
 std::string pinned_of(std::string_view runtime) {
   for (const auto& [name, version] : kPinned) {
@@ -83,7 +83,7 @@ bool selects_nvfp4a16(std::string_view runtime, std::string_view cls, const Json
     return it == args.end() ? absent : (it->is_boolean() && it->get<bool>());
   };
   if (runtime == "vllm") {
-    // vLLM 0.33.0 compressed_tensors_moe.py:145-160: NVFP4 weights select
+    // vLLM 0.34.0 compressed_tensors_moe.py:145-160: NVFP4 weights select
     // CompressedTensorsW4A4Nvfp4MoEMethod, weight-only when use_a16=True
     // (input_quant is None); use_a16=False is W4A4.
     return cls == "CompressedTensorsW4A4Nvfp4MoEMethod" && flag("use_a16", false);

@@ -1,6 +1,7 @@
 #include "gate/rules.hpp"
 
 #include "common/error.hpp"
+#include "gate/model_class.hpp"
 #include "model/module_names.hpp"
 
 #include <fmt/format.h>
@@ -21,9 +22,9 @@ constexpr std::string_view kSglangSelect =
     ":959-961 (CompressedTensorsW4A16Nvfp4MoE)";
 
 const RuntimeBackend kBackends[] = {
-    {"vllm", "0.33.0", "marlin", "GPUs from sm75 without a native FP4 A16 path, and sm100+ (W4A4 kernels reject A16); "
+    {"vllm", "0.34.0", "marlin", "GPUs from sm75 without a native FP4 A16 path, and sm100+ (W4A4 kernels reject A16); "
                                  "--moe-backend marlin anywhere", true},
-    {"vllm", "0.33.0", "humming", "sm90 (H100/H200): utils/humming/priority.py:11 puts it ahead of Marlin "
+    {"vllm", "0.34.0", "humming", "sm90 (H100/H200): utils/humming/priority.py:11 puts it ahead of Marlin "
                                   "(humming-kernels 0.1.19)", true},
     {"sglang", "0.5.23", "marlin", "sm80+ (compressed_tensors_w4a16_nvfp4_moe.py:52-55)", true},
 };
@@ -35,8 +36,8 @@ bool is_nvfp4a16(const SchemeFacts& s) {
          s.type == "float" && s.num_bits == 4 && s.group_size == 16 && s.symmetric && s.input_activations_null;
 }
 
-// vLLM 0.33.0 hands NVFP4 MoE layers on sm90 to humming-kernels 0.1.19
-// (fused_moe/oracle/nvfp4.py:425-451); paths below are inside that wheel.
+// vLLM 0.34.0 hands NVFP4 MoE layers on sm90 to humming-kernels 0.1.19
+// (fused_moe/oracle/nvfp4.py:413-439); paths below are inside that wheel.
 // Block scales are converted by the hardware (cvt.rn.f16x2.e4m3x2,
 // include/humming/datatype/dequant_native.cuh:92; bf16 through fp16,
 // datatype/dequant.cuh:141-149): every E4M3 value exact, so no block-scale
@@ -54,7 +55,7 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
     v.reasons.push_back(std::move(reason));
   };
   const std::string_view dt = fp16 ? "fp16" : "bf16";
-  v.notes.push_back("assumes vLLM's default VLLM_HUMMING_USE_F16_ACCUM=0 (envs.py:1573-1574): with 1 the global "
+  v.notes.push_back("assumes vLLM's default VLLM_HUMMING_USE_F16_ACCUM=0 (envs.py:1651-1652): with 1 the global "
                     "is applied in the activation dtype (humming arith/epilogue_arith.cuh:155-161), not judged");
   v.notes.push_back("block scales: converted by the hardware (humming datatype/dequant_native.cuh:92, dequant.cuh:"
                     "141-149): every E4M3 value exact, below 2^-6 and negative ones too");
@@ -98,6 +99,44 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
   }
 }
 
+// The model class the architecture selects on this runtime, and whether its
+// loader reads every routed-expert tensor (gate/model_class.hpp). Unknown
+// is recorded in the verdict and settled last: a block found elsewhere
+// still wins, but nothing unknown is ever RUN.
+bool unknown_class(const Verdict& v) { return v.model_class.empty(); }
+
+void judge_model_class(Verdict& v, const RuntimeBackend& b, std::string_view architecture) {
+  if (architecture.empty()) {
+    v.reasons.push_back("config.json names no architectures: which model class the runtime builds, and whether "
+                        "its loader reads every expert tensor, is unknown");
+    return;
+  }
+  const ModelClassRule* rule = model_class_rule(b.runtime, architecture);
+  if (rule == nullptr) {
+    v.reasons.push_back(fmt::format("architecture {}: mx2nv has not run {} {}'s loader for it, so whether its "
+                                    "model class loads every routed-expert tensor of this format is unknown",
+                                    architecture, b.runtime, b.version));
+    return;
+  }
+  v.model_class = std::string(rule->model_class);
+  if (rule->loads_experts) {
+    v.notes.push_back(fmt::format("model class {} ({}): its load_weights reads every routed-expert tensor ({})",
+                                  rule->model_class, rule->registry, rule->loader));
+    return;
+  }
+  v.kind = Verdict::Blocked;
+  v.reasons.push_back(fmt::format("model class {} ({}) does not load the packed experts: {}; would run with {}",
+                                  rule->model_class, rule->registry, rule->loader, rule->unblock));
+}
+
+// The final kind: BLOCKED wins; then UNKNOWN (no loader rule), then
+// UNVERIFIED (a rule not checked), then RUN.
+Verdict& settle(Verdict& v) {
+  if (v.kind == Verdict::Blocked) return v;
+  if (unknown_class(v)) v.kind = Verdict::Unknown;
+  return v;
+}
+
 std::string describe(const SchemeFacts& s) {
   return fmt::format("format {}, weights {{num_bits {}, type {}, strategy {}, group_size {}, symmetric {}}}, "
                      "input_activations {}",
@@ -116,6 +155,7 @@ std::string_view verdict_name(Verdict::Kind k) {
     case Verdict::Run: return "RUN";
     case Verdict::Blocked: return "BLOCKED";
     case Verdict::Unverified: return "UNVERIFIED";
+    case Verdict::Unknown: return "UNKNOWN";
   }
   return "BLOCKED";
 }
@@ -171,7 +211,7 @@ std::vector<SchemeFacts> scheme_facts(const Json& config) {
 
 std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& d, unsigned tp) {
   if (tp == 0 || d.intermediate % tp != 0) {
-    // vLLM: fused_moe/config.py:1352 asserts it; SGLang shards the same way.
+    // vLLM: fused_moe/config.py:1397 asserts it; SGLang shards the same way.
     return fmt::format("intermediate size {} is not divisible by TP {}", d.intermediate, tp);
   }
   const std::uint64_t n = d.intermediate / tp;
@@ -182,23 +222,103 @@ std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& 
     return std::nullopt;
   }
   if (b.backend == "marlin") {
-    // marlin_utils_fp4.py:360-365: K must fit Marlin's tiles; N is padded.
-    if (d.hidden % 64 != 0) return fmt::format("hidden size {} % 64 != 0 (marlin_utils_fp4.py:363)", d.hidden);
+    // marlin_utils_fp4.py:317-322: K must fit Marlin's tiles; N is padded.
+    if (d.hidden % 64 != 0) return fmt::format("hidden size {} % 64 != 0 (marlin_utils_fp4.py:320)", d.hidden);
   }
   // w2's block scales per rank: intermediate_size_per_partition // 16 columns
-  // (compressed_tensors_moe_w4a4_nvfp4.py:133-141) must be the rank's slice.
+  // (compressed_tensors_moe_w4a4_nvfp4.py:152-160) must be the rank's slice.
   if (n % 16 != 0) return fmt::format("intermediate per partition {} % 16 != 0 (NVFP4 groups of 16)", n);
   return std::nullopt;
 }
 
-Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned tp,
-                      const std::vector<SchemeFacts>& schemes, const MoeDims& dims, const ScaleFacts& s) {
-  Verdict v{&b, dtype, tp, Verdict::Run, false, {}, {}};
+std::string architecture_of(const Json& config) {
+  if (!config.is_object() || !config.contains("architectures")) return "";
+  const Json& a = config["architectures"];
+  if (!a.is_array() || a.empty() || !a[0].is_string()) return "";
+  return a[0].get<std::string>();
+}
+
+RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, const MoeDims& d,
+                     const Deployment& dep) {
+  RankShare r;
+  const unsigned tp = dep.tp, ep = dep.ep;
+  if (tp == 0 || ep == 0) {
+    r.problem = "TP and EP must be at least 1";
+    return r;
+  }
+  // How far the experts' inner dimension is split across ranks.
+  unsigned split = tp;
+  if (ep > 1 && b.runtime == "sglang") {
+    // MoE TP size = TP / EP (sglang/srt/distributed/parallel_state.py:2860-2923); every rank holds an equal
+    // share of the routed experts (srt/layers/moe/fused_moe_triton/layer.py:413, an assert).
+    if (tp % ep != 0) {
+      r.problem = fmt::format("EP {} does not divide TP {}: SGLang's MoE TP size is TP / EP", ep, tp);
+      return r;
+    }
+    if (d.experts % ep != 0) {
+      r.problem = fmt::format("{} experts per layer are not divisible by EP {} (sglang/srt/layers/moe/"
+                              "fused_moe_triton/layer.py:413 asserts it)", d.experts, ep);
+      return r;
+    }
+    split = tp / ep;
+  } else if (ep > 1) {
+    // vLLM: --enable-expert-parallel, EP size = TP x DP; experts are whole on
+    // their rank, spread as evenly as possible (fused_moe/expert_map_manager.py:66-69; an even split only
+    // with EPLB, fused_moe/layer.py:278-283).
+    split = 1;
+    if (d.experts % ep != 0) {
+      r.notes.push_back(fmt::format("EP {}: {} experts per layer are not divisible, so ranks hold {} or {} experts "
+                                    "(vllm/model_executor/layers/fused_moe/expert_map_manager.py:66-69; EPLB "
+                                    "refuses an uneven split, fused_moe/layer.py:278-283)",
+                                    ep, d.experts, d.experts / ep + 1, d.experts / ep));
+    }
+  }
+  r.experts = ep > 1 ? (d.experts + ep - 1) / ep : d.experts;
+  if (d.intermediate % split != 0) {
+    // vLLM: fused_moe/config.py asserts it; SGLang shards the same way.
+    r.problem = fmt::format("intermediate size {} is not divisible by the MoE TP size {}", d.intermediate, split);
+    return r;
+  }
+  r.intermediate = d.intermediate / split;
+  r.padded_intermediate = r.intermediate;
+  const bool vllm_k3 = b.runtime == "vllm" && (architecture == "KimiK3ForConditionalGeneration" ||
+                                              architecture == "KimiK31ForConditionalGeneration");
+  if (vllm_k3 && ep == 1 && tp > 1 && r.intermediate < 256) {
+    // Padded with zeros, so the values are unchanged (model.py:579-590).
+    r.padded_intermediate = 256;
+    r.padding_rule = "vllm/models/kimi_k3/nvidia/model.py:422-430 (min_moe_intermediate_per_partition, default 256)";
+    r.notes.push_back(fmt::format("TP {}: vLLM's K3 pads each rank's expert inner dimension from {} to 256 with "
+                                  "zeros ({}; zeroed at :579-590), values unchanged",
+                                  tp, r.intermediate, r.padding_rule));
+  }
+  // Routed-expert bytes per rank as in the checkpoint: per expert, w1 and w3
+  // [n, hidden] and w2 [hidden, n] at 4 bits plus one E4M3 byte per 16
+  // values, and three 4-byte globals.
+  const double per_expert = 3.0 * static_cast<double>(r.intermediate) * static_cast<double>(d.hidden) * 9.0 / 16.0 + 12;
+  r.notes.push_back(fmt::format("routed experts per rank: {} of {} per layer, inner dimension {} ({} MoE layers): "
+                                "{:.4g} GB of checkpoint bytes per GPU",
+                                r.experts, d.experts, r.intermediate, d.layers,
+                                per_expert * static_cast<double>(r.experts) * static_cast<double>(d.layers) / 1e9));
+  r.bytes = per_expert * static_cast<double>(r.experts) * static_cast<double>(d.layers);
+  return r;
+}
+
+Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Deployment& deployment,
+                      std::string_view architecture, const std::vector<SchemeFacts>& schemes, const MoeDims& dims,
+                      const ScaleFacts& s) {
+  const unsigned tp = deployment.tp;
+  Verdict v;
+  v.backend = &b;
+  v.dtype = dtype;
+  v.tp = tp;
+  v.ep = deployment.ep;
+  v.architecture = std::string(architecture);
   const bool fp16 = dtype == ActivationDtype::Fp16;
   const auto block = [&](std::string reason) {
     v.kind = Verdict::Blocked;
     v.reasons.push_back(std::move(reason));
   };
+  judge_model_class(v, b, architecture);
 
   bool selected = !schemes.empty();
   for (const auto& sc : schemes) {
@@ -218,7 +338,17 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
                                   b.runtime == "vllm" ? kVllmSelect : kSglangSelect));
   }
   if (dims.layers == 0) block("no MoE expert modules (…experts.E.w1/w2/w3 or gate/up/down_proj) found");
-  if (const auto p = dims_problem(b, dims, tp)) block(fmt::format("dims at TP {}: {}", tp, *p));
+  v.share = rank_share(b, architecture, dims, deployment);
+  const RankShare& share = v.share;
+  if (share.problem) block(*share.problem);
+  for (const auto& note : share.notes) v.notes.push_back(note);
+  if (!share.problem) {
+    const MoeDims per_rank{dims.hidden, share.padded_intermediate, dims.experts, dims.layers};
+    if (const auto p = dims_problem(b, per_rank, 1)) {
+      block(fmt::format("dims per rank at TP {}{}: {}", tp, deployment.ep > 1 ? fmt::format(", EP {}", deployment.ep) : "",
+                        *p));
+    }
+  }
 
   if (s.gate_up_differ != 0) {
     const std::string first = s.gate_up_differ_first.empty() ? std::string() : s.gate_up_differ_first.front();
@@ -227,36 +357,36 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
                         "(compressed_tensors_w4a16_nvfp4_moe.py:191-201)", s.gate_up_differ, first));
     } else if (b.backend == "marlin") {
       block(fmt::format("gate/up globals differ for {} experts (first: {}): vLLM applies w1's global to w3's "
-                        "half too, so the up projection is wrong (compressed_tensors_moe_w4a4_nvfp4.py:223-231)",
+                        "half too, so the up projection is wrong (compressed_tensors_moe_w4a4_nvfp4.py:232-240)",
                         s.gate_up_differ, first));
     }
   }
 
   if (b.backend == "humming") {
     judge_humming(v, fp16, s);
-    return v;
+    return settle(v);
   }
 
   if (!s.block_scales_read) {
     // gate --quick: the Marlin rules over block scales are not checked, so a
     // verdict that nothing else blocks is UNVERIFIED, never RUN.
     if (v.kind != Verdict::Blocked) v.kind = Verdict::Unverified;
-    v.reasons.push_back("block scales not read (gate --quick): negative block scales (marlin_utils_fp4.py:85-91) "
-                        "and active blocks below 2^-6 (marlin_utils_fp4.py:118-119) are not checked; run gate "
+    v.reasons.push_back("block scales not read (gate --quick): negative block scales (vLLM marlin_utils_fp4.py:83-89) "
+                        "and active blocks below 2^-6 (vLLM marlin_utils_fp4.py:116-117, SGLang's bf16 decode) are not checked; run gate "
                         "without --quick to check them");
   }
   if (s.negative_scales) block(fmt::format("{} negative block scales: Marlin assumes scales >= 0 "
-                                           "(marlin_utils_fp4.py:85-91)", s.negative_scales));
+                                           "(marlin_utils_fp4.py:83-89)", s.negative_scales));
   const std::uint64_t small = fp16 ? s.active_below_fp16 : s.active_below_bf16;
   if (small) {
     if (b.runtime == "vllm") {
       block(fmt::format("{} active blocks have block scales below 2^-6{}: vLLM's Marlin path sets them to zero "
-                        "(marlin_utils_fp4.py:118-119{})", small, fp16 ? "" : " after the bf16 rescale",
-                        fp16 ? "" : ", :50-56 and :419-421"));
+                        "(marlin_utils_fp4.py:116-117{})", small, fp16 ? "" : " after the bf16 rescale",
+                        fp16 ? "" : ", :36-55 and :375-377"));
     } else if (!fp16) {
       block(fmt::format("{} active blocks have block scales below 2^-6: SGLang passes them to the kernel, whose "
-                        "bf16 scale decode misreads them (marlin_utils_fp4.py:29-44; csrc/quantization/marlin/"
-                        "dequant.h dequant_fp8_scales)", s.active_below_fp16));
+                        "bf16 scale decode reads E4M3 subnormals 2^-112 too small (marlin_utils_fp4.py:29-44; "
+                        "sglang/kernels/jit/csrc/gemm/marlin/dequant.h:475-488)", s.active_below_fp16));
     }
   }
   // Globals as the kernel applies them: 2^7 x g in fp16, read in the
@@ -266,11 +396,11 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
     const double hi = fp16 ? 65504.0 / 128.0 : std::ldexp(1.0, 8) * (2.0 - 1.0 / 128);
     if (s.min_multiplier < lo) {
       block(fmt::format("a global multiplier 1/weight_global_scale = {:g} is below {:g}: x 2^7 it is no normal {} "
-                        "(marlin_utils_fp4.py:144-156; the kernel folds w2's into the routing weight)",
+                        "(vLLM marlin_utils_fp4.py:133-145, SGLang :47-59 after a cast at :519-520; the kernel folds w2's into the routing weight)",
                         s.min_multiplier, lo, activation_dtype_name(dtype)));
     }
     if (s.max_multiplier > hi) {
-      block(fmt::format("a global multiplier {:g} overflows {} after x 2^{} (marlin_utils_fp4.py:144-156)",
+      block(fmt::format("a global multiplier {:g} overflows {} after x 2^{} (vLLM marlin_utils_fp4.py:133-145, SGLang :47-59)",
                         s.max_multiplier, activation_dtype_name(dtype), fp16 ? 7 : 119));
     }
   }
@@ -283,7 +413,7 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned t
                                   b.runtime == "sglang" ? "; SGLang casts it first, marlin_utils_fp4.py:519-520" : "",
                                   fp16 ? 11 : 8));
   }
-  return v;
+  return settle(v);
 }
 
 std::optional<MoeDims> moe_dims_of(const std::vector<ModuleShape>& modules) {

@@ -2,8 +2,11 @@
 // checkpoint exactly: the go/no-go behind `mx2nv gate` and inspect's TP table.
 // Pure logic over facts gathered elsewhere (src/gate/gate.cpp reads them).
 //
-// Every rule names the runtime code it comes from (vLLM 0.33.0 and SGLang
-// 0.5.23 wheels, vLLM's kernel sources); README "mx2nv gate" lists them.
+// Every rule names the runtime code it comes from (vLLM 0.34.0 and SGLang
+// 0.5.23 wheels, the kernels' sources); docs/gate.md lists them. A verdict
+// covers the whole path: the model class the checkpoint's architecture
+// selects and its loader (gate/model_class.hpp), the scheme, the dimensions
+// per rank, the post-load scale processing and the kernel's decode.
 #pragma once
 
 #include "json/strict_json.hpp"
@@ -75,11 +78,38 @@ struct ScaleFacts {
   bool block_scales_read = true;
 };
 
+// The deployment gate judges: TP degree, and EP degree (1: experts not
+// distributed by expert parallelism).
+struct Deployment {
+  unsigned tp = 1;
+  unsigned ep = 1;
+};
+
+// What one rank holds of the routed experts under `deployment` on backend
+// `b`'s runtime: experts per rank (the largest rank's), the inner dimension
+// per rank as the runtime pads it, and the routed experts' checkpoint bytes
+// that rank loads (padding not counted). nullopt problem: the runtime accepts
+// the split.
+struct RankShare {
+  std::uint64_t experts = 0;            // per rank, the most any rank holds
+  std::uint64_t intermediate = 0;       // per rank, before padding
+  std::uint64_t padded_intermediate = 0;  // as the runtime allocates it
+  std::string padding_rule;              // where the padding comes from ("" when none)
+  double bytes = 0;                      // routed-expert checkpoint bytes one rank loads (the largest rank)
+  std::optional<std::string> problem;    // why the runtime refuses this split
+  std::vector<std::string> notes;
+};
 struct Verdict {
   const RuntimeBackend* backend = nullptr;
   ActivationDtype dtype = ActivationDtype::Bf16;
   unsigned tp = 1;
-  enum Kind { Run, Blocked, Unverified } kind = Run;
+  unsigned ep = 1;
+  RankShare share;  // what one rank holds under this deployment
+  // UNKNOWN: gate has no rule for the model class the architecture selects,
+  // so whether its loader reads every expert tensor is not known.
+  enum Kind { Run, Blocked, Unverified, Unknown } kind = Run;
+  std::string architecture;  // config.json "architectures"[0]; "" when none
+  std::string model_class;   // what the release builds for it; "" when gate has no rule
   bool scheme_selected = false;      // the scheme rule chose the NVFP4A16 MoE method
   std::vector<std::string> reasons;  // why BLOCKED (every one) or why UNVERIFIED
   std::vector<std::string> notes;    // facts that do not block
@@ -90,8 +120,15 @@ std::string_view verdict_name(Verdict::Kind k);
 // runs, else why not.
 std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& dims, unsigned tp);
 
-Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, unsigned tp,
-                      const std::vector<SchemeFacts>& schemes, const MoeDims& dims, const ScaleFacts& scales);
+RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, const MoeDims& dims,
+                     const Deployment& deployment);
+
+Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Deployment& deployment,
+                      std::string_view architecture, const std::vector<SchemeFacts>& schemes, const MoeDims& dims,
+                      const ScaleFacts& scales);
+
+// config.json's "architectures"[0] ("" when absent or not a string array).
+std::string architecture_of(const Json& config);
 
 // MoE dimensions from modules' (name, rows, K) — the first gate projection's
 // shape; nullopt when there is no routed expert (parse_expert_module,

@@ -400,9 +400,12 @@ std::string outside_grid(const Flagged& other) {
 
 std::string size_section(const Report& r) {
   std::string html = "<h2>Size</h2>\n";
-  if (r.source_tensor_bytes > 0) {
-    const double a = static_cast<double>(r.source_tensor_bytes);
-    const double b = static_cast<double>(r.target_tensor_bytes);
+  const auto bytes = [](const Measured<std::uint64_t>& n) { return n ? human_bytes(*n) : std::string("not written"); };
+  const auto count = [](const Measured<std::uint64_t>& n) { return n ? fmt::format("{}", *n) : std::string("not written"); };
+  const auto change = r.size_change_percent();
+  if (r.source_tensor_bytes.value_or(0) > 0) {
+    const double a = static_cast<double>(*r.source_tensor_bytes);
+    const double b = static_cast<double>(r.target_tensor_bytes.value_or(0));
     const double scale = 600.0 / std::max(a, b);
     html += fmt::format(
         "<svg class=\"size\" xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"50\" viewBox=\"0 0 760 50\">"
@@ -410,21 +413,27 @@ std::string size_section(const Report& r) {
         "<text x=\"{:.1f}\" y=\"17\" font-size=\"12\">{}</text>"
         "<rect x=\"60\" y=\"28\" width=\"{:.1f}\" height=\"18\" fill=\"#2563eb\"/><text x=\"0\" y=\"41\" font-size=\"12\">NVFP4</text>"
         "<text x=\"{:.1f}\" y=\"41\" font-size=\"12\">{}</text></svg>\n",
-        a * scale, 66 + a * scale, human_bytes(r.source_tensor_bytes), b * scale, 66 + b * scale,
-        r.target_tensor_bytes ? human_bytes(r.target_tensor_bytes) : "not written");
-    html += fmt::format("<p>Tensor data {} &rarr; {} ({:+.2f}%): FP8 block scales per 16 values instead of E8M0 per 32, "
+        a * scale, 66 + a * scale, human_bytes(*r.source_tensor_bytes), b * scale, 66 + b * scale,
+        bytes(r.target_tensor_bytes));
+    html += fmt::format("<p>Tensor data {} &rarr; {}{}: FP8 block scales per 16 values instead of E8M0 per 32, "
                         "plus one FP32 global per module; packed FP4 bytes are unchanged.</p>\n",
-                        human_bytes(r.source_tensor_bytes), human_bytes(r.target_tensor_bytes), r.size_change_percent());
+                        human_bytes(*r.source_tensor_bytes), bytes(r.target_tensor_bytes),
+                        change ? fmt::format(" ({:+.2f}%)", *change) : "");
   }
+  // A convert that wrote nothing (refused) copied nothing: its counts of
+  // what SRC holds are not what DST received.
+  const bool wrote = r.command != Command::Convert || r.target_tensor_bytes.has_value();
   html += "<table>";
-  html += row({"pass-through tensors copied", fmt::format("{}", r.passthrough_tensors)});
-  html += row({"companion files copied", fmt::format("{}", r.companion_files)});
-  if (r.active_groups + r.zero_groups) {
-    html += row({"active / all-zero 32-groups", fmt::format("{} / {}", r.active_groups, r.zero_groups)});
+  html += row({"pass-through tensors copied", wrote ? count(r.passthrough_tensors) : "not written"});
+  html += row({"companion files copied", wrote ? count(r.companion_files) : "not written"});
+  if (r.active_groups && r.zero_groups && *r.active_groups + *r.zero_groups) {
+    html += row({"active / all-zero 32-groups", fmt::format("{} / {}", *r.active_groups, *r.zero_groups)});
   }
-  html += row({"zero-group scales canonicalised to 0x00", fmt::format("{}", r.canonicalised_zero_groups)});
-  html += row({"active groups Marlin would zero", fmt::format("{}", r.marlin_zeroed_groups)});
-  if (r.resumed_shards) html += row({"shards reused by --resume", fmt::format("{}", r.resumed_shards)});
+  if (r.canonicalised_zero_groups) {
+    html += row({"zero-group scales canonicalised to 0x00", count(r.canonicalised_zero_groups)});
+  }
+  if (r.marlin_zeroed_groups) html += row({"active groups Marlin would zero", count(r.marlin_zeroed_groups)});
+  if (r.resumed_shards.value_or(0)) html += row({"shards reused by --resume", count(r.resumed_shards)});
   return html + "</table>\n";
 }
 

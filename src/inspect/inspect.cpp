@@ -32,7 +32,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   r.scale_groups = source.modules.scale_groups.size();
   r.companion_files = ck.companions.size();
   r.source_tensor_bytes = ck.tensor_bytes();
-  const TargetTotals totals = target_totals(r.source_tensor_bytes, ck.tensor_count(), source.modules);
+  const TargetTotals totals = target_totals(*r.source_tensor_bytes, ck.tensor_count(), source.modules);
   r.target_tensor_bytes = totals.tensor_bytes;
   r.passthrough_tensors = totals.passthrough_tensors;
 

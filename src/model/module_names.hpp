@@ -13,7 +13,7 @@
 //               or w2|down_proj (down), after a non-empty parent P ("P.w1").
 //   expert      the parent is "X.E", X non-empty and E 1 to 9 decimal
 //               digits: expert E of the MoE layer X. This is how the
-//               runtimes name the experts of a fused MoE layer (vLLM 0.33.0
+//               runtimes name the experts of a fused MoE layer (vLLM 0.34.0
 //               checks `<layer>.0.<proj>` against `ignore`,
 //               compressed_tensors_moe.py:28-58), and the rule gate's
 //               runtime probe reads (python/mx2nv/runtime_probe.py).

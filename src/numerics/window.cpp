@@ -8,9 +8,9 @@
 namespace mx2nv {
 namespace {
 
-// Global range for the Marlin path, from vLLM 0.33.0 and SGLang 0.5.23 (README
+// Global range for the Marlin path, from vLLM 0.34.0 and SGLang 0.5.23 (README
 // "Windows and what the runtimes do with them"): the multiplier 2^m is scaled by
-// 2^7 in fp16 (vllm/.../utils/marlin_utils_fp4.py:144-156; sglang/srt/layers/
+// 2^7 in fp16 (vllm/.../utils/marlin_utils_fp4.py:133-145; sglang/srt/layers/
 // quantization/marlin_utils_fp4.py:47-60, after a cast to the activation dtype at
 // :519-520) and, for w2, folded into the fp16 top-k routing weight by the kernel.
 // 2^(m+7) must be a normal fp16 (>= 2^-14) and at most 65504 (< 2^16): m in [-21, 8].
@@ -31,7 +31,7 @@ constexpr std::array<WindowInfo, 2> kWindows{{
       kFp16MinNormalPow2 - kMarlinGlobalBias + kRoutingWeightHeadroom},
      "block scales in [2^-6, 2^8] and global multiplier in [2^-21, 2^8]: exact through vLLM's and SGLang's FP4 "
      "Marlin path in fp16 and bf16 (span <= 14, default)",
-     "vLLM 0.33.0 Marlin and SGLang 0.5.23 Marlin, fp16 and bf16"},
+     "vLLM 0.34.0 Marlin and SGLang 0.5.23 Marlin, fp16 and bf16"},
     {Window::E4M3, "e4m3",
      {kE4M3MinPow2, kE4M3MaxPow2, -kFloatMaxPow2, -kFloatMinNormalPow2, -kFloatMaxPow2},
      "block scales in [2^-9, 2^8], any normal FP32 global: exact on disk only (span <= 17)",

@@ -79,6 +79,8 @@ void check_object(const Part& p, const Json& v, std::string_view path, std::init
   }
 }
 
+using Figure = std::optional<std::uint64_t>;  // nullopt: null in the report, not computed
+
 std::uint64_t uint_at(const Part& p, const Json& v, std::string_view path) {
   if (v.is_number_unsigned()) return v.get<std::uint64_t>();
   if (v.is_number_integer()) {
@@ -120,6 +122,18 @@ std::optional<double> error_at(const Part& p, const Json& v, std::string_view pa
     return std::nullopt;
   }
   return finite_at(p, v, path);
+}
+
+// A figure: a non-negative integer, or null (not computed).
+Figure figure_at(const Part& p, const Json& v, std::string_view path) {
+  if (v.is_null()) return std::nullopt;
+  return uint_at(p, v, path);
+}
+
+// A whole-checkpoint bound (counts.modules, counts.scale_groups): 0 when not computed.
+std::uint64_t bound_of(const Json& counts, const char* key) {
+  const Json& v = counts[key];
+  return v.is_null() ? 0 : v.get<std::uint64_t>();
 }
 
 const std::string& string_at(const Part& p, const Json& v, std::string_view path) {
@@ -229,9 +243,11 @@ void global_conflicts_at(const Part& p, const Json& v, std::uint64_t scale_group
 struct PartData {
   std::uint64_t index = 0, count = 1;  // shard_subset I/N; a whole report is 0/1
   std::string result;
-  std::uint64_t active_groups = 0, zero_groups = 0, marlin_zeroed_groups = 0, passthrough_tensors = 0;
-  std::uint64_t values_compared = 0, mismatches = 0;
+  // The counts each part makes over its own shards, by key (per_part_count).
+  std::map<std::string, Figure, std::less<>> counts;
+  Figure values_compared, mismatches;
   std::optional<double> max_abs_error;  // nullopt: "inf"
+  bool max_abs_error_computed = true;   // false: null
   double seconds = 0;
   Json error;  // {error, error_kind, exit_code} for result "error"
   Json whole;  // the fields every part computes on the whole checkpoint
@@ -243,7 +259,7 @@ namespace {
 // the whole checkpoint's, the same in every part.
 bool per_part_count(std::string_view key) {
   return key == "active_groups" || key == "zero_groups" || key == "marlin_zeroed_groups" ||
-         key == "passthrough_tensors";
+         key == "passthrough_tensors" || key == "canonicalised_zero_groups" || key == "raised_globals";
 }
 
 // A verify report of this schema from mx2nv: its keys, window and provenance.
@@ -288,20 +304,20 @@ Json read_counts(const Part& p, const Json& j, PartData& d) {
                 "passthrough_tensors", "companion_files"});
   Json whole_counts = Json::object();
   for (const auto& [key, value] : counts.items()) {
-    const std::uint64_t n = uint_at(p, value, join("counts", key));
-    if (!per_part_count(key)) whole_counts[key] = n;
+    const Figure n = figure_at(p, value, join("counts", key));
+    if (per_part_count(key)) {
+      d.counts[key] = n;
+    } else {
+      whole_counts[key] = n ? Json(*n) : Json(nullptr);
+    }
   }
-  d.active_groups = counts["active_groups"].get<std::uint64_t>();
-  d.zero_groups = counts["zero_groups"].get<std::uint64_t>();
-  d.marlin_zeroed_groups = counts["marlin_zeroed_groups"].get<std::uint64_t>();
-  d.passthrough_tensors = counts["passthrough_tensors"].get<std::uint64_t>();
   return whole_counts;
 }
 
 // The part's own results and sizes, and the whole checkpoint's refusals.
 void read_results(const Part& p, const Json& j, PartData& d, const Json& whole_counts) {
-  const std::uint64_t modules = whole_counts["modules"].get<std::uint64_t>();
-  const std::uint64_t scale_groups = whole_counts["scale_groups"].get<std::uint64_t>();
+  const std::uint64_t modules = bound_of(whole_counts, "modules");
+  const std::uint64_t scale_groups = bound_of(whole_counts, "scale_groups");
   if (j.contains("shard_subset")) std::tie(d.index, d.count) = subset_at(p, j["shard_subset"]);
   // A part records where SRC and DST resolved when it was verified (the
   // merge keeps its report out of those too); a whole report does not.
@@ -317,13 +333,17 @@ void read_results(const Part& p, const Json& j, PartData& d, const Json& whole_c
     if (uint_at(p, j["merged_parts"], "merged_parts") == 0) p.bad("merged_parts", "must be at least 1");
     if (j.contains("shard_subset")) p.contradicts("a merged report (merged_parts) is not a part (shard_subset)");
   }
-  uint_at(p, j["source_tensor_bytes"], "source_tensor_bytes");
-  uint_at(p, j["target_tensor_bytes"], "target_tensor_bytes");
-  finite_at(p, j["size_change_percent"], "size_change_percent");
-  d.values_compared = uint_at(p, j["values_compared"], "values_compared");
-  d.mismatches = uint_at(p, j["mismatches"], "mismatches");
-  d.max_abs_error = error_at(p, j["max_abs_error"], "max_abs_error");
+  figure_at(p, j["source_tensor_bytes"], "source_tensor_bytes");
+  figure_at(p, j["target_tensor_bytes"], "target_tensor_bytes");
+  if (!j["size_change_percent"].is_null()) finite_at(p, j["size_change_percent"], "size_change_percent");
+  d.values_compared = figure_at(p, j["values_compared"], "values_compared");
+  d.mismatches = figure_at(p, j["mismatches"], "mismatches");
+  d.max_abs_error_computed = !j["max_abs_error"].is_null();
+  if (d.max_abs_error_computed) d.max_abs_error = error_at(p, j["max_abs_error"], "max_abs_error");
   if (d.max_abs_error && *d.max_abs_error < 0) p.bad("max_abs_error", "must not be negative");
+  if (d.values_compared.has_value() != d.mismatches.has_value() || d.mismatches.has_value() != d.max_abs_error_computed) {
+    p.contradicts("values_compared, mismatches and max_abs_error are computed together (all numbers or all null)");
+  }
   d.seconds = non_negative_at(p, j["seconds"], "seconds");
   over_span_at(p, j["over_span"], "over_span", modules);
   strings_at(p, j["unrepresentable_globals"], "unrepresentable_globals", scale_groups, "counts.scale_groups");
@@ -439,20 +459,22 @@ void read_outcome(const Part& p, const Json& j, PartData& d) {
       p.contradicts("result \"{}\" exits {}, not {}", d.result, ok ? kExitOk : kExitRefusedOrMismatch, exit);
     }
     const std::size_t differences = j["differences"].size();
-    if (ok && (d.mismatches > 0 || differences > 0)) {
-      p.contradicts("result \"ok\" with {} mismatches and {} differences", d.mismatches, differences);
+    const std::uint64_t mismatches = d.mismatches.value_or(0);
+    if (ok && !d.mismatches) p.contradicts("result \"ok\" without the values compared");
+    if (ok && (mismatches > 0 || differences > 0)) {
+      p.contradicts("result \"ok\" with {} mismatches and {} differences", mismatches, differences);
     }
-    if (!ok && d.mismatches == 0 && differences == 0) p.contradicts("result \"mismatch\" without a mismatch or difference");
+    if (!ok && mismatches == 0 && differences == 0) p.contradicts("result \"mismatch\" without a mismatch or difference");
     // max_abs_error is measured over the mismatching values only: 0 exactly when there are none.
     const bool error_measured = !d.max_abs_error || *d.max_abs_error > 0;
-    if (error_measured != (d.mismatches > 0)) {
-      p.contradicts("{} mismatches, but max_abs_error is {}", d.mismatches, j["max_abs_error"].dump());
+    if (d.max_abs_error_computed && error_measured != (mismatches > 0)) {
+      p.contradicts("{} mismatches, but max_abs_error is {}", mismatches, j["max_abs_error"].dump());
     }
   } else {
     p.bad("result", "is \"{}\", not ok, mismatch or error", excerpt(d.result));
   }
-  if (d.mismatches > d.values_compared) {
-    p.contradicts("{} mismatches among {} values compared", d.mismatches, d.values_compared);
+  if (d.mismatches.value_or(0) > d.values_compared.value_or(0)) {
+    p.contradicts("{} mismatches among {} values compared", d.mismatches.value_or(0), d.values_compared.value_or(0));
   }
 }
 
@@ -460,7 +482,7 @@ PartData read_part(const Part& p, const Json& j) {
   PartData d;
   check_report_keys(p, j);
   Json whole_counts = read_counts(p, j, d);
-  const std::uint64_t modules = whole_counts["modules"].get<std::uint64_t>();
+  const std::uint64_t modules = bound_of(whole_counts, "modules");
   read_results(p, j, d, whole_counts);
   const RequantizedRows requantized = read_requantized(p, j, modules);
   Json whole_overspan = read_overspan(p, j, modules, requantized);
@@ -633,18 +655,25 @@ void VerifyReportMerger::keep_whole(std::string_view name, PartData& d) {
 // What each part counts, lists or finds on its own shards.
 void VerifyReportMerger::add_results(std::string_view name, Json& j, PartData& d) {
   const bool in_error = d.result == "error";
-  const auto add = [&](std::uint64_t& total, std::uint64_t v, const char* key) {
+  const auto add = [&](std::uint64_t& total, std::uint64_t v, std::string_view key) {
     const auto sum = checked_add(total, v);
     if (!sum) fail_input("--merge: {}: \"{}\": the parts' {} add up past 2^64 - 1", name, key, key);
     total = *sum;
   };
-  add(active_groups_, d.active_groups, "counts.active_groups");
-  add(zero_groups_, d.zero_groups, "counts.zero_groups");
-  add(marlin_zeroed_groups_, d.marlin_zeroed_groups, "counts.marlin_zeroed_groups");
-  add(passthrough_tensors_, d.passthrough_tensors, "counts.passthrough_tensors");
-  add(values_compared_, d.values_compared, "values_compared");
-  add(mismatches_, d.mismatches, "mismatches");
-  if (!d.max_abs_error) {
+  // A figure a part did not compute makes the sum not computed.
+  const auto add_figure = [&](std::optional<std::uint64_t>& total, const Figure& v, std::string_view key) {
+    if (!total || !v) {
+      total.reset();
+      return;
+    }
+    add(*total, *v, key);
+  };
+  for (const auto& [key, value] : d.counts) add_figure(counts_.try_emplace(key, 0).first->second, value, join("counts", key));
+  add_figure(values_compared_, d.values_compared, "values_compared");
+  add_figure(mismatches_, d.mismatches, "mismatches");
+  if (!d.max_abs_error_computed) {
+    max_abs_error_computed_ = false;
+  } else if (!d.max_abs_error) {
     max_abs_error_infinite_ = true;
   } else {
     max_abs_error_ = std::max(max_abs_error_, *d.max_abs_error);
@@ -712,7 +741,7 @@ Json VerifyReportMerger::finish() const {
     fail(ErrorKind::Usage, "--merge: {} of {} parts missing: {}{} (each is verify SRC DST --shards I/{} --report FILE)",
          missing, count_, listed, missing > shown ? fmt::format(", and {} more", missing - shown) : "", count_);
   }
-  const std::uint64_t modules = whole_["counts"]["modules"].get<std::uint64_t>();
+  const std::uint64_t modules = bound_of(whole_["counts"], "modules");
   if (requantized_.size() > modules) {
     fail_input("--merge: the parts list {} requantized modules, more than counts.modules ({})", requantized_.size(),
                modules);
@@ -723,17 +752,17 @@ Json VerifyReportMerger::finish() const {
   merged["window"] = window_name(*window_);
   merged["provenance"] = provenance_;
   merged["counts"] = whole_["counts"];
-  merged["counts"]["active_groups"] = active_groups_;
-  merged["counts"]["zero_groups"] = zero_groups_;
-  merged["counts"]["marlin_zeroed_groups"] = marlin_zeroed_groups_;
-  merged["counts"]["passthrough_tensors"] = passthrough_tensors_;
+  const auto figure = [](const std::optional<std::uint64_t>& v) { return v ? Json(*v) : Json(nullptr); };
+  for (const auto& [key, value] : counts_) merged["counts"][key] = figure(value);
   for (const char* key : {"source_tensor_bytes", "target_tensor_bytes", "size_change_percent", "over_span",
                           "unrepresentable_globals", "global_conflicts"}) {
     merged[key] = whole_[key];
   }
-  merged["values_compared"] = values_compared_;
-  merged["mismatches"] = mismatches_;
-  merged["max_abs_error"] = max_abs_error_infinite_ ? Json("inf") : Json(max_abs_error_);
+  merged["values_compared"] = figure(values_compared_);
+  merged["mismatches"] = figure(mismatches_);
+  merged["max_abs_error"] = !max_abs_error_computed_ ? Json(nullptr)
+                            : max_abs_error_infinite_ ? Json("inf")
+                                                      : Json(max_abs_error_);
   if (!requantized_.empty()) {
     merged["requantized"] = Json::array();
     for (const auto& [module, row] : requantized_) merged["requantized"].push_back(row.first);

@@ -109,10 +109,13 @@ class VerifyReportMerger {
   bool whole_from_error_part_ = true;
 
   std::map<std::uint64_t, std::string> seen_;  // part index I -> its name
-  std::uint64_t active_groups_ = 0, zero_groups_ = 0, marlin_zeroed_groups_ = 0, passthrough_tensors_ = 0;
-  std::uint64_t values_compared_ = 0, mismatches_ = 0, marlin_zeroed_blocks_ = 0;
+  // The parts' own counts, added up (per key of "counts"); nullopt once a
+  // part did not compute one.
+  std::map<std::string, std::optional<std::uint64_t>, std::less<>> counts_;
+  std::optional<std::uint64_t> values_compared_ = 0, mismatches_ = 0;
+  std::uint64_t marlin_zeroed_blocks_ = 0;
   double max_abs_error_ = 0;
-  bool max_abs_error_infinite_ = false;
+  bool max_abs_error_infinite_ = false, max_abs_error_computed_ = true;
   bool any_mismatch_ = false;
   std::optional<std::pair<std::uint64_t, Json>> error_;  // lowest part index in error -> {error, error_kind, exit_code}
   double seconds_ = 0;

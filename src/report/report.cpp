@@ -56,10 +56,10 @@ Report failed_report(Command command, Window window, Provenance provenance, cons
   return r;
 }
 
-double Report::size_change_percent() const {
-  if (source_tensor_bytes == 0) return 0;
-  return 100.0 * (static_cast<double>(target_tensor_bytes) - static_cast<double>(source_tensor_bytes)) /
-         static_cast<double>(source_tensor_bytes);
+std::optional<double> Report::size_change_percent() const {
+  if (!source_tensor_bytes || !target_tensor_bytes || *source_tensor_bytes == 0) return std::nullopt;
+  return 100.0 * (static_cast<double>(*target_tensor_bytes) - static_cast<double>(*source_tensor_bytes)) /
+         static_cast<double>(*source_tensor_bytes);
 }
 
 void Report::set_error(const Error& e) {
@@ -81,6 +81,11 @@ Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts) {
 }
 
 namespace {
+
+template <typename T>
+Json figure(const Measured<T>& m) {
+  return m ? Json(*m) : Json(nullptr);
+}
 
 Json over_span_row(const OverSpan& o) {
   return {{"module", json_text(o.module)}, {"span", o.span}, {"limit", o.limit}, {"groups_outside", o.groups_outside}};
@@ -137,7 +142,7 @@ Json overspan_to_json(const Report& r) {
           {"lossy", !r.requantized.empty()},
           {"resolved_over_span", over_span_to_json(r.resolved_over_span)},
           {"bf16_layers", bf16_layers_to_json(r.bf16_layers)},
-          {"requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks}};
+          {"requantized_marlin_zeroed_blocks", figure(r.requantized_marlin_zeroed_blocks)}};
 }
 
 // The document; with `rows` false, the top-level per-module arrays
@@ -151,36 +156,38 @@ Json report_document(const Report& r, bool rows) {
       {"tool", "mx2nv"}, {"tool_version", r.provenance.tool_version}, {"source", json_text(r.provenance.source)}};
   j["provenance"]["revision"] = r.provenance.revision ? Json(json_text(*r.provenance.revision)) : Json(nullptr);
   if (!r.provenance.target.empty()) j["provenance"]["target"] = json_text(r.provenance.target);
-  j["counts"] = {{"shards", r.shards},
-                 {"resumed_shards", r.resumed_shards},
-                 {"modules", r.modules},
-                 {"scale_groups", r.scale_groups},
-                 {"active_groups", r.active_groups},
-                 {"zero_groups", r.zero_groups},
-                 {"canonicalised_zero_groups", r.canonicalised_zero_groups},
-                 {"marlin_zeroed_groups", r.marlin_zeroed_groups},
-                 {"raised_globals", r.raised_globals},
+  j["counts"] = {{"shards", figure(r.shards)},
+                 {"resumed_shards", figure(r.resumed_shards)},
+                 {"modules", figure(r.modules)},
+                 {"scale_groups", figure(r.scale_groups)},
+                 {"active_groups", figure(r.active_groups)},
+                 {"zero_groups", figure(r.zero_groups)},
+                 {"canonicalised_zero_groups", figure(r.canonicalised_zero_groups)},
+                 {"marlin_zeroed_groups", figure(r.marlin_zeroed_groups)},
+                 {"raised_globals", figure(r.raised_globals)},
                  {"global_conflicts", r.global_conflicts.size()},
-                 {"passthrough_tensors", r.passthrough_tensors},
-                 {"companion_files", r.companion_files}};
+                 {"passthrough_tensors", figure(r.passthrough_tensors)},
+                 {"companion_files", figure(r.companion_files)}};
   if (r.command == Command::Convert) j["already_complete"] = r.already_complete;
   if (!r.shard_subset.empty()) {
     j["shard_subset"] = r.shard_subset;
     j["resolved"] = {{"source", json_text(r.resolved_source)}, {"target", json_text(r.resolved_target)}};
   }
-  if (!r.groups_counted) j["counts"]["active_groups"] = j["counts"]["zero_groups"] = nullptr;
   if (r.copy_mode) {
     j["copy"] = {{"mode", copy_mode_name(*r.copy_mode)},
-                 {"shared_bytes", r.shared_bytes},
-                 {"copied_bytes", r.copied_bytes},
-                 {"written_bytes", r.written_bytes}};
+                 {"shared_bytes", figure(r.shared_bytes)},
+                 {"copied_bytes", figure(r.copied_bytes)},
+                 {"written_bytes", figure(r.written_bytes)}};
   }
-  j["source_tensor_bytes"] = r.source_tensor_bytes;
-  j["target_tensor_bytes"] = r.target_tensor_bytes;
-  j["size_change_percent"] = std::round(r.size_change_percent() * 1e4) / 1e4;
-  j["values_compared"] = r.values_compared;
-  j["mismatches"] = r.mismatches;
-  j["max_abs_error"] = std::isfinite(r.max_abs_error) ? Json(r.max_abs_error) : Json("inf");
+  j["source_tensor_bytes"] = figure(r.source_tensor_bytes);
+  j["target_tensor_bytes"] = figure(r.target_tensor_bytes);
+  const auto change = r.size_change_percent();
+  j["size_change_percent"] = change ? Json(std::round(*change * 1e4) / 1e4) : Json(nullptr);
+  j["values_compared"] = figure(r.values_compared);
+  j["mismatches"] = figure(r.mismatches);
+  j["max_abs_error"] = !r.max_abs_error                 ? Json(nullptr)
+                       : std::isfinite(*r.max_abs_error) ? Json(*r.max_abs_error)
+                                                         : Json("inf");
   j["over_span"] = rows ? over_span_to_json(r.over_span) : Json::array();
   if (r.command == Command::Requantize || !r.requantized.empty()) {
     j["requantized"] = rows ? requantized_to_json(r.requantized) : Json::array();

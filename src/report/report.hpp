@@ -10,8 +10,10 @@
 #include "plan/plan.hpp"
 #include "sys/copy_engine.hpp"
 
+#include <compare>
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +53,57 @@ struct Fingerprint {
   std::uint64_t source_files = 0, target_files = 0;
 };
 
+// A figure of a report: absent until the command computes it, and then
+// written; absent figures are JSON null ("not computed", never 0). `+=` and
+// `=` mark it computed, so the code that counts is the code that says so.
+template <typename T>
+class Measured {
+ public:
+  Measured() = default;
+  Measured& operator=(T v) {
+    value_ = v;
+    return *this;
+  }
+  Measured& operator+=(T v) {
+    value_ = value_.value_or(T{}) + v;
+    return *this;
+  }
+  void reset() { value_.reset(); }
+  bool has_value() const { return value_.has_value(); }
+  explicit operator bool() const { return value_.has_value(); }
+  T operator*() const { return *value_; }
+  T value_or(T fallback) const { return value_.value_or(fallback); }
+  const std::optional<T>& get() const { return value_; }
+  bool operator==(const Measured&) const = default;
+  // An absent figure equals no number and is unordered against every one.
+  friend bool operator==(const Measured& m, T v) { return m.value_ && *m.value_ == v; }
+  friend std::partial_ordering operator<=>(const Measured& m, T v) {
+    if (!m.value_) return std::partial_ordering::unordered;
+    return *m.value_ <=> v;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Measured& m) {
+    if (!m.value_) return os << "null";
+    return os << *m.value_;
+  }
+
+ private:
+  std::optional<T> value_;
+};
+
+}  // namespace mx2nv
+
+// Text output prints an absent figure as "not computed", never as 0.
+template <typename T>
+struct fmt::formatter<mx2nv::Measured<T>> : fmt::formatter<T> {
+  template <typename Context>
+  auto format(const mx2nv::Measured<T>& m, Context& ctx) const {
+    if (!m) return fmt::format_to(ctx.out(), "not computed");
+    return fmt::formatter<T>::format(*m, ctx);
+  }
+};
+
+namespace mx2nv {
+
 // verify lists the first this many differences, then "... and K more"
 // (`verify --merge` reads partial reports by the same rule).
 inline constexpr std::size_t kMaxReportedDifferences = 200;
@@ -62,16 +115,16 @@ struct Report {
   Window window = Window::Marlin;
   Provenance provenance;
 
-  std::uint64_t modules = 0;
-  std::uint64_t scale_groups = 0;  // distinct global scales (gate/up pairs count once)
-  std::uint64_t active_groups = 0;
-  std::uint64_t zero_groups = 0;
-  std::uint64_t canonicalised_zero_groups = 0;
-  std::uint64_t marlin_zeroed_groups = 0;
-  std::uint64_t passthrough_tensors = 0;
-  std::uint64_t companion_files = 0;
-  std::uint64_t shards = 0;
-  std::uint64_t resumed_shards = 0;  // convert --resume: finished shards reused
+  Measured<std::uint64_t> modules;
+  Measured<std::uint64_t> scale_groups;  // distinct global scales (gate/up pairs count once)
+  Measured<std::uint64_t> active_groups;
+  Measured<std::uint64_t> zero_groups;
+  Measured<std::uint64_t> canonicalised_zero_groups;
+  Measured<std::uint64_t> marlin_zeroed_groups;
+  Measured<std::uint64_t> passthrough_tensors;
+  Measured<std::uint64_t> companion_files;
+  Measured<std::uint64_t> shards;
+  Measured<std::uint64_t> resumed_shards;  // convert --resume: finished shards reused
   std::string shard_subset;          // verify --shards I/N: the part this report covers ("" = all)
   // verify --shards I/N: SRC and DST as they resolved when the part was
   // verified (every symlink followed), so that verify --merge keeps its
@@ -80,40 +133,41 @@ struct Report {
   std::string resolved_source, resolved_target;
   bool already_complete = false;     // convert --resume: DST already held this conversion; nothing was written
 
-  // 32-groups are counted only where mx2nv reads the packed bytes itself
-  // (verify; convert --copy copy): shared or kernel-copied bytes are not seen.
-  bool groups_counted = true;
+  // active_groups and zero_groups are counted only where mx2nv reads the
+  // packed bytes itself (verify; convert --copy copy): shared or
+  // kernel-copied bytes are not seen, and the figures stay null.
 
   // convert: how the output bytes came to be (README "Zero-copy output").
   std::optional<CopyMode> copy_mode;  // how unchanged bytes reach DST (--copy); none: no "copy" in the JSON
-  std::uint64_t shared_bytes = 0;     // unchanged bytes shared with SRC (reflink): no new data blocks
-  std::uint64_t copied_bytes = 0;     // unchanged bytes copied (copy_file_range or read/write)
-  std::uint64_t written_bytes = 0;    // new bytes: shard headers, scales, globals, config, index
+  Measured<std::uint64_t> shared_bytes;     // unchanged bytes shared with SRC (reflink): no new data blocks
+  Measured<std::uint64_t> copied_bytes;     // unchanged bytes copied (copy_file_range or read/write)
+  Measured<std::uint64_t> written_bytes;    // new bytes: shard headers, scales, globals, config, index
 
-  std::uint64_t source_tensor_bytes = 0;
-  std::uint64_t target_tensor_bytes = 0;
+  Measured<std::uint64_t> source_tensor_bytes;
+  Measured<std::uint64_t> target_tensor_bytes;
 
-  std::uint64_t values_compared = 0;
-  std::uint64_t mismatches = 0;
-  double max_abs_error = 0;
+  Measured<std::uint64_t> values_compared;
+  Measured<std::uint64_t> mismatches;
+  Measured<double> max_abs_error;
 
   std::vector<OverSpan> over_span;
   std::vector<std::string> unrepresentable_globals;  // scale groups no global exponent serves
   std::vector<GlobalConflict> global_conflicts;      // the same, with the ranges that do not meet
-  std::uint64_t raised_globals = 0;  // scale groups whose global is above k_max - 8 (the window's global range)
+  Measured<std::uint64_t> raised_globals;  // scale groups whose global is above k_max - 8 (the window's global range)
   std::vector<ModuleError> requantized;  // lossy modules, sorted by name
   // convert --overspan (absent from the JSON for fail): the choice, the
   // refusals it resolved (why), the BF16 layers with their size cost.
   OverSpanChoice overspan = OverSpanChoice::Fail;
   std::vector<OverSpan> resolved_over_span;
   std::vector<Bf16Layer> bf16_layers;
-  std::uint64_t requantized_marlin_zeroed_blocks = 0;
+  Measured<std::uint64_t> requantized_marlin_zeroed_blocks;
   std::optional<Fingerprint> fingerprint;  // verify, requantize: absent when DST could not be read
   std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
   std::string error;                     // the error message when result == "error"
   double seconds = 0;
 
-  double size_change_percent() const;
+  // null unless both tensor sizes were computed (and SRC's is not 0).
+  std::optional<double> size_change_percent() const;
   int exit_code() const { return mx2nv::exit_code(result, error_kind); }
   // Records `error` as this run's outcome (the error path's report is the
   // success path's report with result "error").

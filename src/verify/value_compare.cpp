@@ -2,6 +2,7 @@
 
 #include "numerics/formats.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -51,10 +52,17 @@ void compare_groups(std::span<const std::byte> src_packed, std::span<const std::
     std::memcpy(&d_lo, dp, 8);
     std::memcpy(&d_hi, dp + 8, 8);
     const bool bytes_equal = s_lo == d_lo && s_hi == d_hi;
-    ((s_lo | s_hi) & kMagnitudes) != 0 ? ++t.active_groups : ++t.zero_groups;
-    const double a = src_factor[std::to_integer<std::uint8_t>(src_scales[g])];
+    const auto src_byte = std::to_integer<std::uint8_t>(src_scales[g]);
+    const double a = src_factor[src_byte];
     const auto b0 = std::to_integer<std::uint8_t>(dst_scales[2 * g]);
     const auto b1 = std::to_integer<std::uint8_t>(dst_scales[2 * g + 1]);
+    if (((s_lo | s_hi) & kMagnitudes) != 0) {
+      ++t.active_groups;
+      t.max_active_scale = std::max(t.max_active_scale, static_cast<int>(src_byte));  // E8M0 orders as its bytes
+    } else {
+      ++t.zero_groups;
+      if (b0 == 0 && b1 == 0) ++t.canonical_zero_groups;
+    }
     // The common case: same codes, same factor for both halves, both scales
     // in Marlin's range. Everything else is examined half by half.
     if (bytes_equal && a == dst_factor[b0] && a == dst_factor[b1] && dst_scale[b0] >= min_marlin &&

@@ -34,6 +34,8 @@ struct CompareTally {
   std::uint64_t active_groups = 0;           // in the source
   std::uint64_t zero_groups = 0;
   std::uint64_t marlin_zeroed_groups = 0;    // target groups Marlin would flush (active half, scale < 2^-6)
+  std::uint64_t canonical_zero_groups = 0;   // source zero groups whose two target scale bytes are 0x00
+  int max_active_scale = -1;                 // largest source E8M0 byte of an active group; -1: none
   double max_abs_error = 0;
   std::vector<ValueMismatch> first_mismatches;  // capped at kMaxRecordedMismatches
 };

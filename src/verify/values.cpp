@@ -8,6 +8,7 @@
 #include "verify/checks.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mx2nv {
 namespace {
@@ -62,6 +63,36 @@ void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, C
   finished();
 }
 
+// Scale groups (a gate/up pair counts once) whose global is above the
+// lowest the window allows, k_max - max_exp, k_max being the group's largest
+// source exponent over active groups: what convert reports as raised_globals,
+// decided here from the two trees. Groups with no active group, or with a
+// module not exact (convert --overspan), are not counted. nullopt when this
+// verify --shards part does not hold every module of some group.
+std::optional<std::uint64_t> raised_globals(const VerifyContext& ctx, const std::vector<CompareTally>& tallies) {
+  const auto& modules = ctx.source.modules.modules;
+  const int max_exp = window_limits(ctx.options.window).max_exp;
+  std::uint64_t raised = 0;
+  for (const auto& members : ctx.source.modules.scale_groups) {
+    std::size_t selected = 0;
+    int k_max_byte = -1;
+    bool exact = true;
+    std::optional<float> global;
+    for (const std::size_t i : members) {
+      if (ctx.selected[modules[i].packed_shard]) ++selected;
+      if (ctx.treatment(i) != Treatment::Exact || !ctx.modules[i].global) exact = false;
+      if (ctx.modules[i].global) global = ctx.modules[i].global;
+      k_max_byte = std::max(k_max_byte, tallies[i].max_active_scale);
+    }
+    if (selected != 0 && selected != members.size()) return std::nullopt;
+    if (selected == 0 || !exact || k_max_byte < 0 || !global) continue;
+    // global = 2^-m: raised when m > k_max - max_exp.
+    const double m = -std::log2(static_cast<double>(*global));
+    if (m > static_cast<double>(k_max_byte - kE8M0Bias - max_exp)) ++raised;
+  }
+  return raised;
+}
+
 }  // namespace
 
 void check_values(const VerifyContext& ctx, Report& report) {
@@ -73,15 +104,23 @@ void check_values(const VerifyContext& ctx, Report& report) {
   parallel_for_with<ChunkBuffers>(order.size(), workers, [&](ChunkBuffers& buffers, std::size_t k) {
     compare_module(ctx, order[k], workers, buffers, tallies[order[k]]);
   });
+  report.values_compared = 0;
+  report.mismatches = 0;
+  report.max_abs_error = 0;
+  report.active_groups = 0;
+  report.zero_groups = 0;
+  report.marlin_zeroed_groups = 0;
+  report.canonicalised_zero_groups = 0;
   for (std::size_t i = 0; i < modules.size(); ++i) {
     const CompareTally& t = tallies[i];
     const QuantModule& m = modules[i];
+    report.canonicalised_zero_groups += t.canonical_zero_groups;
     report.values_compared += t.values;
     report.mismatches += t.mismatches;
     report.active_groups += t.active_groups;
     report.zero_groups += t.zero_groups;
     report.marlin_zeroed_groups += t.marlin_zeroed_groups;
-    report.max_abs_error = std::max(report.max_abs_error, t.max_abs_error);
+    report.max_abs_error = std::max(*report.max_abs_error, t.max_abs_error);
     if (t.packed_bytes_differing) {
       ctx.diff.add("{}: \"{}\": {} packed bytes differ from SRC", src.shards[m.packed_shard].file, m.packed_name(),
                    t.packed_bytes_differing);
@@ -99,6 +138,7 @@ void check_values(const VerifyContext& ctx, Report& report) {
                    m.name, t.marlin_zeroed_groups);
     }
   }
+  if (const auto raised = raised_globals(ctx, tallies)) report.raised_globals = *raised;
 }
 
 }  // namespace mx2nv

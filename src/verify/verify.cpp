@@ -95,7 +95,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
     report.fingerprint = before;
   }
   report.differences = diff.take();
-  if (diff.count() > 0 || report.mismatches > 0) report.result = Outcome::Mismatch;
+  if (diff.count() > 0 || report.mismatches.value_or(0) > 0) report.result = Outcome::Mismatch;
   report.seconds = seconds_since(started);
   progress.done();
   return report;

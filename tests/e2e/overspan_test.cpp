@@ -179,8 +179,8 @@ TEST(OverSpanBf16, EveryExpertOfTheAffectedLayerIsExactBf16AndIgnored) {
   const Inspection in = inspect_checkpoint(d / "src", Window::Marlin, 2);
   ASSERT_TRUE(in.overspan.has_value());
   ASSERT_EQ(in.overspan->bf16_layers.size(), 1u);
-  EXPECT_EQ(static_cast<std::int64_t>(in.report.target_tensor_bytes) + in.overspan->bf16_size_change,
-            static_cast<std::int64_t>(r.target_tensor_bytes));
+  EXPECT_EQ(static_cast<std::int64_t>(*in.report.target_tensor_bytes) + in.overspan->bf16_size_change,
+            static_cast<std::int64_t>(*r.target_tensor_bytes));
   EXPECT_EQ(inspection_to_json(in)["overspan"]["bf16"]["size_change_bytes"], in.overspan->bf16_size_change);
   EXPECT_EQ(report_to_json(r)["overspan"]["bf16_layers"][0]["size_cost_bytes"],
             static_cast<std::int64_t>(layer.bf16_bytes - layer.nvfp4_bytes));

@@ -108,11 +108,10 @@ TEST_P(ZeroCopy, ConvertVerifyWithEveryCopyMode) {
   const Report c = convert_checkpoint(opts("copy", CopyMode::Copy));
   ASSERT_EQ(c.result, Outcome::Ok);
   EXPECT_EQ(c.shared_bytes, 0u);
-  EXPECT_TRUE(c.groups_counted);
   EXPECT_GT(c.active_groups, 0u);
   // Every output byte is accounted for, whatever the method.
   for (const Report* r : {&a, &c}) {
-    EXPECT_EQ(r->shared_bytes + r->copied_bytes, c.copied_bytes);
+    EXPECT_EQ(*r->shared_bytes + *r->copied_bytes, c.copied_bytes);
     EXPECT_EQ(r->written_bytes, c.written_bytes);
   }
   EXPECT_TRUE(snapshot(root / "auto") == snapshot(root / "copy")) << "outputs differ between --copy auto and copy";
@@ -134,13 +133,13 @@ TEST_P(ZeroCopy, ConvertVerifyWithEveryCopyMode) {
     ASSERT_EQ(r.result, Outcome::Ok);
     EXPECT_TRUE(snapshot(root / "reflink") == snapshot(root / "copy")) << "outputs differ between reflink and copy";
     // All unchanged bytes but partial blocks at tensor ends are shared...
-    EXPECT_GT(r.shared_bytes, r.copied_bytes * 10);
+    EXPECT_GT(*r.shared_bytes, *r.copied_bytes * 10);
     EXPECT_EQ(a.shared_bytes, r.shared_bytes);
     // ...and take no new space: DST adds its new and copied bytes (here
     // ~0.4 MB) plus the file system's own blocks (XFS allocates inodes in
     // 32 KiB chunks; btree blocks), far less than the ~2 MB it shares, which a
     // copy would add again.
-    EXPECT_LT(added, a.shared_bytes / 2) << "DST added " << added << " bytes on disk; written " << a.written_bytes
+    EXPECT_LT(added, *a.shared_bytes / 2) << "DST added " << added << " bytes on disk; written " << a.written_bytes
                                          << ", copied " << a.copied_bytes << ", shared " << a.shared_bytes;
   } else {
     EXPECT_EQ(a.shared_bytes, 0u);
