@@ -53,6 +53,7 @@ std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, con
 void add_overspan_report(Report& report, const SourceCheckpoint& source, const Plan& plan, unsigned threads) {
   report.overspan = plan.overspan;
   report.requantized = measure_requantized(source, plan, threads);
+  report.requantized_marlin_zeroed_blocks = 0;
   for (const auto& m : report.requantized) report.requantized_marlin_zeroed_blocks += m.marlin_zeroed_blocks;
   report.bf16_layers = bf16_layers(source.modules, plan);
   report.resolved_over_span = plan.resolved_over_span;

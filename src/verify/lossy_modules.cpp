@@ -84,6 +84,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
 void check_rewritten_values(const VerifyContext& ctx, Report& report) {
   const auto& modules = ctx.source.modules.modules;
   if (ctx.treatments.empty()) return;
+  report.requantized_marlin_zeroed_blocks = 0;  // this part's, possibly none
   std::vector<std::size_t> rewritten;
   for (std::size_t i = 0; i < modules.size(); ++i) {
     if (ctx.treatment(i) != Treatment::Exact && ctx.selected[modules[i].packed_shard]) rewritten.push_back(i);

@@ -63,29 +63,59 @@ void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, C
   finished();
 }
 
+// The largest source E8M0 byte over a module's active groups (-1: none),
+// read from SRC alone: for a module of a scale group whose other members this
+// verify --shards part compares.
+int source_max_active_scale(const VerifyContext& ctx, std::size_t i) {
+  const QuantModule& m = ctx.source.modules.modules[i];
+  const Checkpoint& src = ctx.source.checkpoint;
+  const auto sp = src.files->open(m.packed_shard);
+  const auto ss = src.files->open(m.scale_shard);
+  const std::uint64_t total = m.group_count();
+  const std::uint64_t chunk = std::min<std::uint64_t>(total, stream_chunk_bytes(1) / kGroupBytes);
+  std::vector<std::byte> packed, scales;
+  int best = -1;
+  for (std::uint64_t start = 0; start < total; start += chunk) {
+    const std::uint64_t n = std::min(chunk, total - start);
+    packed.resize(n * kGroupBytes);
+    scales.resize(n);
+    sp->read_at(src.shards[m.packed_shard].data_start + m.packed.begin + start * kGroupBytes, packed);
+    ss->read_at(src.shards[m.scale_shard].data_start + m.scale.begin + start, scales);
+    for (std::size_t g = 0; g < n; ++g) {
+      bool active = false;
+      for (std::size_t b = 0; b < kGroupBytes && !active; ++b) active = (std::to_integer<unsigned>(packed[g * kGroupBytes + b]) & 0x77u) != 0;
+      if (active) best = std::max(best, static_cast<int>(std::to_integer<unsigned>(scales[g])));
+    }
+    throw_if_stopped();
+  }
+  return best;
+}
+
 // Scale groups (a gate/up pair counts once) whose global is above the
 // lowest the window allows, k_max - max_exp, k_max being the group's largest
 // source exponent over active groups: what convert reports as raised_globals,
 // decided here from the two trees. Groups with no active group, or with a
-// module not exact (convert --overspan), are not counted. nullopt when this
-// verify --shards part does not hold every module of some group.
-std::optional<std::uint64_t> raised_globals(const VerifyContext& ctx, const std::vector<CompareTally>& tallies) {
+// module not exact (convert --overspan), are not counted. A verify --shards
+// part counts the groups whose first module it holds.
+std::uint64_t raised_globals(const VerifyContext& ctx, const std::vector<CompareTally>& tallies) {
   const auto& modules = ctx.source.modules.modules;
   const int max_exp = window_limits(ctx.options.window).max_exp;
   std::uint64_t raised = 0;
   for (const auto& members : ctx.source.modules.scale_groups) {
-    std::size_t selected = 0;
+    if (!ctx.selected[modules[members[0]].packed_shard]) continue;  // another part's
     int k_max_byte = -1;
     bool exact = true;
     std::optional<float> global;
     for (const std::size_t i : members) {
-      if (ctx.selected[modules[i].packed_shard]) ++selected;
       if (ctx.treatment(i) != Treatment::Exact || !ctx.modules[i].global) exact = false;
       if (ctx.modules[i].global) global = ctx.modules[i].global;
-      k_max_byte = std::max(k_max_byte, tallies[i].max_active_scale);
     }
-    if (selected != 0 && selected != members.size()) return std::nullopt;
-    if (selected == 0 || !exact || k_max_byte < 0 || !global) continue;
+    if (!exact || !global) continue;
+    for (const std::size_t i : members) {
+      const int k = ctx.selected[modules[i].packed_shard] ? tallies[i].max_active_scale : source_max_active_scale(ctx, i);
+      k_max_byte = std::max(k_max_byte, k);
+    }
+    if (k_max_byte < 0) continue;
     // global = 2^-m: raised when m > k_max - max_exp.
     const double m = -std::log2(static_cast<double>(*global));
     if (m > static_cast<double>(k_max_byte - kE8M0Bias - max_exp)) ++raised;
@@ -138,7 +168,7 @@ void check_values(const VerifyContext& ctx, Report& report) {
                    m.name, t.marlin_zeroed_groups);
     }
   }
-  if (const auto raised = raised_globals(ctx, tallies)) report.raised_globals = *raised;
+  report.raised_globals = raised_globals(ctx, tallies);
 }
 
 }  // namespace mx2nv

@@ -11,9 +11,11 @@ namespace {
 
 using nlohmann::json;
 
-// A converted K3-shaped checkpoint: hidden 256, intermediate 128, 2 MoE layers.
-fs::path converted(const ScratchDir& d) {
+// A converted checkpoint: hidden 256, intermediate 128, 2 MoE layers; the
+// flat layout is DeepseekV3ForCausalLM, whose loaders both runtimes run.
+fs::path converted(const ScratchDir& d, FixtureLayout layout = FixtureLayout::Flat) {
   FixtureSpec spec;
+  spec.layout = layout;
   spec.hidden = 256;
   spec.intermediate = 128;
   spec.shards = 2;
@@ -52,6 +54,51 @@ TEST(Gate, Mx2nvOutputRunsOnEveryBackend) {
   EXPECT_EQ(j["result"], "RUN");
 }
 
+// Kimi K3's model class: vLLM 0.34.0's loader reads every expert tensor,
+// SGLang 0.5.23's renames weight_packed and never loads the packed codes.
+TEST(Gate, K3OnSglangIsBlockedByItsModelClassLoader) {
+  ScratchDir d;
+  const fs::path ck = converted(d, FixtureLayout::K3);
+  const json j = gate_json(ck, "", 1);
+  EXPECT_EQ(j["architecture"], "KimiK3ForConditionalGeneration");
+  for (const auto& v : j["verdicts"]) {
+    if (v["runtime"] == "sglang") {
+      EXPECT_EQ(v["verdict"], "BLOCKED");
+      EXPECT_EQ(v["model_class"], "KimiK3ForConditionalGeneration");
+      EXPECT_NE(v["reasons"][0].get<std::string>().find("kimi_k3.py:3207-3210"), std::string::npos);
+    } else {
+      EXPECT_EQ(v["verdict"], "RUN");
+    }
+  }
+  EXPECT_EQ(j["result"], "BLOCKED");
+  EXPECT_EQ(gate_json(ck, "--runtime vllm", 0)["result"], "RUN");
+  // An architecture gate has no loader rule for: UNKNOWN, never RUN.
+  std::string config = read_file(ck / "config.json");
+  const std::string arch = "\"KimiK3ForConditionalGeneration\"";
+  config.replace(config.find(arch), arch.size(), "\"SomeNewMoeForCausalLM\"");
+  write_file(ck / "config.json", config);
+  const json unknown = gate_json(ck, "--runtime vllm", 0);
+  EXPECT_EQ(unknown["result"], "UNKNOWN");
+  for (const auto& v : unknown["verdicts"]) {
+    EXPECT_EQ(v["verdict"], "UNKNOWN");
+    EXPECT_TRUE(v["model_class"].is_null());
+  }
+}
+
+// --ep: what one GPU holds, and SGLang's even split of the experts.
+TEST(Gate, ExpertParallelismPerGpu) {
+  ScratchDir d;
+  const fs::path ck = converted(d);
+  const json ep2 = gate_json(ck, "--tp 2 --ep 2", 0);
+  for (const auto& v : ep2["verdicts"]) {
+    EXPECT_EQ(v["ep"], 2);
+    EXPECT_EQ(v["per_rank"]["experts"], 2);  // 4 experts a layer over 2 ranks
+  }
+  const json ep3 = gate_json(ck, "--tp 3 --ep 3 --runtime sglang", 1);
+  EXPECT_EQ(ep3["verdicts"][0]["verdict"], "BLOCKED");
+  EXPECT_TRUE(ep3["verdicts"][0]["per_rank"]["experts"].is_null());
+}
+
 TEST(Gate, TooMuchTensorParallelismIsBlockedWithTheRule) {
   ScratchDir d;
   const fs::path ck = converted(d);
@@ -81,7 +128,7 @@ TEST(Gate, GateAndUpGlobalsThatDifferAreBlocked) {
   const fs::path ck = converted(d);
   // Halve one expert's w3 divisor and every one of its block scales (E4M3 byte
   // - 8 halves a normal power of two): the file's values stay right.
-  const std::string up = "language_model.model.layers.0.block_sparse_moe.experts.1.w3";
+  const std::string up = "model.layers.0.mlp.experts.1.up_proj";
   for (const auto& entry : fs::directory_iterator(ck)) {
     if (entry.path().extension() != ".safetensors") continue;
     std::string all = read_file(entry.path());
@@ -162,10 +209,10 @@ TEST(Gate, QuickReadsNoBlockScaleAndSaysWhatItDidNotCheck) {
   // Something quick mode does check still blocks: UNVERIFIED never hides BLOCKED.
   EXPECT_EQ(verdicts(gate_json(ck, "--quick --tp 4", 1)).at("sglang/marlin/bf16"), "BLOCKED");
   // A NaN block scale: the full gate refuses it; quick mode never reads it.
-  nan_block_scale(ck, "language_model.model.layers.1.block_sparse_moe.experts.2.w2");
+  nan_block_scale(ck, "model.layers.1.mlp.experts.2.down_proj");
   const CliResult refused = run_cli("gate " + ck.string());
   EXPECT_EQ(refused.exit_code, 3) << refused.err;
-  EXPECT_NE(refused.err.find("experts.2.w2.weight_scale\" row 0 block 0: block scale is NaN"), std::string::npos)
+  EXPECT_NE(refused.err.find("experts.2.down_proj.weight_scale\" row 0 block 0: block scale is NaN"), std::string::npos)
       << refused.err;
   EXPECT_EQ(run_cli("gate " + ck.string() + " --quick").exit_code, 0);
 }
@@ -191,7 +238,7 @@ fs::path fake_python(const ScratchDir& d, const std::string& vllm) {
 TEST(Gate, ARuntimeThatRefusesWhatGateRunsDisagreesAndExitsOne) {
   ScratchDir d;
   const fs::path ck = converted(d);
-  const fs::path py = fake_python(d, R"({"runtime": "vllm", "version": "0.34.0", "outcome": "refused", )"
+  const fs::path py = fake_python(d, R"({"runtime": "vllm", "version": "0.35.0", "outcome": "refused", )"
                                      R"("reason": "ValueError: unsupported"})");
   const json j = gate_json(ck, "--runtime vllm --python " + py.string(), 1);
   EXPECT_EQ(j["result"], "RUN");  // gate's verdict stays gate's
@@ -204,7 +251,7 @@ TEST(Gate, ARuntimeThatRefusesWhatGateRunsDisagreesAndExitsOne) {
   EXPECT_EQ(asked["runtimes"][0]["version_differs"], true);
   const CliResult text = run_cli("gate " + ck.string() + " --runtime vllm --python " + py.string());
   EXPECT_EQ(text.exit_code, 1);
-  EXPECT_NE(text.out.find("vllm 0.34.0 (gate's rules were read from 0.33.0)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("vllm 0.35.0 (gate's rules were read from 0.34.0)"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("DISAGREES"), std::string::npos) << text.out;
 }
 

@@ -274,10 +274,9 @@ TEST(OverSpan, PlannedPerShardConversionGivesTheSingleProcessBytes) {
                   .exit_code,
               0);
   }
-  ASSERT_EQ(run_cli("verify --merge " + q(d / "part0.json") + " " + q(d / "part1.json") + " " + q(d / "part2.json") +
-                    " --report " + q(d / "merged.json"))
-                .exit_code,
-            0);
+  const CliResult merging = run_cli("verify --merge " + q(d / "part0.json") + " " + q(d / "part1.json") + " " +
+                                   q(d / "part2.json") + " --report " + q(d / "merged.json"));
+  ASSERT_EQ(merging.exit_code, 0) << merging.err;
   const json whole = json::parse(read_file(d / "whole.json")), merged = json::parse(read_file(d / "merged.json"));
   ASSERT_EQ(whole["requantized"].size(), 1u);
   EXPECT_EQ(merged["requantized"], whole["requantized"]);

@@ -101,6 +101,13 @@ void leaves(const Json& j, const std::string& path, std::vector<std::pair<std::s
   if (!path.empty()) out.emplace_back(path, at);
 }
 
+// Figures a report writes as null when its command did not compute them.
+bool nullable_figure(const std::string& path) {
+  return path.rfind("counts.", 0) == 0 || path == "source_tensor_bytes" || path == "target_tensor_bytes" ||
+         path == "size_change_percent" || path == "values_compared" || path == "mismatches" ||
+         path == "max_abs_error";
+}
+
 enum class Kind { Null, Bool, Number, String, Array, Object };
 Kind kind_of(const Json& j) {
   if (j.is_null()) return Kind::Null;
@@ -148,6 +155,7 @@ TEST(ReportMerge, AWrongTypeForAnyKeyIsInvalidInputNamingTheKey) {
       const Kind k = kind_of(replacement);
       if (k == kind_of(original)) continue;
       if (path == "provenance.revision" && k == Kind::String) continue;  // a revision is a string or null
+      if (k == Kind::Null && nullable_figure(path)) continue;              // a figure not computed
       std::vector<Json> parts = whole_set(3);
       parts[1][pointer] = replacement;
       const std::string trace = path + " = " + replacement.dump();
@@ -585,6 +593,26 @@ TEST(ReportMerge, TheFingerprintIsCarriedOnlyWhenEveryPartAgrees) {
   EXPECT_EQ(changed["differences"][0], "the parts' fingerprints differ: SRC or DST changed between the parts");
   parts[1].erase("fingerprint");
   EXPECT_FALSE(merge(parts).contains("fingerprint"));
+}
+
+}  // namespace
+}  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+TEST(ReportMerge, AFigureAPartDidNotComputeIsNullInTheWhole) {
+  std::vector<Json> parts = whole_set(3);
+  const Json complete = merge(parts);
+  EXPECT_EQ(complete["counts"]["raised_globals"], 3 * part(0, 3)["counts"]["raised_globals"].get<int>());
+  parts[2]["counts"]["raised_globals"] = nullptr;
+  const Json merged = merge(parts);
+  EXPECT_TRUE(merged["counts"]["raised_globals"].is_null());
+  EXPECT_EQ(merged["counts"]["active_groups"], complete["counts"]["active_groups"]);
+  // values_compared, mismatches and max_abs_error are computed together.
+  parts = whole_set(3);
+  parts[1]["values_compared"] = nullptr;
+  merge_error(ErrorKind::InvalidInput, parts, "values_compared alone null");
 }
 
 }  // namespace

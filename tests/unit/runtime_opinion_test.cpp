@@ -17,7 +17,7 @@ std::string answer(const std::string& runtimes) {
 }
 
 std::string entry(const std::string& runtime, const std::string& outcome, const std::string& selected = "null",
-                  const std::string& version = "0.33.0", const std::string& reason = "") {
+                  const std::string& version = "0.34.0", const std::string& reason = "") {
   return R"({"runtime": ")" + runtime + R"(", "installed": true, "version": ")" + version +
          R"(", "pinned": "x", "outcome": ")" + outcome + R"(", "selected": )" + selected + R"(, "reason": ")" +
          reason + R"("})";
@@ -34,7 +34,7 @@ TEST(RuntimeOpinion, ParsesEachOutcome) {
   EXPECT_EQ(a.runtimes[0].answer, RuntimeOpinion::Answer::Selected);
   EXPECT_EQ(a.runtimes[0].selected, "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)");
   EXPECT_TRUE(a.runtimes[0].selects_nvfp4a16);
-  EXPECT_EQ(a.runtimes[0].pinned, "0.33.0");  // ours, not the probe's "x"
+  EXPECT_EQ(a.runtimes[0].pinned, "0.34.0");  // ours, not the probe's "x"
   EXPECT_FALSE(a.runtimes[0].version_differs());
   EXPECT_EQ(a.runtimes[1].answer, RuntimeOpinion::Answer::Refused);
   EXPECT_EQ(a.runtimes[1].reason, "ValueError: no");
