@@ -1,5 +1,5 @@
 """Oracle 3: the runtimes' own code. Every NVFP4 output goes through vLLM
-0.33.0's and SGLang 0.5.23's released load paths (their expert weight
+0.34.0's and SGLang 0.5.23's released load paths (their expert weight
 loaders, NVFP4 MoE method/scheme and Marlin or Humming scale/global
 processing, run from the wheels on the CPU: vllm_marlin.py, sglang_marlin.py,
 vllm_humming.py with humming-kernels 0.1.19's own Python); the kernel's byte
