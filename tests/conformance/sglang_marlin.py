@@ -76,7 +76,8 @@ def code() -> WheelCode:
         LOADER, "FusedMoE", "_weight_loader_impl", "_load_gguf_weight", "_maybe_load_bf16_shared_expert_as_fp4",
         "_maybe_load_fp8_shared_expert_as_fp4", "_load_per_tensor_weight_scale",
         "_load_model_weight_or_group_weight_scale", "_load_w13", "_load_w2", "_load_single_value",
-        "weight_loader", "_map_global_expert_id_to_local_expert_id", base=torch.nn.Module)
+        "weight_loader", "_map_global_expert_id_to_local_expert_id", "make_expert_params_mapping",
+        base=torch.nn.Module)
     c.functions(SCHEME, "NVFP4_GROUP_SIZE")
     ns["CompressedTensorsW4A16Nvfp4MoE"] = c.methods(
         SCHEME, "CompressedTensorsW4A16Nvfp4MoE", "__init__", "create_weights", "process_weights_after_loading")

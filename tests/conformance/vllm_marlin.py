@@ -155,8 +155,10 @@ def make_layer(ids: list[int], hidden: int, intermediate: int, dtype: torch.dtyp
     layer.hidden_size, layer.intermediate_size_per_partition = hidden, intermediate
     layer.num_experts, layer.params_dtype = len(ids), dtype
     with local_imports():
+        # RoutedExperts.__init__ hands the layer's own weight_loader (routed_experts.py:220-232).
         method.create_weights(layer, num_experts=len(ids), hidden_size=hidden,
-                              intermediate_size_per_partition=intermediate, params_dtype=dtype)
+                              intermediate_size_per_partition=intermediate, params_dtype=dtype,
+                              weight_loader=layer.weight_loader)
     return layer, method
 
 
