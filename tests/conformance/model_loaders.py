@@ -274,9 +274,11 @@ def _non_expert(stream, expert_re: re.Pattern) -> list[tuple[str, torch.Tensor]]
     return [(n, t) for n, t in stream if not expert_re.search(n)]
 
 
-def _stub_param(t: torch.Tensor, loader) -> torch.nn.Parameter:
-    p = torch.nn.Parameter(torch.empty(t.shape, dtype=t.dtype), requires_grad=False)
-    p.weight_loader = loader
+def _stub_param(t: torch.Tensor, fed: Fed) -> torch.nn.Parameter:
+    """A non-expert stub: its loader records receipt (with any shard id) and
+    writes nothing, as nothing downstream reads it."""
+    p = torch.nn.Parameter(torch.empty(0, dtype=t.dtype), requires_grad=False)
+    p.weight_loader = fed.record(lambda param, loaded_weight, *args, **kwargs: None)
     return p
 
 
@@ -310,7 +312,6 @@ def sglang_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     text = cfg["text_config"]
     stream = read_stream(dst, sorted(shard_files(dst)))  # loader.py:588: plain sort
     fed = Fed(stream)
-    default = fed.record(ns["default_weight_loader"])
 
     # The names the outer, wheel-owned step hands the language model (mapper,
     # then `language_model.` stripped): found by running it once.
@@ -334,7 +335,7 @@ def sglang_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     experts = _sglang_experts(inner, layers, text["n_routed_experts"], text["hidden_size"],
                               text["moe_intermediate_size"], dtype, fed, sentinel, "mlp")
     for n, t in _non_expert(stream, SG_EXPERT):
-        put(inner, by_source[n], _stub_param(t, default))
+        put(inner, by_source[n], _stub_param(t, fed))
 
     outer = ns["KimiK3ForConditionalGeneration"]()
     outer.config = types.SimpleNamespace(language_only=False)
@@ -412,7 +413,6 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     text = cfg["text_config"]
     stream = read_stream(dst, sorted(shard_files(dst), key=ns["_natural_sort_key"]))
     fed = Fed(stream)
-    default = fed.record(ns["default_weight_loader"])
     layers, n_exp = text["num_hidden_layers"], text["n_routed_experts"]
 
     top = ns["KimiK3ForConditionalGeneration"]()
@@ -440,7 +440,7 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     # hf_to_vllm_mapper (AutoWeightsLoader routes by module path from there).
     mapper = top.hf_to_vllm_mapper
     for n, t in _non_expert(stream, VL_EXPERT):
-        put(top, mapper.map_name(n), _stub_param(t, default))
+        put(top, mapper.map_name(n), _stub_param(t, fed))
     ns["logger"].messages.clear()
     vllm_marlin.code()["logger"].messages.clear()
     with vllm_marlin.local_imports(), stub_modules({  # base_config.py's local import: the wheel's own class
@@ -450,5 +450,114 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
                experts, sentinel, fed, _k3_sources(experts))
 
 
-CHAINS = {("sglang", "KimiK3ForConditionalGeneration"): sglang_k3,
+# ---------------------------------------------------------------- DeepSeek V3 (flat layout)
+
+SG_DS = "sglang/srt/models/deepseek_v2.py"
+SG_DSL = "sglang/srt/models/deepseek_common/deepseek_weight_loader.py"
+SG_MLU = "sglang/srt/model_loader/utils.py"
+VL_DS = "vllm/model_executor/models/deepseek_v2.py"
+FLAT_PROJ = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
+
+
+@functools.cache
+def sglang_deepseek_code() -> WheelCode:
+    c = sglang_code()
+    ns = c.namespace
+    import concurrent.futures
+    ns.update(concurrent=concurrent, tqdm=types.SimpleNamespace(tqdm=lambda x, **k: x),
+              envs=types.SimpleNamespace(SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=types.SimpleNamespace(get=lambda: False)),
+              is_wint4afp8_or_wint4a16_config=lambda quant_config: False,
+              log_info_on_rank0=lambda logger, msg: None, List=list, Dict=dict, Tuple=tuple)
+    c.functions(SG_WEIGHTS, "RUNAI_STREAMER_TENSOR_ATTR")
+    c.functions(SG_MLU, "should_async_load", "maybe_executor_submit")
+    c.functions(SG_DSL, "NVFP4_CKPT_FP8_ATTN_QUANT_MODULES", "_clone_if_runai_streamed_tensor",
+                "_resolve_quark_fp8_block_scale_name", "_load_fused_expert_tensor", "NextNEnabledConfig",
+                "NextNDisabledConfig")
+    mixin = c.methods(SG_DSL, "DeepseekV2WeightLoaderMixin", "do_load_weights", "_initialize_nextn_conf",
+                      "_maybe_quant_weights_to_fp8_ue8m0", base=torch.nn.Module)
+    ns["DeepseekV2ForCausalLM"] = c.methods(SG_DS, "DeepseekV2ForCausalLM", "load_weights", base=mixin)
+    return c
+
+
+def sglang_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
+    """SGLang 0.5.23's DeepseekV3ForCausalLM (DeepseekV2ForCausalLM.load_weights
+    -> DeepseekV2WeightLoaderMixin.do_load_weights) over every tensor of `dst`."""
+    c = sglang_deepseek_code()
+    ns = c.namespace
+    cfg = json.loads((dst / "config.json").read_text())
+    stream = read_stream(dst, sorted(shard_files(dst)))
+    fed = Fed(stream)
+    layers, n_exp = cfg["num_hidden_layers"], cfg["n_routed_experts"]
+    top = ns["DeepseekV2ForCausalLM"]()
+    top.config = types.SimpleNamespace(n_routed_experts=n_exp, num_hidden_layers=layers, num_nextn_predict_layers=0)
+    top.quant_config = types.SimpleNamespace(get_name=lambda: "compressed-tensors")
+    top.num_fused_shared_experts = 0
+    top.pp_group = types.SimpleNamespace(is_last_rank=True)
+    top.post_load_weights = lambda is_nextn=False, weight_names=None: None
+    model = torch.nn.Module()
+    model.start_layer, model.end_layer = 0, layers
+    top.add_module("model", model)
+    experts = _sglang_experts(top, layers, n_exp, cfg["hidden_size"], cfg["moe_intermediate_size"], dtype, fed,
+                              sentinel, "mlp")
+    for n, t in _non_expert(stream, SG_EXPERT):
+        put(top, n, _stub_param(t, fed))
+    ns["logger"].messages.clear()
+    with sglang_marlin.local_imports():
+        top.load_weights(iter(stream))
+    return Run("sglang", SGLANG[1], "DeepseekV3ForCausalLM", cfg["architectures"][0], fed.unconsumed(), experts,
+               sentinel, fed, {p: p for p in experts}, FLAT_PROJ)
+
+
+@functools.cache
+def vllm_deepseek_code() -> WheelCode:
+    c = vllm_code()
+    ns = c.namespace
+    ns.update(typing=__import__("typing"),
+              rocm_aiter_ops=types.SimpleNamespace(is_fusion_moe_shared_experts_enabled=lambda: False))
+    c.functions(VL_UTILS, "extract_layer_index", "get_spec_layer_idx_from_weight_name")
+    c.functions(VL_DS, "_try_load_fp8_indexer_wk")
+    ns["DeepseekV2ForCausalLM"] = c.methods(VL_DS, "DeepseekV2ForCausalLM", "load_weights", base=torch.nn.Module)
+    ns["DeepseekV2Model"] = c.methods(VL_DS, "DeepseekV2Model", "load_weights", base=torch.nn.Module)
+    return c
+
+
+def vllm_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
+    """vLLM 0.34.0's DeepseekV3ForCausalLM (DeepseekV2ForCausalLM.load_weights
+    -> AutoWeightsLoader -> DeepseekV2Model.load_weights) over every tensor."""
+    c = vllm_deepseek_code()
+    ns = c.namespace
+    cfg = json.loads((dst / "config.json").read_text())
+    stream = read_stream(dst, sorted(shard_files(dst), key=ns["_natural_sort_key"]))
+    fed = Fed(stream)
+    layers, n_exp = cfg["num_hidden_layers"], cfg["n_routed_experts"]
+    top = ns["DeepseekV2ForCausalLM"]()
+    top.quant_config = _vllm_quant_config()
+    model = ns["DeepseekV2Model"]()
+    model.config = types.SimpleNamespace(n_routed_experts=n_exp, n_shared_experts=1, num_hidden_layers=layers,
+                                         num_nextn_predict_layers=0)
+    # DeepSeek V3's MLA (qk_nope_head_dim/qk_rope_head_dim non-zero) -> use_mha
+    # False (deepseek_v2.py:1496-1500); no AITER shared-expert fusion, no EPLB.
+    model.use_mha, model.fused_shared_expert_layers, model.num_redundant_experts = False, frozenset(), 0
+    top.add_module("model", model)
+    experts = {}
+    for layer_id in range(layers):
+        layer, method = vllm_marlin.make_layer(list(range(n_exp)), cfg["hidden_size"], cfg["moe_intermediate_size"],
+                                               dtype, layer_name=f"model.layers.{layer_id}.mlp.experts")
+        for _, p in layer.named_parameters(recurse=False):
+            p.weight_loader = fed.record(p.weight_loader)
+        fill_sentinel(layer, sentinel)
+        put(model, f"layers.{layer_id}.mlp.experts.routed_experts", layer)
+        experts[f"model.layers.{layer_id}.mlp.experts"] = (layer, method)
+    for n, t in _non_expert(stream, VL_EXPERT):
+        put(top, n, _stub_param(t, fed))
+    ns["logger"].messages.clear()
+    with vllm_marlin.local_imports(), stub_modules({
+            "vllm.model_executor.models.utils": types.SimpleNamespace(WeightsMapper=ns["WeightsMapper"])}):
+        top.load_weights(iter(stream))
+    return Run("vllm", VLLM[1], "DeepseekV3ForCausalLM", cfg["architectures"][0], fed.unconsumed(), experts,
+               sentinel, fed, {p: p for p in experts}, FLAT_PROJ)
+
+
+CHAINS = {("sglang", "DeepseekV3ForCausalLM"): sglang_deepseek,
+          ("vllm", "DeepseekV3ForCausalLM"): vllm_deepseek,("sglang", "KimiK3ForConditionalGeneration"): sglang_k3,
           ("vllm", "KimiK3ForConditionalGeneration"): vllm_k3}

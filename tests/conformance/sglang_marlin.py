@@ -125,7 +125,7 @@ def finish_layer(layer, scheme, warnings: list[str]) -> KernelInputs:
     return KernelInputs(layer.w13_weight.data.view(torch.uint8), layer.w13_weight_scale.data,
                         layer.w13_weight_scale_2.data.reshape(-1), layer.w2_weight.data.view(torch.uint8),
                         layer.w2_weight_scale.data, layer.w2_weight_scale_2.data.reshape(-1),
-                        layer.w2_weight.shape[1], layer.w13_weight.shape[1] // 2,
+                        layer.hidden_size, layer.intermediate_size_per_partition,
                         warnings + list(code().namespace["logger"].messages))
 
 
@@ -145,9 +145,7 @@ def load_layer(experts: dict[int, dict[str, dict[str, torch.Tensor]]], dtype: to
                 for suffix, tensor in experts[e][proj].items():
                     layer._weight_loader_impl(params[f"{stem}_{suffix}"], tensor, f"experts.{e}.{proj}.{suffix}",
                                               proj, local)
-    inputs = finish_layer(layer, scheme, [])
-    inputs.hidden, inputs.intermediate = hidden, intermediate
-    return inputs
+    return finish_layer(layer, scheme, [])
 
 
 def scale_order(size_k: int, size_n: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -71,13 +72,45 @@ def test_sglang_k3_skips_every_packed_expert_tensor(outputs, reports):
             assert count == 0, name
 
 
+# (runtime, case, architecture mx2nv wrote): the chains that load every tensor.
+LOADS_EVERYTHING = [("vllm", "k3", "KimiK3ForConditionalGeneration"),
+                    ("vllm", "flat", "DeepseekV3ForCausalLM"),
+                    ("sglang", "flat", "DeepseekV3ForCausalLM")]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_vllm_k3_loads_everything_and_decodes_exactly(outputs, reports, dtype):
-    r = reports("vllm", "k3", dtype)
-    assert r.architecture == "KimiK3ForConditionalGeneration"
+@pytest.mark.parametrize(("runtime", "case", "arch"), LOADS_EVERYTHING)
+def test_loader_chain_loads_everything_and_decodes_exactly(outputs, reports, runtime, case, arch, dtype):
+    r = reports(runtime, case, dtype)
+    assert r.architecture == arch == r.model_class
     assert r.unconsumed == []
     assert r.routed_elements > 0 and not any(r.unwritten.values())
-    assert_decodes_exactly("vllm", r, outputs["k3"][0], dtype)
+    assert_decodes_exactly(runtime, r, outputs[case][0], dtype)
+
+
+def test_a_dropped_tensor_is_seen(outputs, reports, tmp_path):
+    """The check itself: a checkpoint tensor the chain cannot place (an
+    expert id past n_routed_experts, renamed in the index and shard header)
+    is reported unconsumed by SGLang's DeepSeek chain, which skips names
+    missing from params_dict, while the real experts still load."""
+    src = outputs["flat"][1]
+    dst = tmp_path / "renamed"
+    shutil.copytree(src, dst)
+    ck = open_checkpoint(dst)
+    victim = next(n for n in ck.weight_map if n.endswith(".experts.3.up_proj.weight_scale"))
+    renamed = victim.replace(".experts.3.", ".experts.9.")  # same length: header stays the same size
+    shard = dst / ck.weight_map[victim]
+    data = shard.read_bytes()
+    assert data.count(victim.encode()) == 1
+    shard.write_bytes(data.replace(victim.encode(), renamed.encode()))
+    index = dst / "model.safetensors.index.json"
+    index.write_text(index.read_text().replace(victim, renamed))
+    r = ml.report(ml.sglang_deepseek, dst, torch.bfloat16)
+    assert r.unconsumed == [renamed]
+    unwritten = {k: v for k, v in r.unwritten.items() if v}
+    layer = victim.split(".mlp.")[0]
+    assert list(unwritten) == [f"{layer}.mlp.experts.w13_weight_scale"]  # expert 3's up-projection scales
+    assert unwritten[f"{layer}.mlp.experts.w13_weight_scale"] == open_checkpoint(src).tensor(victim).numel()
 
 
 def assert_decodes_exactly(runtime: str, r: ml.Report, src, dtype: str) -> None:
@@ -100,12 +133,13 @@ def assert_decodes_exactly(runtime: str, r: ml.Report, src, dtype: str) -> None:
     assert checked > 0
 
 
-def test_gate_says_no_run_where_the_loader_chain_drops_tensors(outputs, reports):
+@pytest.mark.parametrize(("case", "dropping_today"), [("k3", {"sglang"}), ("flat", set())])
+def test_gate_says_no_run_where_the_loader_chain_drops_tensors(outputs, reports, case, dropping_today):
     """gate must not say RUN for a runtime whose own loader chain left a
     checkpoint tensor unconsumed or an expert element unwritten."""
-    dst = outputs["k3"][1]
-    dropping = {rt for rt in ("vllm", "sglang") if not reports(rt, "k3", "bf16").loads_everything}
-    assert dropping == {"sglang"}  # what the chains show today (see above)
+    dst = outputs[case][1]
+    dropping = {rt for rt in ("vllm", "sglang") if not reports(rt, case, "bf16").loads_everything}
+    assert dropping == dropping_today  # what the chains show (see above)
     gate = json.loads(mx2nv("gate", dst, "--runtime", "all", "--json", check=False).stdout)
     runs = [v for v in gate["verdicts"] if v["runtime"] in dropping and v["verdict"] == "RUN"]
     assert runs == [], [(v["runtime"], v["version"], v["backend"], v["dtype"], v["tp"]) for v in runs]
