@@ -31,7 +31,7 @@ from oracles import mxfp4_values, u8
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PACKED_EXPERT = re.compile(r"\.experts\.\d+\.[^.]+\.weight_packed$")
 BACKEND = {"vllm": (vllm_marlin, runtime_judge.marlin_decoder(vllm_marlin.scale_order)),
-           "sglang": (sglang_marlin, runtime_judge.marlin_decoder(sglang_marlin.scale_order))}
+           "sglang": (sglang_marlin, runtime_judge.marlin_decoder(sglang_marlin.scale_order, w13_global_in_dtype=True))}
 
 
 @pytest.fixture(scope="module")
