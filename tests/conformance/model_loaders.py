@@ -253,6 +253,18 @@ SG_WEIGHTS = "sglang/srt/model_loader/weight_utils.py"
 
 @functools.cache
 def sglang_code() -> WheelCode:
+    """SGLang's K3 model classes over the common pieces."""
+    c = _sglang_common()
+    outer = c.methods(SG_K3, "KimiK3ForConditionalGeneration", "load_weights", base=torch.nn.Module)
+    outer.hf_to_sglang_mapper = class_attribute(c, SG_K3, "KimiK3ForConditionalGeneration", "hf_to_sglang_mapper")
+    c.namespace["KimiK3ForConditionalGeneration"] = outer
+    c.namespace["KimiK3LinearForCausalLM"] = c.methods(SG_K3, "KimiK3LinearForCausalLM", "load_weights",
+                                                       base=torch.nn.Module)
+    return c
+
+
+def _sglang_common() -> WheelCode:
+    """A fresh namespace per model file: each model's module globals are its own."""
     moe = sglang_marlin.code()
     c = WheelCode(wheel_dir(*SGLANG))
     ns = c.namespace
@@ -263,10 +275,6 @@ def sglang_code() -> WheelCode:
     c.functions(SG_COMMON, "get_layer_id")
     c.functions(SG_WEIGHTS, "default_weight_loader", "maybe_remap_kv_scale_name")
     c.functions(SG_K3, "_EXPERT_WEIGHT_NAME", "_cdiv", "_maybe_map_fp8_pb_scale_name")
-    outer = c.methods(SG_K3, "KimiK3ForConditionalGeneration", "load_weights", base=torch.nn.Module)
-    outer.hf_to_sglang_mapper = class_attribute(c, SG_K3, "KimiK3ForConditionalGeneration", "hf_to_sglang_mapper")
-    ns["KimiK3ForConditionalGeneration"] = outer
-    ns["KimiK3LinearForCausalLM"] = c.methods(SG_K3, "KimiK3LinearForCausalLM", "load_weights", base=torch.nn.Module)
     return c
 
 
@@ -361,6 +369,20 @@ VL_EPLB = "vllm/distributed/eplb/eplb_state.py"
 
 @functools.cache
 def vllm_code() -> WheelCode:
+    """vLLM's K3 model classes over the common pieces."""
+    c = _vllm_common()
+    ns = c.namespace
+    c.functions(VL_K3, "get_spec_layer_idx_from_weight_name")
+    outer = c.methods(VL_K3, "KimiK3ForConditionalGeneration", "load_weights", base=torch.nn.Module)
+    outer.hf_to_vllm_mapper = class_attribute(c, VL_K3, "KimiK3ForConditionalGeneration", "hf_to_vllm_mapper")
+    ns["KimiK3ForConditionalGeneration"] = outer
+    ns["KimiLinearForCausalLM"] = c.methods(VL_K3, "KimiLinearForCausalLM", "load_weights", base=torch.nn.Module)
+    ns["KimiLinearModel"] = c.methods(VL_K3, "KimiLinearModel", "load_weights", base=torch.nn.Module)
+    ns["KimiMoE"] = type("KimiMoE", (torch.nn.Module,), {"use_mega_moe": False})
+    return c
+
+
+def _vllm_common() -> WheelCode:
     moe = vllm_marlin.code()
     c = WheelCode(wheel_dir(*VLLM))
     ns = c.namespace
@@ -383,13 +405,6 @@ def vllm_code() -> WheelCode:
                                          "get_checkpoint_weight_mapper")
     ns["QuantizationConfig"]._ignore_unexpected_suffixes = class_attribute(
         c, VL_BASE, "QuantizationConfig", "_ignore_unexpected_suffixes")
-    c.functions(VL_K3, "get_spec_layer_idx_from_weight_name")
-    outer = c.methods(VL_K3, "KimiK3ForConditionalGeneration", "load_weights", base=torch.nn.Module)
-    outer.hf_to_vllm_mapper = class_attribute(c, VL_K3, "KimiK3ForConditionalGeneration", "hf_to_vllm_mapper")
-    ns["KimiK3ForConditionalGeneration"] = outer
-    ns["KimiLinearForCausalLM"] = c.methods(VL_K3, "KimiLinearForCausalLM", "load_weights", base=torch.nn.Module)
-    ns["KimiLinearModel"] = c.methods(VL_K3, "KimiLinearModel", "load_weights", base=torch.nn.Module)
-    ns["KimiMoE"] = type("KimiMoE", (torch.nn.Module,), {"use_mega_moe": False})
     # RoutedExperts' mapping helpers: staticmethods, taken from the wheel.
     for name in ("make_expert_params_mapping", "build_expert_params_mapping"):
         helper = moe.methods(vllm_marlin.LOADER, "RoutedExperts", name)
@@ -401,8 +416,8 @@ def vllm_code() -> WheelCode:
 VL_EXPERT = re.compile(r"\.experts\.\d+\.")
 
 
-def _vllm_quant_config():
-    return vllm_code()["QuantizationConfig"]()
+def _vllm_quant_config(c: WheelCode):
+    return c["QuantizationConfig"]()
 
 
 def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
@@ -416,7 +431,7 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     layers, n_exp = text["num_hidden_layers"], text["n_routed_experts"]
 
     top = ns["KimiK3ForConditionalGeneration"]()
-    top.quant_config = _vllm_quant_config()
+    top.quant_config = _vllm_quant_config(c)
     lm = ns["KimiLinearForCausalLM"]()
     lm.quant_config = top.quant_config
     model = ns["KimiLinearModel"]()
@@ -461,7 +476,7 @@ FLAT_PROJ = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 @functools.cache
 def sglang_deepseek_code() -> WheelCode:
-    c = sglang_code()
+    c = _sglang_common()
     ns = c.namespace
     import concurrent.futures
     ns.update(concurrent=concurrent, tqdm=types.SimpleNamespace(tqdm=lambda x, **k: x),
@@ -510,7 +525,7 @@ def sglang_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
 
 @functools.cache
 def vllm_deepseek_code() -> WheelCode:
-    c = vllm_code()
+    c = _vllm_common()
     ns = c.namespace
     ns.update(typing=__import__("typing"),
               rocm_aiter_ops=types.SimpleNamespace(is_fusion_moe_shared_experts_enabled=lambda: False))
@@ -531,7 +546,7 @@ def vllm_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     fed = Fed(stream)
     layers, n_exp = cfg["num_hidden_layers"], cfg["n_routed_experts"]
     top = ns["DeepseekV2ForCausalLM"]()
-    top.quant_config = _vllm_quant_config()
+    top.quant_config = _vllm_quant_config(c)
     model = ns["DeepseekV2Model"]()
     model.config = types.SimpleNamespace(n_routed_experts=n_exp, n_shared_experts=1, num_hidden_layers=layers,
                                          num_nextn_predict_layers=0)
