@@ -1,4 +1,4 @@
-"""humming-kernels 0.1.19 (the version vLLM 0.33.0 pins), its own Python
+"""humming-kernels 0.1.19 (the version vLLM 0.34.0 pins), its own Python
 imported from the released wheel (wheels.py) and run on the CPU.
 
 The package's `__init__` loads its native launcher (a CUDA library), so the
@@ -9,7 +9,7 @@ call are stubs, each unable to change a value:
   * `humming` (package shell): skips `__init__`, whose only effects are the
     version string and importing `humming.ops` / `humming.dtypes`.
   * `humming.device`: `current_device` and `DeviceInfo(...)` report sm90
-    (H100/H200), the GPU on which vLLM 0.33.0 prefers Humming
+    (H100/H200), the GPU on which vLLM 0.34.0 prefers Humming
     (vllm .../utils/humming/priority.py:11); not a PPU. They choose which of
     humming's code paths runs (LayerConfig flags), never a value.
   * `humming.ops`: `repack_weight` (a CUDA op) returns the codes in

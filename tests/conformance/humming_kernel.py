@@ -5,7 +5,7 @@ multiplies with. Everything before is the runtimes' own code.
 Read from the kernel sources in the humming-kernels 0.1.19 wheel
 (humming/include/humming/..., JIT-compiled by NVRTC for the GPU at hand),
 for sm90 with 16-bit activations and FP32 accumulation (vLLM's default,
-VLLM_HUMMING_USE_F16_ACCUM=0: vllm/envs.py:1573-1574). The LayerConfig
+VLLM_HUMMING_USE_F16_ACCUM=0: vllm/envs.py:1651-1652). The LayerConfig
 humming's Python built fixes the compile-time flags (test_humming.py checks
 them: no native FP4 dequant on sm90, config/config.py:196-198; no
 block-scaled MMA, :176-185; group scales applied to B, :484-492):

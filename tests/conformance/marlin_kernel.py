@@ -15,11 +15,19 @@ code):
     E4 is 1 (scale x 2^7 >= 2);
   * weight = code x scale in the activation dtype (hmul2);
   * the global scale is read in the activation dtype (`global_scale_ptr` is
-    uint16_t); for w13 it multiplies the fp32 accumulator; for w2 it is folded
-    into the top-k routing weight in the activation dtype (marlin_template.h,
-    the `mul_topk_weights` epilogue): judged exact iff the global is a normal
-    number of that dtype (a subnormal one drops bits of every routing weight;
-    README "Windows").
+    uint16_t); for w2 it is folded into the top-k routing weight in the
+    activation dtype (marlin_template.h, the `mul_topk_weights` epilogue):
+    judged exact iff the global is a normal number of that dtype (a
+    subnormal one drops bits of every routing weight; README "Windows").
+    For w13, vLLM's decode here multiplies the fp32 accumulator. SGLang
+    0.5.23 JIT-compiles its MoE kernel from sources its own wheel ships
+    (sglang/kernels/jit/csrc/gemm/marlin_moe/marlin_template.h, with
+    gemm/marlin/dequant.h; the FP4 and scale decodes above are the same
+    bit operations there, dequant.h:360-375, :393-408, :464-488): its
+    epilogue narrows the fp32 accumulator to the activation dtype first
+    and then multiplies w13's global in that dtype (marlin_template.h:
+    1615-1633, `__hmul2(res, global_scale)`), so for SGLang w13's global is
+    judged as w2's (runtime_judge.kernel_weights' w13_global_in_dtype).
 Not emulated: the GEMM and the tile order (the repack stub keeps codes in
 checkpoint order; the scale order is inverted with the runtime's own
 marlin_permute_scales run on indices).

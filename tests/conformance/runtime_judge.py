@@ -51,15 +51,19 @@ def checkpoint_experts(ck: Checkpoint, layer: MoeLayer) -> dict[int, dict[str, d
             for e in layer.experts}
 
 
-def kernel_weights(k, scale_order: Callable[[int, int], torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def kernel_weights(k, scale_order: Callable[[int, int], torch.Tensor], dtype: torch.dtype,
+                   w13_global_in_dtype: bool = False) -> dict[str, torch.Tensor]:
     """Kernel inputs of one layer -> {"w1", "w3": [E, N, K], "w2": [E, K, N]}
-    float64 weights (NaN where a value cannot be reproduced exactly)."""
+    float64 weights (NaN where a value cannot be reproduced exactly).
+    `w13_global_in_dtype`: the kernel applies w13's global to the output in
+    the activation dtype (SGLang's MoE template, marlin_kernel.py), judged
+    as the w2 fold."""
     experts, n13, _ = k.w13_packed.shape
     padded_n = n13 // 2
     order13 = scale_order(k.hidden, n13)
     s13 = torch.stack([marlin_kernel.unpermute_scales(k.w13_scale[e].view(torch.uint8), order13, n13)
                        for e in range(experts)])
-    w13 = marlin_kernel.weights(k.w13_packed, s13, k.w13_global, dtype, fold_into_topk=False)
+    w13 = marlin_kernel.weights(k.w13_packed, s13, k.w13_global, dtype, fold_into_topk=w13_global_in_dtype)
     k2 = k.w2_packed.shape[2] * 2
     order2 = scale_order(k2, k.hidden)
     s2 = torch.stack([marlin_kernel.unpermute_scales(k.w2_scale[e].view(torch.uint8), order2, k.hidden)
@@ -73,8 +77,8 @@ Loader = Callable[[dict, torch.dtype], object]  # experts -> kernel inputs
 Decoder = Callable[[object, torch.dtype], dict]  # kernel inputs -> {"w1", "w3", "w2"} weights
 
 
-def marlin_decoder(scale_order) -> Decoder:
-    return lambda inputs, dtype: kernel_weights(inputs, scale_order, dtype)
+def marlin_decoder(scale_order, w13_global_in_dtype: bool = False) -> Decoder:
+    return lambda inputs, dtype: kernel_weights(inputs, scale_order, dtype, w13_global_in_dtype)
 
 
 def judge(src: Checkpoint, dst: Checkpoint, load: Loader, decode: Decoder, dtype: torch.dtype, source_values) -> dict:

@@ -14,7 +14,7 @@ from the released wheel (wheels.py):
   set_weight_attrs                               srt/utils/common.py
 
 Its output is what SGLang hands the Marlin MoE kernel (decoded by
-marlin_kernel.py). Unlike vLLM 0.33.0 it neither rescales nor clamps block
+marlin_kernel.py). Unlike vLLM 0.34.0 it neither rescales nor clamps block
 scales and casts the global to the activation dtype before x 2^(bias-7).
 
 Stubs, each unable to change a value:
@@ -75,21 +75,30 @@ def code() -> WheelCode:
     ns["FusedMoE"] = c.methods(
         LOADER, "FusedMoE", "_weight_loader_impl", "_load_gguf_weight", "_maybe_load_bf16_shared_expert_as_fp4",
         "_maybe_load_fp8_shared_expert_as_fp4", "_load_per_tensor_weight_scale",
-        "_load_model_weight_or_group_weight_scale", "_load_w13", "_load_w2", "_load_single_value", base=torch.nn.Module)
+        "_load_model_weight_or_group_weight_scale", "_load_w13", "_load_w2", "_load_single_value",
+        "weight_loader", "_map_global_expert_id_to_local_expert_id", "make_expert_params_mapping",
+        base=torch.nn.Module)
     c.functions(SCHEME, "NVFP4_GROUP_SIZE")
     ns["CompressedTensorsW4A16Nvfp4MoE"] = c.methods(
         SCHEME, "CompressedTensorsW4A16Nvfp4MoE", "__init__", "create_weights", "process_weights_after_loading")
     return c
 
 
-def load_layer(experts: dict[int, dict[str, dict[str, torch.Tensor]]], dtype: torch.dtype,
-               tp_size: int = 1, tp_rank: int = 0) -> KernelInputs:
-    """As vllm_marlin.load_layer; raises SGLang's own ValueError where it refuses."""
-    c = code()
-    ns = c.namespace
-    ids = sorted(experts)
-    n_full, k_half = experts[ids[0]]["w1"]["weight_packed"].shape
-    hidden, intermediate = 2 * k_half, n_full // tp_size
+def local_imports():
+    """The scheme's local imports: the wheel's own objects."""
+    ns = code().namespace
+    fused = types.SimpleNamespace(FusedMoeWeightScaleSupported=ns["FusedMoeWeightScaleSupported"])
+    fp4 = types.SimpleNamespace(prepare_moe_nvfp4_layer_for_marlin=ns["prepare_moe_nvfp4_layer_for_marlin"])
+    return stub_modules({"sglang.srt.layers.moe.fused_moe_triton": fused,
+                         "sglang.srt.layers.quantization.marlin_utils_fp4": fp4})
+
+
+def make_layer(ids: list[int], hidden: int, intermediate: int, dtype: torch.dtype, tp_size: int = 1,
+               tp_rank: int = 0):
+    """A FusedMoE layer holding the parameters CompressedTensorsW4A16Nvfp4MoE's
+    own create_weights registers, each with the layer's own weight_loader.
+    Returns (layer, scheme)."""
+    ns = code().namespace
     scheme = ns["CompressedTensorsW4A16Nvfp4MoE"]()
     layer = ns["FusedMoE"]()
     layer.moe_runner_config = types.SimpleNamespace(is_gated=True)
@@ -99,24 +108,44 @@ def load_layer(experts: dict[int, dict[str, dict[str, torch.Tensor]]], dtype: to
     layer.use_padded_loading = layer.use_presharded_weights = layer.use_triton_kernels = False
     layer.use_flashinfer_trtllm_moe = layer._has_fused_shared = False
     layer._num_local_routed = len(ids)
-    ns["logger"].messages.clear()
-    fused = types.SimpleNamespace(FusedMoeWeightScaleSupported=ns["FusedMoeWeightScaleSupported"])
-    fp4 = types.SimpleNamespace(prepare_moe_nvfp4_layer_for_marlin=ns["prepare_moe_nvfp4_layer_for_marlin"])
-    with stub_modules({"sglang.srt.layers.moe.fused_moe_triton": fused,  # the scheme's local imports: the
-                       "sglang.srt.layers.quantization.marlin_utils_fp4": fp4}):  # wheel's own objects
+    # FusedMoE.weight_loader's expert-id mapping (layer.py:1153-1161, 1188-1195):
+    # no expert-location metadata (no EPLB), storage rank 0 of 1 (no EP).
+    layer.uses_expert_location, layer._expert_storage_rank = False, 0
+    layer._num_global_routed, layer.num_local_experts = len(ids), len(ids)
+    with local_imports():
         scheme.create_weights(layer, num_experts=len(ids), hidden_size=hidden,
-                              intermediate_size_per_partition=intermediate, params_dtype=dtype)
-        params = dict(layer.named_parameters())
+                              intermediate_size_per_partition=intermediate, params_dtype=dtype,
+                              weight_loader=layer.weight_loader)
+    return layer, scheme
+
+
+def finish_layer(layer, scheme, warnings: list[str]) -> KernelInputs:
+    with local_imports():
+        scheme.process_weights_after_loading(layer)
+    return KernelInputs(layer.w13_weight.data.view(torch.uint8), layer.w13_weight_scale.data,
+                        layer.w13_weight_scale_2.data.reshape(-1), layer.w2_weight.data.view(torch.uint8),
+                        layer.w2_weight_scale.data, layer.w2_weight_scale_2.data.reshape(-1),
+                        layer.hidden_size, layer.intermediate_size_per_partition,
+                        warnings + list(code().namespace["logger"].messages))
+
+
+def load_layer(experts: dict[int, dict[str, dict[str, torch.Tensor]]], dtype: torch.dtype,
+               tp_size: int = 1, tp_rank: int = 0) -> KernelInputs:
+    """As vllm_marlin.load_layer; raises SGLang's own ValueError where it refuses."""
+    ns = code().namespace
+    ids = sorted(experts)
+    n_full, k_half = experts[ids[0]]["w1"]["weight_packed"].shape
+    hidden, intermediate = 2 * k_half, n_full // tp_size
+    ns["logger"].messages.clear()
+    layer, scheme = make_layer(ids, hidden, intermediate, dtype, tp_size, tp_rank)
+    params = dict(layer.named_parameters())
+    with local_imports():
         for local, e in enumerate(ids):
             for proj, stem in (("w1", "w13"), ("w3", "w13"), ("w2", "w2")):
                 for suffix, tensor in experts[e][proj].items():
                     layer._weight_loader_impl(params[f"{stem}_{suffix}"], tensor, f"experts.{e}.{proj}.{suffix}",
                                               proj, local)
-        scheme.process_weights_after_loading(layer)
-    return KernelInputs(layer.w13_weight.data.view(torch.uint8), layer.w13_weight_scale.data,
-                        layer.w13_weight_scale_2.data.reshape(-1), layer.w2_weight.data.view(torch.uint8),
-                        layer.w2_weight_scale.data, layer.w2_weight_scale_2.data.reshape(-1), hidden, intermediate,
-                        list(ns["logger"].messages))
+    return finish_layer(layer, scheme, [])
 
 
 def scale_order(size_k: int, size_n: int) -> torch.Tensor:

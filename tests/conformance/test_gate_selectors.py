@@ -1,6 +1,6 @@
 """`mx2nv gate`'s scheme rule against the runtimes' own selectors. The C++
 binary cannot import vLLM or SGLang, so this suite asks them instead: vLLM
-0.33.0's `CompressedTensorsConfig._is_nvfp4_format` (+ `input_quant is None`,
+0.34.0's `CompressedTensorsConfig._is_nvfp4_format` (+ `input_quant is None`,
 compressed_tensors_moe.py:145-160) and SGLang 0.5.23's
 `CompressedTensorsConfig._is_fp4a16_nvfp4`, taken from the wheels (wheels.py)
 and run on compressed-tensors' own QuantizationArgs, must agree with gate's

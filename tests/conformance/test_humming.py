@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's Humming backend (sm90: H100/H200) beyond the common matrix
+"""vLLM 0.34.0's Humming backend (sm90: H100/H200) beyond the common matrix
 of test_runtimes.py: the compile-time path the decode emulates is the one
 humming's own LayerConfig selects, the kernel source still holds the
 instructions humming_kernel.py relies on, and what Humming does with the
@@ -37,7 +37,7 @@ def test_humming_compiles_the_path_the_decode_emulates(outputs, dtype):
                     or config.use_int_weight_scale or config.should_apply_bs_on_c), name
         t = getattr(k, name)
         assert t["weight_scale_2"].dtype == torch.float32 and t["weight_scale_2"].shape == (len(moe_layers(ck)[0].experts),)
-    # What vLLM hands the kernel as w1's global is that FP32 tensor (moe.py:171-172).
+    # What vLLM hands the kernel as w1's global is that FP32 tensor (moe.py:177-178).
     assert k.quant_config.w1_gscale is not None
     assert torch.equal(k.quant_config.w1_gscale, k.w13["weight_scale_2"])
 
@@ -136,7 +136,7 @@ def test_every_code_times_every_block_scale_is_exact_in_the_decode(dtype):
 @pytest.mark.parametrize("tp", [2, 4])
 def test_each_tensor_parallel_rank_is_exact_through_humming(outputs, tp, dtype):
     """Per rank, vLLM's loader takes a slice of w1/w3 rows and w2 columns, and
-    Humming pads N to 256 and K to 128 (utils/humming/moe.py:411-412): at TP 2
+    Humming pads N to 256 and K to 128 (utils/humming/moe.py:414-415): at TP 2
     and 4 the k3 layer (intermediate 128) is padded on both sublayers, and every
     rank's weights still equal the source's slice."""
     src, dst = outputs["k3"]

@@ -1,5 +1,5 @@
 """Oracle 4: a K3 Stable LatentMoE block run with expert weights from the
-MXFP4 source and from the NVFP4 output as vLLM 0.33.0's own Marlin and Humming
+MXFP4 source and from the NVFP4 output as vLLM 0.34.0's own Marlin and Humming
 load paths (run from the wheels, test_runtimes.py) hand them to the kernel:
 bit-identical outputs, in both activation dtypes' load paths."""
 

@@ -10,7 +10,7 @@ together):
   match a numpy recomputation.
 - bf16: every `weight` equals compressed-tensors' own decoding of the MXFP4
   source exactly; compressed-tensors validates the mixed config; vLLM
-  0.33.0's own loader rules (CompressedTensorsConfig.get_scheme_dict and
+  0.34.0's own loader rules (CompressedTensorsConfig.get_scheme_dict and
   CompressedTensorsMoEMethod.get_moe_method, taken from the wheel) take the
   unquantized MoE path for the BF16 layer and the NVFP4 scheme for the rest.
 """
@@ -107,7 +107,7 @@ def test_bf16_weights_are_compressed_tensors_decoding_exactly(overspan):
 
 
 def _vllm_rules(quant_config: dict):
-    """vLLM 0.33.0's get_scheme_dict / get_moe_method from the wheel, on `quant_config`."""
+    """vLLM 0.34.0's get_scheme_dict / get_moe_method from the wheel, on `quant_config`."""
     root = wheels.wheel_dir(*wheels.VLLM)
     c = wheels.WheelCode(root)
     c.namespace.update(re=regex, fnmatch=fnmatch, MappingProxyType=MappingProxyType)

@@ -1,4 +1,4 @@
-"""`mx2nv gate` asking the real vLLM 0.33.0 code (issue 9: "where the
+"""`mx2nv gate` asking the real vLLM 0.34.0 code (issue 9: "where the
 runtime's Python package is installed, gate also asks its own config
 parser/selector and says when the two disagree").
 
@@ -42,7 +42,7 @@ REQUIREMENTS = Path(__file__).with_name("probe-requirements.txt")
 
 @pytest.fixture(scope="session")
 def vllm_python() -> tuple[str, dict]:
-    """(interpreter, environment) in which `import vllm` is the 0.33.0 wheel's code."""
+    """(interpreter, environment) in which `import vllm` is the pinned (wheels.VLLM) wheel's code."""
     want = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
     stamp = PROBE_VENV / ".requirements.sha256"
     python = PROBE_VENV / "bin" / "python"
@@ -75,7 +75,7 @@ def test_vllm_selects_nvfp4a16_for_the_output_and_agrees(outputs, vllm_python):
     code, answer = gate(outputs["k3"][1], *vllm_python, "--runtime", "vllm")
     o = opinion(answer, "vllm")
     assert o["outcome"] == "selected", o
-    assert o["version"] == "0.33.0" and not o["version_differs"]
+    assert o["version"] == VLLM[1] and not o["version_differs"]
     assert o["selected"] == "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)"
     assert o["agreement"] == "AGREES"
     assert answer["runtime_selectors"]["layer"] == "language_model.model.layers.0.block_sparse_moe.experts"

@@ -1,5 +1,5 @@
 """Oracle 3: the runtimes' own code. Every NVFP4 output goes through vLLM
-0.33.0's and SGLang 0.5.23's released load paths (their expert weight
+0.34.0's and SGLang 0.5.23's released load paths (their expert weight
 loaders, NVFP4 MoE method/scheme and Marlin or Humming scale/global
 processing, run from the wheels on the CPU: vllm_marlin.py, sglang_marlin.py,
 vllm_humming.py with humming-kernels 0.1.19's own Python); the kernel's byte
@@ -32,7 +32,7 @@ from runtime_judge import judge, marlin_decoder, moe_layers
 # backend -> (its load path, the kernel's decode)
 BACKENDS = {"vllm-marlin": (vllm_marlin.load_layer, marlin_decoder(vllm_marlin.scale_order)),
             "vllm-humming": (vllm_humming.load_layer, humming_kernel.weights),
-            "sglang-marlin": (sglang_marlin.load_layer, marlin_decoder(sglang_marlin.scale_order))}
+            "sglang-marlin": (sglang_marlin.load_layer, marlin_decoder(sglang_marlin.scale_order, w13_global_in_dtype=True))}
 MARLIN_BACKENDS = ["vllm-marlin", "sglang-marlin"]
 # The demo has the k3 case's layout at 4x the size; the other oracles cover it.
 RUNTIME_CASES = [c for c in MARLIN_WINDOW_CASES if c != "demo"]

@@ -1,12 +1,12 @@
-"""vLLM 0.33.0's own load path for a compressed-tensors NVFP4A16 MoE layer on
+"""vLLM 0.34.0's own load path for a compressed-tensors NVFP4A16 MoE layer on
 the Humming backend (what vLLM selects on sm90, H100/H200:
-utils/humming/priority.py:11, fused_moe/oracle/nvfp4.py:213), run on the CPU:
+utils/humming/priority.py:11, fused_moe/oracle/nvfp4.py:248), run on the CPU:
 
   from the vLLM wheel (wheels.py, ast-extracted as in vllm_marlin.py):
     RoutedExperts.weight_loader and helpers     fused_moe/routed_experts.py
     CompressedTensorsW4A4Nvfp4MoEMethod          compressed_tensors_moe_w4a4_nvfp4.py
       create_weights, process_weights_after_loading, get_fused_moe_quant_config
-    convert_to_nvfp4_moe_kernel_format (its HUMMING branch, :425-460: the
+    convert_to_nvfp4_moe_kernel_format (its HUMMING branch, :413-448: the
       checkpoint's [E, 2] w13 globals go to Humming as they are, not the
       single w1 global the Marlin branch gets), make_nvfp4_moe_quant_config
                                                  fused_moe/oracle/nvfp4.py
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import mmap
 import importlib
 import re
 import types
@@ -59,6 +60,7 @@ from enum import Enum
 import torch
 
 import humming_code
+import vllm_marlin
 from wheels import VLLM, RecordingLogger, WheelCode, stub_modules, wheel_dir
 
 V = "vllm/model_executor/"
@@ -67,6 +69,7 @@ METHOD = V + "layers/quantization/compressed_tensors/compressed_tensors_moe/comp
 ORACLE = V + "layers/fused_moe/oracle/nvfp4.py"
 HMOE = V + "layers/quantization/utils/humming/moe.py"
 HSCHEMA = V + "layers/quantization/utils/humming/schema.py"
+HLINEAR = V + "layers/quantization/utils/humming/linear.py"
 FACADE = "vllm/utils/humming.py"
 UTILS = V + "utils.py"
 
@@ -76,14 +79,16 @@ def code() -> WheelCode:
     h = humming_code.package()
     c = WheelCode(wheel_dir(*VLLM))
     ns = c.namespace
-    ns.update(torch=torch, Enum=Enum, re=re, importlib=importlib, Any=object, logger=RecordingLogger(), humming_dtypes=h.dtypes,
+    ns.update(torch=torch, Enum=Enum, re=re, functools=functools, mmap=mmap, cache=functools.cache, importlib=importlib, Any=object, logger=RecordingLogger(), humming_dtypes=h.dtypes,
               envs=types.SimpleNamespace(VLLM_HUMMING_INPUT_QUANT_CONFIG=None),
               current_platform=types.SimpleNamespace(
                   get_device_capability=lambda: types.SimpleNamespace(to_int=lambda: humming_code.SM90)),
               GroupShape=collections.namedtuple("GroupShape", "row col"))
-    c.functions(UTILS, "set_weight_attrs", "replace_parameter")
+    c.functions(UTILS, *vllm_marlin.UTILS_NAMES, "get_live_param", "retire_parameter", "set_kernel_parameter")
+    c.functions(HLINEAR, "_KEEP_UNUSED_FRACTION", "_nbytes", "replace_layer_parameters")
+    c.functions(vllm_marlin.FLASHINFER, "trtllm_nvfp4_hidden_alignment")
     c.functions(FACADE, "_EXPORTS", "__getattr__")
-    c.functions(HSCHEMA, "check_and_fallback_input_schema", "humming_is_layer_skipped", "resolve_humming_layer_config")
+    c.functions(HSCHEMA, "_humming_to_quant_dtype", "_humming_to_scale_dtype", "check_and_fallback_input_schema", "humming_is_layer_skipped", "resolve_humming_layer_config")
     ns["humming_schema"] = types.SimpleNamespace(check_and_fallback_input_schema=ns["check_and_fallback_input_schema"])
     c.functions(HMOE, "_extract_sublayer_tensors", "_replace_layer_parameters", "_convert_sublayer_to_humming",
                 "_prepare_and_transform_sublayer", "_process_single_sublayer", "convert_to_humming_moe_kernel_format",
@@ -93,7 +98,8 @@ def code() -> WheelCode:
                 "convert_to_nvfp4_moe_kernel_format", "make_nvfp4_moe_quant_config")
     c.functions(LOADER, "FusedMoeWeightScaleSupported")
     ns["make_nvfp4_moe_kernel"] = lambda **kw: types.SimpleNamespace(
-        fused_experts=types.SimpleNamespace(process_weights_after_loading=lambda layer: None))
+        fused_experts=types.SimpleNamespace(process_weights_after_loading=lambda layer: None,
+                                            keep_constants=lambda layer: None))
     ns["RoutedExperts"] = c.methods(
         LOADER, "RoutedExperts", "weight_loader", "_map_global_expert_id_to_local_expert_id", "_to_scalar",
         "_load_per_tensor_weight_scale", "_load_model_weight_or_group_weight_scale", "_load_w13", "_load_w2",
@@ -111,6 +117,7 @@ def _local_imports():
             types.SimpleNamespace(OnlineMoEMethodBase=type("OnlineMoEMethodBase", (), {})),
         "vllm.platforms": types.SimpleNamespace(
             current_platform=types.SimpleNamespace(use_sync_weight_loader=lambda: False)),
+        "vllm.model_executor.model_loader.reload.direct": types.SimpleNamespace(direct_reload_enabled=lambda: False),
         # The facade's own lazy __getattr__ (humming.py:112-122) over its _EXPORTS.
         "vllm.utils.humming": types.SimpleNamespace(__getattr__=ns["__getattr__"]),
         "vllm.model_executor.layers.quantization.utils.humming": types.SimpleNamespace(
@@ -146,17 +153,20 @@ def load_layer(experts: dict[int, dict[str, dict[str, torch.Tensor]]], dtype: to
                                 moe_parallel_config=types.SimpleNamespace(tp_size=tp_size), num_logical_experts=len(ids),
                                 num_local_experts=len(ids), has_bias=False,
                                 activation=types.SimpleNamespace(is_gated=True),
-                                intermediate_size_per_partition=intermediate, hidden_dim=hidden)
+                                intermediate_size_per_partition=intermediate, hidden_dim=hidden,
+                                num_experts=len(ids))
     method = ns["CompressedTensorsW4A4Nvfp4MoEMethod"]()
-    method.moe, method.group_size, method.use_a16 = moe, 16, True
+    method.moe, method.group_size, method.use_a16, method.per_token_activation = moe, 16, True, False
     method.nvfp4_backend, method.experts_cls = ns["NvFp4MoeBackend"].HUMMING, object
     layer = ns["RoutedExperts"]()
     layer.quant_config = types.SimpleNamespace(get_name=lambda: "compressed-tensors")
     layer.quant_method, layer.moe_config, layer.layer_name = method, moe, "model.layers.0.mlp.experts"
-    layer.expert_map_manager = types.SimpleNamespace(map_global_to_local=lambda e: ids.index(e))
-    layer._fused_shared_expert_quantizer = None
+    layer.expert_map_manager = types.SimpleNamespace(map_global_to_local=lambda e: ids.index(e),
+                                                     num_fused_shared_experts=0)
+    layer.shared_expert_online_loader = None
     layer._expert_routing_tables = lambda: None
     layer.hidden_size, layer.intermediate_size_per_partition = hidden, intermediate
+    layer.num_experts, layer.params_dtype = len(ids), dtype
     ns["logger"].messages.clear()
     with _local_imports():
         method.create_weights(layer, num_experts=len(ids), hidden_size=hidden,
