@@ -227,3 +227,27 @@ def test_merged_verify_report_is_evidence(built, tmp_path):
     assert co.check_card(dst / "README.md", _inputs(src, dst, report)) == []
     # A part alone proves only part: refused.
     assert mx2nv("card", src, dst, "--verify-report", parts[0], check=False).returncode == 2
+
+
+QUIET = "language_model.model.layers.0.block_sparse_moe.experts.1.w2"
+
+
+@pytest.mark.parametrize("generate", [[], ["--k-max", "-15", "--span", "6", "--set-k-max", f"{QUIET}=-20",
+                                            "--set-span", f"{QUIET}=7", "--seed", "11"]], ids=["default", "quiet"])
+def test_every_figure_is_an_independent_count(built, tmp_path, generate):
+    """Issue 30: each figure on the card is a count of the two trees (numpy
+    over SRC and DST), not only the report's. A figure the report does not
+    compute must be left out, never printed as 0. (Globals raised and
+    canonicalised zero groups are verify's from the lead's change: against a
+    verify that does not compute them the comparison fails.)"""
+    src = tmp_path / "src"
+    mx2nv("generate", src, "--layout", "k3", *SMALL, *generate)
+    dst, report_path = tmp_path / "dst", tmp_path / "verify-report.json"
+    _convert_verify(src, dst, report_path)
+    mx2nv("card", src, dst, "--verify-report", report_path)
+    figures = co.card_figures(co.parse_card(dst / "README.md"))
+    counts = co.independent_counts(src, dst)
+    for always in ("modules", "values_compared", "mismatches", "packed_identical", "passthrough_tensors",
+                   "companion_files", "shards", "scale_groups", "source_tensor_bytes", "target_tensor_bytes"):
+        assert always in figures, always
+    assert {k: counts[k] for k in figures} == figures
