@@ -440,11 +440,12 @@ CardResult run_card(const CardOptions& o) {
   facts.kind = o.verify_report ? EvidenceKind::Verify : EvidenceKind::Requantize;
   const Evidence e = read_evidence(facts.kind, o.verify_report ? *o.verify_report : *o.requantize_report,
                                    o.report_text ? &*o.report_text : nullptr, o.source, o.target);
-  check_finished_mode(e, o.target);
   // DST as convert checks it (no symlink, special file or planted hard link
-  // anywhere), then under the lock again: what card opens and writes there
-  // is never followed elsewhere.
-  Destination::check_tree(o.target);
+  // anywhere), before its finished record is read and again under the lock:
+  // what card opens and writes there is never followed elsewhere.
+  std::error_code ec;
+  if (fs::is_directory(o.target, ec)) Destination::check_tree(o.target);
+  check_finished_mode(e, o.target);
   KillPoints kill;
   const CardLock lock(o.target, kill);
   Destination::check_tree(o.target);

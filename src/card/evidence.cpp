@@ -192,8 +192,8 @@ Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::str
     fail(ErrorKind::Usage, "card: --{}-report needs a report of mx2nv {}, this one's command is {}", kind_command(kind),
          kind_command(kind), printable(member(e.report, "command").dump()));
   }
-  check_outcome(e);
   check_field_types(e);
+  check_outcome(e);
   const Json& prov = member(e.report, "provenance");
   if (member(prov, "source") != as_reported(source)) {
     fail(ErrorKind::Usage, "card: the report is of another SRC ({}), not {}", printable(member(prov, "source").dump()),
