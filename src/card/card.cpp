@@ -338,6 +338,8 @@ void check_options(const CardOptions& o) {
   const auto given = [](const char* option, const auto& value) {
     if (value && value->empty()) usage(fmt::format("{} was given an empty value", option));
   };
+  if (o.source.empty()) usage("SRC was given an empty value");
+  if (o.target.empty()) usage("DST was given an empty value");
   given("--base-model", o.base_model);
   given("--companion", o.companion);
   given("--repo-id", o.repo_id);

@@ -301,6 +301,11 @@ TEST(Card, EmptyOptionValuesAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << option << ": " << r.err;
     EXPECT_NE(r.err.find(option), std::string::npos) << r.err;
   }
+  for (const auto& [src, dst] : {std::pair<std::string, std::string>{"''", q(c.dst)}, {q(c.src), "''"}}) {
+    const CliResult r = run_cli("card " + src + " " + dst + " --verify-report " + q(c.report));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("given an empty value"), std::string::npos) << r.err;
+  }
   EXPECT_EQ(c.card("--companion 0").exit_code, 0);
   const CliResult zero = c.card("--base-model 0");
   ASSERT_EQ(zero.exit_code, 0) << zero.err;
