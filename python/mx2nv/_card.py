@@ -41,7 +41,10 @@ def card(src: PathLike, dst: PathLike, *, verify_report: Optional[Union[PathLike
     and ``requantize_report``. Every refusal (a report that does not prove
     this DST, a DST changed since verify, bad options) raises ``UsageError``
     with nothing written; ``InvalidInputError``, ``MxIOError`` as elsewhere.
-    A source card mx2nv cannot read is not an error: nothing is inherited."""
+    An option given is used as given or refused: ``""`` raises ``UsageError``,
+    a value of another type (``0`` among them) ``TypeError``; only ``None``
+    is "not given". A source card mx2nv cannot read is not an error: nothing
+    is inherited."""
     from ._api import _threads
 
     if (verify_report is None) == (requantize_report is None):
