@@ -121,6 +121,7 @@ void check_field_types(const Evidence& e) {
       field(*counts, k, std::string("counts.") + k, Type::Count, true);
     }
   }
+  field(r, "mismatches", "mismatches", Type::Count, rq);
   for (const char* k : {"values_compared", "source_tensor_bytes", "target_tensor_bytes"}) {
     field(r, k, k, Type::Count, true);
   }

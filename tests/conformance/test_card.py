@@ -276,7 +276,7 @@ def _dotted(path) -> str:
 # The fields a card reads, as the key paths verify and requantize reports
 # write them ([] stands for every element).
 READ_FIELDS = re.compile(
-    r"^(window|provenance\.(source|tool_version)|values_compared|source_tensor_bytes|target_tensor_bytes|"
+    r"^(window|provenance\.(source|tool_version)|values_compared|mismatches|source_tensor_bytes|target_tensor_bytes|"
     r"size_change_percent|max_abs_error|counts\.(modules|scale_groups|passthrough_tensors|companion_files|shards|"
     r"active_groups|zero_groups|canonicalised_zero_groups|marlin_zeroed_groups|raised_globals)|overspan\.choice|"
     r"overspan\.bf16_layers\[\d+\]\.(layer|size_cost_bytes|why\[\d+\])|"

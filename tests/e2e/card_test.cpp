@@ -325,7 +325,7 @@ TEST(Card, ReportFieldsOfTheWrongTypeAreRefused) {
   };
   enum T { Count, Finite, Error, Text };
   const std::vector<std::pair<std::string, T>> fields = {
-      {"/values_compared", Count}, {"/source_tensor_bytes", Count}, {"/target_tensor_bytes", Count},
+      {"/values_compared", Count}, {"/mismatches", Count}, {"/source_tensor_bytes", Count}, {"/target_tensor_bytes", Count},
       {"/size_change_percent", Finite}, {"/max_abs_error", Error}, {"/counts/modules", Count},
       {"/counts/scale_groups", Count}, {"/counts/passthrough_tensors", Count}, {"/counts/companion_files", Count},
       {"/counts/shards", Count}, {"/counts/active_groups", Count}, {"/counts/zero_groups", Count},
