@@ -224,7 +224,7 @@ std::vector<CardFile> card_files(bool source_card) {
 std::string temp_name(const std::string& name) { return std::string(kCardTempPrefix) + name; }
 
 // Every name card will write, and its temporary, checked before anything is
-// written; every temporary a killed card left removed.
+// written.
 void check_card_files(int root_fd, int state_fd, const fs::path& root) {
   for (const CardFile& f : card_files(true)) {
     const int dir = f.in_state ? state_fd : root_fd;
@@ -232,6 +232,11 @@ void check_card_files(int root_fd, int state_fd, const fs::path& root) {
     check_writable(dir, f.name, root, rel / f.name);
     check_writable(dir, temp_name(f.name), root, rel / temp_name(f.name));
   }
+}
+
+// The temporaries a killed card left (regular files: check_card_files ran
+// under the same lock), removed once every refusal is past.
+void remove_card_temporaries(int root_fd, int state_fd, const fs::path& root) {
   for (const CardFile& f : card_files(true)) {
     const int dir = f.in_state ? state_fd : root_fd;
     const fs::path rel = f.in_state ? fs::path(kStateDirName) : fs::path();
@@ -493,6 +498,7 @@ CardResult run_card(const CardOptions& o) {
     usage(fmt::format("the report's fields do not have the types mx2nv writes ({})", x.what()));
   }
   CardResult result = describe(facts, o, std::move(text));
+  remove_card_temporaries(lock.root_fd(), lock.state_fd(), o.target);
   write_card_files(lock, o.target, e, result, source_bytes, kill);
   return result;
 }
