@@ -41,13 +41,31 @@ def card(src: PathLike, dst: PathLike, *, verify_report: Optional[Union[PathLike
     and ``requantize_report``. Every refusal (a report that does not prove
     this DST, a DST changed since verify, bad options) raises ``UsageError``
     with nothing written; ``InvalidInputError``, ``MxIOError`` as elsewhere.
-    A source card mx2nv cannot read is not an error: nothing is inherited."""
+    An option given is used as given or refused: ``""`` raises ``UsageError``,
+    a value of another type (``0`` among them) ``TypeError``; only ``None``
+    is "not given". A source card mx2nv cannot read is not an error: nothing
+    is inherited."""
     from ._api import _threads
 
     if (verify_report is None) == (requantize_report is None):
         raise UsageError("give exactly one of verify_report and requantize_report")
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 1024:
         raise UsageError(f"tp must be an integer in [1, 1024], got {tp!r}")
+    # A given option is used as given or refused: "" (an unset variable) and
+    # 0 never count as "not given".
+    for name, value in (("base_model", base_model), ("companion", companion), ("repo_id", repo_id)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+        if value == "":
+            raise UsageError(f"{name} was given an empty value")
+    for name, value in (("verify_report", verify_report), ("requantize_report", requantize_report),
+                        ("gpu_check", gpu_check)):
+        if value is None or isinstance(value, Report):
+            continue
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a path or None, got {type(value).__name__}")
+        if os.fspath(value) in ("", b""):
+            raise UsageError(f"{name} was given an empty value")
     kind = "verify" if verify_report is not None else "requantize"
     given = verify_report if verify_report is not None else requantize_report
     text: Optional[str] = None
@@ -56,8 +74,8 @@ def card(src: PathLike, dst: PathLike, *, verify_report: Optional[Union[PathLike
         path = ""
     else:
         path = os.fspath(given)  # type: ignore[arg-type]
-    code, out, _ = _core.card(os.fspath(src), os.fspath(dst), kind, path, text, base_model or "", companion or "",
-                              tp, repo_id or "", None if gpu_check is None else os.fspath(gpu_check),
+    code, out, _ = _core.card(os.fspath(src), os.fspath(dst), kind, path, text, base_model, companion,
+                              tp, repo_id, None if gpu_check is None else os.fspath(gpu_check),
                               _threads(threads))
     data = json.loads(out)
     if data["result"] == "error":

@@ -8,7 +8,9 @@
 #include "checkpoint/fingerprint.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "destination/destination.hpp"
 #include "gate/gate.hpp"
+#include "safetensors/card_files.hpp"
 #include "safetensors/file_names.hpp"
 #include "sys/heap.hpp"
 
@@ -19,6 +21,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 
 namespace mx2nv {
 namespace {
@@ -133,55 +138,176 @@ void check_fingerprints(const Evidence& e, const Checkpoint& src, const Checkpoi
   }
 }
 
+// A test hook, not an option: MX2NV_TEST_CARD_KILL_AT=N makes card raise
+// SIGKILL at its N-th write step (lock file, temporary created, written,
+// synced, renamed, directory synced), so that tests can check that every
+// state a killed card leaves is finished by the next run
+// (tests/e2e/card_test.cpp). Unset, or not a number: no effect.
+class KillPoints {
+ public:
+  KillPoints() {
+    const char* at = std::getenv("MX2NV_TEST_CARD_KILL_AT");
+    if (at != nullptr && *at != '\0' && std::all_of(at, at + std::strlen(at), [](char c) { return c >= '0' && c <= '9'; })) {
+      kill_at_ = std::strtoull(at, nullptr, 10);
+    }
+  }
+  void step() {
+    if (kill_at_ != 0 && ++steps_ == kill_at_) ::raise(SIGKILL);
+  }
+
+ private:
+  std::uint64_t kill_at_ = 0, steps_ = 0;
+};
+
+// A name card writes in DST (a final file, its temporary, the lock) must be
+// absent or a regular file with one name: a symlink, a hard link planted
+// there, a directory or a FIFO is refused as convert refuses them in DST
+// (exit 2, nothing written).
+void check_writable(int dir_fd, const std::string& name, const fs::path& root, const fs::path& rel) {
+  struct stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return;
+    fail_io(root / rel, "stat", errno);
+  }
+  const std::string shown = printable(rel.generic_string());
+  if (S_ISLNK(st.st_mode)) {
+    fail(ErrorKind::Usage, "DST {} holds a symbolic link, {}; refusing to write where links could lead elsewhere",
+         printable(root.string()), shown);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fail(ErrorKind::Usage, "DST {} holds {}, which is not a regular file", printable(root.string()), shown);
+  }
+  if (st.st_nlink != 1) {
+    fail(ErrorKind::Usage,
+         "DST {} holds {}, a file with more than one name (a hard link planted in DST?); refusing to write where it "
+         "could lead elsewhere",
+         printable(root.string()), shown);
+  }
+}
+
+UniqueFd open_dir_at(int parent, const std::string& name, const fs::path& root, const fs::path& rel) {
+  const int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      fail(ErrorKind::Usage, "DST {}: {} is not a directory (a symbolic link?); refusing to write through it",
+           printable(root.string()), printable(rel.generic_string()));
+    }
+    fail_io(root / rel, "open directory", errno);
+  }
+  return UniqueFd(fd);
+}
+
+// DST's root as convert opens it: a symlink to a directory is DST's own name.
+UniqueFd open_root(const fs::path& dst) {
+  const int fd = ::open(dst.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOTDIR) fail(ErrorKind::Usage, "DST {} exists and is not a directory", printable(dst.string()));
+    fail_io(dst, "open directory", errno);
+  }
+  return UniqueFd(fd);
+}
+
+// The files card writes, in order: (directory relative to DST, name).
+struct CardFile {
+  bool in_state;
+  std::string name;
+};
+
+std::vector<CardFile> card_files(bool source_card) {
+  std::vector<CardFile> out;
+  if (source_card) out.push_back({false, std::string(kSourceCardFileName)});
+  out.push_back({true, std::string(kCardRecordFileName)});
+  out.push_back({false, std::string(kCardFileName)});
+  return out;
+}
+
+std::string temp_name(const std::string& name) { return std::string(kCardTempPrefix) + name; }
+
+// Every name card will write, and its temporary, checked before anything is
+// written.
+void check_card_files(int root_fd, int state_fd, const fs::path& root) {
+  for (const CardFile& f : card_files(true)) {
+    const int dir = f.in_state ? state_fd : root_fd;
+    const fs::path rel = f.in_state ? fs::path(kStateDirName) : fs::path();
+    check_writable(dir, f.name, root, rel / f.name);
+    check_writable(dir, temp_name(f.name), root, rel / temp_name(f.name));
+  }
+}
+
+// The temporaries a killed card left (regular files: check_card_files ran
+// under the same lock), removed once every refusal is past.
+void remove_card_temporaries(int root_fd, int state_fd, const fs::path& root) {
+  for (const CardFile& f : card_files(true)) {
+    const int dir = f.in_state ? state_fd : root_fd;
+    const fs::path rel = f.in_state ? fs::path(kStateDirName) : fs::path();
+    if (::unlinkat(dir, temp_name(f.name).c_str(), 0) != 0 && errno != ENOENT) {
+      fail_io(root / rel / temp_name(f.name), "remove", errno);
+    }
+  }
+}
+
 // One file of DST replaced atomically: a temporary beside it, fsync, rename,
 // then the directory's fsync. Never follows a symlink (O_NOFOLLOW on the
 // temporary, rename replaces a link rather than writing through it).
-void replace_file(int dir_fd, const std::string& name, std::string_view bytes, const fs::path& display) {
-  const std::string temp = std::string(kTempPrefix) + "card." + name;
-  ::unlinkat(dir_fd, temp.c_str(), 0);
+void replace_file(int dir_fd, const std::string& name, std::string_view bytes, const fs::path& display,
+                  KillPoints& kill) {
+  const std::string temp = temp_name(name);
   const File f = File::create_new_at(dir_fd, temp, display / temp);
+  kill.step();
   f.write_at(0, std::as_bytes(std::span(bytes.data(), bytes.size())));
+  kill.step();
   f.sync();
+  kill.step();
   if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) fail_io(display / name, "rename", errno);
+  kill.step();
   fsync_directory(dir_fd, display);
-}
-
-UniqueFd open_dir_at(int parent, const std::string& name, const fs::path& display) {
-  const int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) fail_io(display, "open directory", errno);
-  return UniqueFd(fd);
+  kill.step();
 }
 
 // convert's lock on DST (DST/.mx2nv/lock, flock), held while the card is
 // checked and written, so that no convert --resume, finalize or other card
-// runs meanwhile. A finished DST has no lock file: the one made here is
-// removed again (a finished DST's tidy removes one left by a crash).
+// runs meanwhile. A finished DST has no lock file: the one used here is
+// removed again under the lock (one left by a killed card too).
 class CardLock {
  public:
-  explicit CardLock(const fs::path& dst) {
-    const UniqueFd root = open_dir_at(AT_FDCWD, dst.string(), dst);
-    state_ = open_dir_at(root.get(), std::string(kStateDirName), dst / kStateDirName);
+  CardLock(const fs::path& dst, KillPoints& kill) {
+    root_fd_ = open_root(dst);
+    state_ = open_dir_at(root_fd_.get(), std::string(kStateDirName), dst, kStateDirName);
     const std::string name(kLockFileName);
+    const fs::path rel = fs::path(kStateDirName) / name;
+    check_writable(state_.get(), name, dst, rel);
     int fd = ::openat(state_.get(), name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-      fd = ::openat(state_.get(), name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      created_ = fd >= 0;
+      fd = ::openat(state_.get(), name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+      if (fd >= 0) kill.step();
     }
-    if (fd < 0) fail_io(dst / kStateDirName / name, "open", errno);
+    if (fd < 0) {
+      check_writable(state_.get(), name, dst, rel);  // planted meanwhile: the same refusal
+      fail_io(dst / rel, "open", errno);
+    }
     lock_ = UniqueFd(fd);
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "card: DST's lock is not a regular file");
+    if (::fstat(fd, &st) != 0) fail_io(dst / rel, "stat", errno);
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1) check_writable(state_.get(), name, dst, rel);
+    if (!S_ISREG(st.st_mode)) fail(ErrorKind::Usage, "DST {} holds {}, which is not a regular file", printable(dst.string()), rel.string());
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) fail(ErrorKind::Usage, "card: DST {} is locked by another running mx2nv", printable(dst.string()));
+    // The name may have been removed (by the lock's previous holder) between
+    // open and flock: then this lock guards nothing.
+    struct stat now {};
+    if (::fstatat(state_.get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_ino != st.st_ino ||
+        now.st_dev != st.st_dev) {
+      fail(ErrorKind::Usage, "card: DST {} is locked by another running mx2nv", printable(dst.string()));
+    }
   }
-  ~CardLock() {
-    if (created_) ::unlinkat(state_.get(), std::string(kLockFileName).c_str(), 0);
-  }
+  ~CardLock() { ::unlinkat(state_.get(), std::string(kLockFileName).c_str(), 0); }
   CardLock(const CardLock&) = delete;
   CardLock& operator=(const CardLock&) = delete;
 
+  int root_fd() const { return root_fd_.get(); }
+  int state_fd() const { return state_.get(); }
+
  private:
-  UniqueFd state_, lock_;
-  bool created_ = false;
+  UniqueFd root_fd_, state_, lock_;
 };
 
 }  // namespace
@@ -212,11 +338,24 @@ void check_options(const CardOptions& o) {
     usage("give exactly one of --verify-report and --requantize-report");
   }
   if (o.tp < 1 || o.tp > 1024) usage("--tp must be 1 to 1024");
-  if (!o.base_model.empty() && !valid_repo_id(o.base_model)) {
-    usage(fmt::format("--base-model {}: not a Hugging Face repo id", printable(o.base_model)));
+  // A given option is used or refused: an empty value (an unset shell
+  // variable, say) never falls back to "not given".
+  const auto given = [](const char* option, const auto& value) {
+    if (value && value->empty()) usage(fmt::format("{} was given an empty value", option));
+  };
+  if (o.source.empty()) usage("SRC was given an empty value");
+  if (o.target.empty()) usage("DST was given an empty value");
+  given("--base-model", o.base_model);
+  given("--companion", o.companion);
+  given("--repo-id", o.repo_id);
+  given("--gpu-check", o.gpu_check);
+  if (o.verify_report && !o.report_text) given("--verify-report", o.verify_report);
+  if (o.requantize_report && !o.report_text) given("--requantize-report", o.requantize_report);
+  if (o.base_model && !valid_repo_id(*o.base_model)) {
+    usage(fmt::format("--base-model {}: not a Hugging Face repo id", printable(*o.base_model)));
   }
-  if (!o.repo_id.empty() && !valid_repo_id(o.repo_id)) {
-    usage(fmt::format("--repo-id {}: not a Hugging Face repo id", printable(o.repo_id)));
+  if (o.repo_id && !valid_repo_id(*o.repo_id)) {
+    usage(fmt::format("--repo-id {}: not a Hugging Face repo id", printable(*o.repo_id)));
   }
 }
 
@@ -226,10 +365,10 @@ void add_facts(CardFacts& facts, const CardOptions& o, const Evidence& e, const 
   facts.report = &e.report;
   const std::string reported_source = e.report.at("provenance").value("source", "");
   std::tie(facts.snapshot_repo, facts.snapshot_rev) = snapshot_of(reported_source);
-  facts.base_given = !o.base_model.empty();
-  facts.base_model = facts.base_given ? o.base_model : facts.snapshot_repo;
-  if (!o.companion.empty()) std::tie(facts.companion_repo, facts.companion_rev) = parse_companion(o.companion);
-  facts.repo_id = o.repo_id;
+  facts.base_given = o.base_model.has_value();
+  facts.base_model = facts.base_given ? *o.base_model : facts.snapshot_repo;
+  if (o.companion) std::tie(facts.companion_repo, facts.companion_rev) = parse_companion(*o.companion);
+  facts.repo_id = o.repo_id.value_or("");
   if (o.gpu_check) facts.gpu_log = read_gpu_log(*o.gpu_check);
   facts.tp = o.tp;
   facts.trust_remote_code =
@@ -280,10 +419,11 @@ CardResult describe(const CardFacts& facts, const CardOptions& o, std::string te
 }
 
 // README.source.md, .mx2nv/card.json, README.md, each atomically
-// (docs/reference/model-card.md §7).
-void write_card_files(const fs::path& target, const Evidence& e, const CardResult& r, const std::string& source_bytes) {
-  const UniqueFd root = open_dir_at(AT_FDCWD, target.string(), target);
-  if (r.source_card) replace_file(root.get(), std::string(kSourceCardFileName), source_bytes, target);
+// (docs/reference/model-card.md §7), into the directories the lock holds.
+void write_card_files(const CardLock& lock, const fs::path& target, const Evidence& e, const CardResult& r,
+                      const std::string& source_bytes, KillPoints& kill) {
+  const int root = lock.root_fd(), state = lock.state_fd();
+  if (r.source_card) replace_file(root, std::string(kSourceCardFileName), source_bytes, target, kill);
   const Json record = {{"format", "mx2nv-card/1"},
                        {"tool_version", MX2NV_VERSION},
                        {"evidence", e.kind == EvidenceKind::Verify ? "verify" : "requantize"},
@@ -292,9 +432,8 @@ void write_card_files(const fs::path& target, const Evidence& e, const CardResul
                        {"card_bytes", r.text.size()},
                        {"source_card", r.source_card ? Json(kSourceCardFileName) : Json(nullptr)},
                        {"source_card_sha256", r.source_card ? Json(sha256_hex(source_bytes)) : Json(nullptr)}};
-  const UniqueFd state = open_dir_at(root.get(), std::string(kStateDirName), target / kStateDirName);
-  replace_file(state.get(), std::string(kCardRecordFileName), dump_json(record) + "\n", target / kStateDirName);
-  replace_file(root.get(), std::string(kCardFileName), r.text, target);
+  replace_file(state, std::string(kCardRecordFileName), dump_json(record) + "\n", target / kStateDirName, kill);
+  replace_file(root, std::string(kCardFileName), r.text, target, kill);
 }
 
 }  // namespace
@@ -302,14 +441,22 @@ void write_card_files(const fs::path& target, const Evidence& e, const CardResul
 CardResult run_card(const CardOptions& o) {
   check_options(o);
   CardFacts facts;
-  if (!o.companion.empty()) parse_companion(o.companion);  // rule 1, before the report is read
+  if (o.companion) parse_companion(*o.companion);  // rule 1, before the report is read
   if (o.gpu_check) read_gpu_log(*o.gpu_check);
   // Rules 2-7: the report, then DST's finished record.
   facts.kind = o.verify_report ? EvidenceKind::Verify : EvidenceKind::Requantize;
   const Evidence e = read_evidence(facts.kind, o.verify_report ? *o.verify_report : *o.requantize_report,
                                    o.report_text ? &*o.report_text : nullptr, o.source, o.target);
+  // DST as convert checks it (no symlink, special file or planted hard link
+  // anywhere), before its finished record is read and again under the lock:
+  // what card opens and writes there is never followed elsewhere.
+  std::error_code ec;
+  if (fs::is_directory(o.target, ec)) Destination::check_tree(o.target);
   check_finished_mode(e, o.target);
-  const CardLock lock(o.target);
+  KillPoints kill;
+  const CardLock lock(o.target, kill);
+  Destination::check_tree(o.target);
+  check_card_files(lock.root_fd(), lock.state_fd(), o.target);
   // Rule 8: the files are those the report speaks of.
   // Only the files and companions are used (not the index's tensor names,
   // which at K3's structure would sit beside gate's own tables).
@@ -351,7 +498,8 @@ CardResult run_card(const CardOptions& o) {
     usage(fmt::format("the report's fields do not have the types mx2nv writes ({})", x.what()));
   }
   CardResult result = describe(facts, o, std::move(text));
-  write_card_files(o.target, e, result, source_bytes);
+  remove_card_temporaries(lock.root_fd(), lock.state_fd(), o.target);
+  write_card_files(lock, o.target, e, result, source_bytes, kill);
   return result;
 }
 

@@ -19,10 +19,12 @@ struct CardOptions {
   // `requantize_report` only say which kind it is.
   std::optional<fs::path> verify_report, requantize_report;
   std::optional<std::string> report_text;
-  std::string base_model;  // --base-model ORG/NAME ("" = infer from a hub-cache SRC)
-  std::string companion;   // --companion ORG/NAME[@REV]
-  std::string repo_id;     // --repo-id ORG/NAME
-  std::optional<fs::path> gpu_check;  // --gpu-check LOG
+  // Options not given are nullopt; a given option is used as given or
+  // refused (an empty value is a usage error, never "not given").
+  std::optional<std::string> base_model;  // --base-model ORG/NAME (nullopt = infer from a hub-cache SRC)
+  std::optional<std::string> companion;   // --companion ORG/NAME[@REV]
+  std::optional<std::string> repo_id;     // --repo-id ORG/NAME
+  std::optional<fs::path> gpu_check;      // --gpu-check LOG
   unsigned tp = 1;
   unsigned threads = 1;
 };

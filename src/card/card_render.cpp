@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 namespace mx2nv {
@@ -86,12 +87,20 @@ std::string summary(const CardFacts& f) {
         linked_base(f), f.version, number_text(spread(mods, "relative_rmse", true).median),
         number_text(spread(mods, "relative_rmse", true).worst));
   }
+  // The figures of the sentence are the report's; one it did not compute
+  // (null) is not cited.
+  const Json& values = at(r, "values_compared");
+  const Json& modules = at(at(r, "counts"), "modules");
+  const std::string compared =
+      values.is_null() || modules.is_null()
+          ? std::string("compared every value of the quantized modules with the source")
+          : fmt::format("compared all {} values of the {} quantized modules with the source", number_text(values),
+                        number_text(modules));
   std::string out = fmt::format(
       "{}, transcoded to compressed-tensors NVFP4A16 by mx2nv {}. The FP4 codes are the source's bytes and every "
       "block scale is the same power of two, re-expressed as an FP8 E4M3 scale and an FP32 global: `mx2nv verify` "
-      "compared all {} values of the {} quantized modules with the source and found {} mismatches",
-      linked_base(f), f.version, number_text(at(r, "values_compared")), number_text(at(at(r, "counts"), "modules")),
-      number_text(at(r, "mismatches")));
+      "{} and found {} mismatches",
+      linked_base(f), f.version, compared, number_text(at(r, "mismatches")));
   const std::string choice = at(at(r, "overspan"), "choice").is_string() ? at(at(r, "overspan"), "choice").get<std::string>() : "";
   if (choice == "bf16" && bf16_module_count(r) > 0) {
     out += fmt::format("; {} modules in {} MoE layers are stored as BF16, exactly", bf16_module_count(r),
@@ -134,23 +143,38 @@ std::string format_table(const CardFacts& f) {
                               : fmt::format("{}: {} modules requantized (see below)", code_span(choice, true), lossy);
   }
   std::string out = "## Format\n\n| Property | Value |\n|---|---|\n";
-  const double pct = as_double(at(r, "size_change_percent"));
-  const std::vector<std::pair<std::string, std::string>> rows = {
-      {"Format", "`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)"},
-      {"Weights", weights},
-      {"Local scales", "FP8 (E4M3), one per 16 weights"},
-      {"Global scales",
-       fmt::format("{} FP32 global scales (one per module; a gate/up pair shares one)", number_text(at(c, "scale_groups")))},
-      {"Activations", "not quantized (fp16 or bf16 at run time)"},
-      {"Quantized modules", fmt::format("{} routed-expert projections", number_text(at(c, "modules")))},
-      {"Left bit-identical", fmt::format("{} pass-through tensors, {} companion files",
-                                         number_text(at(c, "passthrough_tensors")), number_text(at(c, "companion_files")))},
-      {"Source", source_value(f)},
-      {"Window", rq ? "not applicable (requantized)" : code_span(at(r, "window").get<std::string>(), true)},
-      {"Over-span policy", policy},
-      {"Tensor data size", fmt::format("{} bytes (source: {} bytes)", number_text(at(r, "target_tensor_bytes")),
-                                       number_text(at(r, "source_tensor_bytes")))},
-      {"Size change", (std::signbit(pct) ? "" : "+") + python_float(pct) + " %"}};
+  // A row whose figure the report did not compute (null) is left out.
+  const auto known = [](std::initializer_list<const Json*> fields) {
+    return std::none_of(fields.begin(), fields.end(), [](const Json* j) { return j->is_null(); });
+  };
+  const Json& pct = at(r, "size_change_percent");
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"Format", "`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)"}, {"Weights", weights},
+      {"Local scales", "FP8 (E4M3), one per 16 weights"}};
+  if (known({&at(c, "scale_groups")})) {
+    rows.push_back({"Global scales", fmt::format("{} FP32 global scales (one per module; a gate/up pair shares one)",
+                                                 number_text(at(c, "scale_groups")))});
+  }
+  rows.push_back({"Activations", "not quantized (fp16 or bf16 at run time)"});
+  if (known({&at(c, "modules")})) {
+    rows.push_back({"Quantized modules", fmt::format("{} routed-expert projections", number_text(at(c, "modules")))});
+  }
+  if (known({&at(c, "passthrough_tensors"), &at(c, "companion_files")})) {
+    rows.push_back({"Left bit-identical", fmt::format("{} pass-through tensors, {} companion files",
+                                                      number_text(at(c, "passthrough_tensors")),
+                                                      number_text(at(c, "companion_files")))});
+  }
+  rows.push_back({"Source", source_value(f)});
+  rows.push_back({"Window", rq ? "not applicable (requantized)" : code_span(at(r, "window").get<std::string>(), true)});
+  rows.push_back({"Over-span policy", policy});
+  if (known({&at(r, "target_tensor_bytes"), &at(r, "source_tensor_bytes")})) {
+    rows.push_back({"Tensor data size", fmt::format("{} bytes (source: {} bytes)", number_text(at(r, "target_tensor_bytes")),
+                                                    number_text(at(r, "source_tensor_bytes")))});
+  }
+  if (known({&pct})) {
+    const double p = pct.get<double>();
+    rows.push_back({"Size change", (std::signbit(p) ? "" : "+") + python_float(p) + " %"});
+  }
   for (const auto& [label, value] : rows) out += table_row({label, value});
   return out + "\n";
 }
@@ -166,12 +190,12 @@ std::string error_table(const Json& r) {
   }
   std::string out = "| Measure | Value |\n|---|---|\n";
   out += table_row({"Requantized modules", fmt::format("{}", mods.size())});
-  out += table_row({"Values compared", number_text(at(r, "values_compared"))});
+  if (!at(r, "values_compared").is_null()) out += table_row({"Values compared", number_text(at(r, "values_compared"))});
   out += table_row({"Relative RMSE, median", number_text(rmse.median)});
   out += table_row({"Relative RMSE, worst", number_text(rmse.worst) + " (" + code_span(rmse.worst_module, true) + ")"});
   out += table_row({"Cosine, median", number_text(cos.median)});
   out += table_row({"Cosine, worst", number_text(cos.worst) + " (" + code_span(cos.worst_module, true) + ")"});
-  out += table_row({"Max abs error", number_text(at(r, "max_abs_error"))});
+  if (!at(r, "max_abs_error").is_null()) out += table_row({"Max abs error", number_text(at(r, "max_abs_error"))});
   out += table_row({"Modules with block scales below 2^-6",
                     fmt::format("{} of {} modules ({} blocks; vLLM's Marlin zeroes them)", flushed, mods.size(), blocks)});
   return out + "\n";
@@ -206,24 +230,31 @@ std::string verified(const CardFacts& f) {
   const Json& r = *f.report;
   if (f.kind == EvidenceKind::Requantize) return "## Error against the source\n\n" + error_table(r);
   const Json& c = at(r, "counts");
-  const auto modules = at(c, "modules").get<std::uint64_t>();
   const std::uint64_t rewritten = bf16_module_count(r) + at(r, "requantized").size();
-  const auto counted = [&](const char* key) { return at(c, key).is_null() ? std::string("not counted") : number_text(at(c, key)); };
   std::string out = "## Verified\n\n| Check | Result |\n|---|---|\n";
+  // Every figure is a field of the report; one the command did not compute
+  // (null) leaves its row out.
+  const auto row = [&](const char* label, const Json& value) {
+    if (!value.is_null()) out += table_row({label, number_text(value)});
+  };
   out += table_row({"Verify result", fmt::format("`ok` (mx2nv verify {})", at(at(r, "provenance"), "tool_version").get<std::string>())});
   out += table_row({"Window", code_span(at(r, "window").get<std::string>(), true)});
-  out += table_row({"Quantized modules", number_text(at(c, "modules"))});
-  out += table_row({"Values compared", number_text(at(r, "values_compared"))});
-  out += table_row({"Mismatches", number_text(at(r, "mismatches"))});
-  out += table_row({"Max abs error", number_text(at(r, "max_abs_error"))});
-  out += table_row({"Packed bytes identical", fmt::format("{} of {} modules", modules - std::min(rewritten, modules), modules)});
-  out += table_row({"Pass-through tensors identical", number_text(at(c, "passthrough_tensors"))});
-  out += table_row({"Companion files identical", number_text(at(c, "companion_files"))});
-  out += table_row({"Shards", number_text(at(c, "shards"))});
-  out += table_row({"Active 32-value groups", counted("active_groups")});
-  out += table_row({"All-zero 32-value groups", counted("zero_groups")});
-  out += table_row({"Active groups below 2^-6 (zeroed by Marlin)", number_text(at(c, "marlin_zeroed_groups"))});
-  out += table_row({"Globals raised for fp16", number_text(at(c, "raised_globals"))});
+  row("Quantized modules", at(c, "modules"));
+  row("Values compared", at(r, "values_compared"));
+  row("Mismatches", at(r, "mismatches"));
+  row("Max abs error", at(r, "max_abs_error"));
+  if (!at(c, "modules").is_null()) {
+    const auto modules = at(c, "modules").get<std::uint64_t>();
+    out += table_row({"Packed bytes identical", fmt::format("{} of {} modules", modules - std::min(rewritten, modules), modules)});
+  }
+  row("Pass-through tensors identical", at(c, "passthrough_tensors"));
+  row("Companion files identical", at(c, "companion_files"));
+  row("Shards", at(c, "shards"));
+  row("Active 32-value groups", at(c, "active_groups"));
+  row("All-zero 32-value groups", at(c, "zero_groups"));
+  row("All-zero groups written with scale byte 0x00", at(c, "canonicalised_zero_groups"));
+  row("Active groups below 2^-6 (zeroed by Marlin)", at(c, "marlin_zeroed_groups"));
+  row("Globals raised for fp16", at(c, "raised_globals"));
   return out + "\n" + overspan_subsections(r);
 }
 

@@ -6,6 +6,8 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
+
 namespace mx2nv {
 namespace {
 
@@ -47,6 +49,123 @@ void check_outcome(const Evidence& e) {
   }
 }
 
+// --- The declared type of every field a card reads -------------------------
+
+enum class Type { Count, Finite, Error, Text, Object, Array };
+
+std::string_view type_name(Type t) {
+  switch (t) {
+    case Type::Count: return "a non-negative integer";
+    case Type::Finite: return "a finite number";
+    case Type::Error: return "a finite non-negative number or \"inf\"";
+    case Type::Text: return "a string";
+    case Type::Object: return "an object";
+    case Type::Array: return "an array";
+  }
+  return "";
+}
+
+bool has_type(const Json& v, Type t, bool inf_allowed) {
+  switch (t) {
+    case Type::Count: return v.is_number_unsigned();
+    case Type::Finite: return v.is_number() && std::isfinite(v.get<double>());
+    case Type::Error:
+      return (inf_allowed && v.is_string() && v == "inf") ||
+             (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0);
+    case Type::Text: return v.is_string();
+    case Type::Object: return v.is_object();
+    case Type::Array: return v.is_array();
+  }
+  return false;
+}
+
+// Checks `parent[key]` (shown as `path`): absent or null is "not computed"
+// when `nullable` (the card omits what shows it), else refused; any other
+// value must have the type. Returns the value when it is there.
+const Json* field(const Json& parent, const std::string& key, const std::string& path, Type t, bool nullable,
+                  bool inf_allowed = false) {
+  const Json* v = parent.is_object() && parent.contains(key) ? &parent.at(key) : nullptr;
+  if (v == nullptr || v->is_null()) {
+    if (nullable) return nullptr;
+    fail(ErrorKind::Usage, "card: the report does not prove this card: its {} is {}, not {}", path,
+         v == nullptr ? "absent" : "null", type_name(t));
+  }
+  if (!has_type(*v, t, inf_allowed)) {
+    const std::string shown = v->dump();
+    fail(ErrorKind::Usage, "card: the report does not prove this card: its {} is {}, not {}", path,
+         printable(shown.size() > 80 ? shown.substr(0, 80) + "..." : shown), type_name(t));
+  }
+  return v;
+}
+
+// An element of an array the card lists: never null.
+void element(const Json& v, const std::string& path, Type t) {
+  const Json holder = Json::object({{"v", v}});
+  field(holder, "v", path, t, false);
+}
+
+// Every field the card reads (card_render.cpp, card_sections.cpp), with the
+// type mx2nv writes it with. A wrong type is refused like any report that
+// does not prove the card; a null or absent count is a figure the command
+// did not compute, and the card leaves out the row that would show it.
+void check_field_types(const Evidence& e) {
+  const Json& r = e.report;
+  const bool rq = e.kind == EvidenceKind::Requantize;
+  field(r, "window", "window", Type::Text, rq);
+  const Json* prov = field(r, "provenance", "provenance", Type::Object, false);
+  field(*prov, "tool_version", "provenance.tool_version", Type::Text, false);
+  field(*prov, "source", "provenance.source", Type::Text, false);
+  if (const Json* counts = field(r, "counts", "counts", Type::Object, true)) {
+    for (const char* k : {"modules", "scale_groups", "passthrough_tensors", "companion_files", "shards", "active_groups",
+                          "zero_groups", "canonicalised_zero_groups", "marlin_zeroed_groups", "raised_globals"}) {
+      field(*counts, k, std::string("counts.") + k, Type::Count, true);
+    }
+  }
+  field(r, "mismatches", "mismatches", Type::Count, rq);
+  for (const char* k : {"values_compared", "source_tensor_bytes", "target_tensor_bytes"}) {
+    field(r, k, k, Type::Count, true);
+  }
+  field(r, "size_change_percent", "size_change_percent", Type::Finite, true);
+  field(r, "max_abs_error", "max_abs_error", Type::Error, true, rq);
+  if (const Json* os = field(r, "overspan", "overspan", Type::Object, true)) {
+    field(*os, "choice", "overspan.choice", Type::Text, false);
+    if (const Json* layers = field(*os, "bf16_layers", "overspan.bf16_layers", Type::Array, true)) {
+      for (std::size_t i = 0; i < layers->size(); ++i) {
+        const std::string at = fmt::format("overspan.bf16_layers[{}]", i);
+        const Json& l = (*layers)[i];
+        element(l, at, Type::Object);
+        field(l, "layer", at + ".layer", Type::Text, false);
+        field(l, "modules", at + ".modules", Type::Array, false);
+        field(l, "size_cost_bytes", at + ".size_cost_bytes", Type::Count, false);
+        const Json* why = field(l, "why", at + ".why", Type::Array, false);
+        for (std::size_t k = 0; k < why->size(); ++k) {
+          element((*why)[k], fmt::format("{}.why[{}]", at, k), Type::Text);
+        }
+      }
+    }
+    if (const Json* over = field(*os, "resolved_over_span", "overspan.resolved_over_span", Type::Array, true)) {
+      for (std::size_t i = 0; i < over->size(); ++i) {
+        const std::string at = fmt::format("overspan.resolved_over_span[{}]", i);
+        const Json& o = (*over)[i];
+        element(o, at, Type::Object);
+        field(o, "module", at + ".module", Type::Text, false);
+        for (const char* k : {"span", "limit", "groups_outside"}) field(o, k, at + "." + k, Type::Count, false);
+      }
+    }
+  }
+  if (const Json* mods = field(r, "requantized", "requantized", Type::Array, true)) {
+    for (std::size_t i = 0; i < mods->size(); ++i) {
+      const std::string at = fmt::format("requantized[{}]", i);
+      const Json& m = (*mods)[i];
+      element(m, at, Type::Object);
+      field(m, "module", at + ".module", Type::Text, false);
+      field(m, "relative_rmse", at + ".relative_rmse", Type::Error, false, true);
+      field(m, "cosine", at + ".cosine", Type::Finite, false);
+      field(m, "marlin_zeroed_blocks", at + ".marlin_zeroed_blocks", Type::Count, false);
+    }
+  }
+}
+
 }  // namespace
 
 Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::string* text, const fs::path& source,
@@ -74,6 +193,7 @@ Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::str
     fail(ErrorKind::Usage, "card: --{}-report needs a report of mx2nv {}, this one's command is {}", kind_command(kind),
          kind_command(kind), printable(member(e.report, "command").dump()));
   }
+  check_field_types(e);
   check_outcome(e);
   const Json& prov = member(e.report, "provenance");
   if (member(prov, "source") != as_reported(source)) {

@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "common/parallel.hpp"
+#include "safetensors/card_files.hpp"
 #include "safetensors/file_names.hpp"
 
 #include <algorithm>
@@ -47,6 +48,11 @@ std::vector<std::string> list_companions(const fs::path& root, const std::set<st
       }
     }
     const std::string name = rel.generic_string();
+    // A temporary file of a killed `mx2nv card` is card's, not the checkpoint's.
+    if (role == CheckpointRole::Target && is_card_temporary_in_root(name) && it->is_regular_file(ec) &&
+        !it->is_symlink(ec)) {
+      continue;
+    }
     if (role == CheckpointRole::Source && is_reserved_name(name)) {
       fail_input("{}: names starting with \"{}\" are reserved for mx2nv's state and temporary files; SRC may not "
                  "hold them (a temporary file of an interrupted mx2nv run means SRC is not a finished checkpoint)",

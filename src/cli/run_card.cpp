@@ -19,11 +19,11 @@ class CardCommand final : public Subcommand {
     app_->add_option("DST", target_, "the converted checkpoint (or requantize's output)")->required();
     app_->add_option("--verify-report", verify_, "the report of `mx2nv verify SRC DST --report R`");
     app_->add_option("--requantize-report", requantize_, "the report of `mx2nv requantize SRC DST --report R`");
-    app_->add_option("--base-model", options_.base_model, "ORG/NAME of the source on the Hub (default: from a hub-cache SRC)");
-    app_->add_option("--companion", options_.companion, "ORG/NAME[@40-hex REV]: the other artifact (requantized or lossless)");
+    app_->add_option("--base-model", base_model_, "ORG/NAME of the source on the Hub (default: from a hub-cache SRC)");
+    app_->add_option("--companion", companion_, "ORG/NAME[@40-hex REV]: the other artifact (requantized or lossless)");
     app_->add_option("--tp", options_.tp, "tensor-parallel degree of the gate table and load commands (default 1)")
         ->check(CLI::Range(1u, 1024u));
-    app_->add_option("--repo-id", options_.repo_id, "ORG/NAME DST will be published as (in the load commands)");
+    app_->add_option("--repo-id", repo_id_, "ORG/NAME DST will be published as (in the load commands)");
     app_->add_option("--gpu-check", gpu_check_, "the saved output of scripts/gpu-check.sh");
     add_threads(app_, options_.threads);
   }
@@ -33,9 +33,15 @@ class CardCommand final : public Subcommand {
     options_.target = target_;
     state.source = source_;
     state.target = target_;
-    if (!verify_.empty()) options_.verify_report = verify_;
-    if (!requantize_.empty()) options_.requantize_report = requantize_;
-    if (!gpu_check_.empty()) options_.gpu_check = gpu_check_;
+    // An option given is passed on as given, an empty value too (the
+    // library refuses it): never mistaken for an option not given.
+    const auto given = [&](const char* name) { return app_->count(name) > 0; };
+    if (given("--verify-report")) options_.verify_report = verify_;
+    if (given("--requantize-report")) options_.requantize_report = requantize_;
+    if (given("--gpu-check")) options_.gpu_check = gpu_check_;
+    if (given("--base-model")) options_.base_model = base_model_;
+    if (given("--companion")) options_.companion = companion_;
+    if (given("--repo-id")) options_.repo_id = repo_id_;
     const CardResult r = run_card(options_);
     for (const auto& w : r.warnings) fmt::print(stderr, "card: {}\n", printable(w));
     if (r.source_card) fmt::print("card: kept SRC's README.md as {}\n", printable((fs::path(target_) / "README.source.md").string()));
@@ -45,7 +51,7 @@ class CardCommand final : public Subcommand {
 
  private:
   CardOptions options_;
-  std::string source_, target_, verify_, requantize_, gpu_check_;
+  std::string source_, target_, verify_, requantize_, gpu_check_, base_model_, companion_, repo_id_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "common/printable.hpp"
 #include "common/stream_hash.hpp"
 #include "plan/plan_file.hpp"
+#include "safetensors/card_files.hpp"
 #include "safetensors/index.hpp"
 #include "sys/copy_engine.hpp"
 
@@ -153,6 +154,21 @@ void tidy_finished_at(int root_fd, const fs::path& root) {
   if (s < 0) return;
   const UniqueFd state(s);
   bool leftovers = false;
+  // A killed `mx2nv card`'s temporaries in DST's root are card's leftovers too.
+  std::vector<std::string> card_temps;
+  {
+    const int scan = ::fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+    if (DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr) {
+      ::rewinddir(d);
+      while (const dirent* e = ::readdir(d)) {
+        if (is_card_temporary_in_root(e->d_name)) card_temps.emplace_back(e->d_name);
+      }
+      ::closedir(d);
+    } else if (scan >= 0) {
+      ::close(scan);
+    }
+    leftovers = !card_temps.empty();
+  }
   {
     const int scan = ::fcntl(s, F_DUPFD_CLOEXEC, 0);
     DIR* d = scan >= 0 ? ::fdopendir(scan) : nullptr;
@@ -180,6 +196,13 @@ void tidy_finished_at(int root_fd, const fs::path& root) {
     if (!finished_record_at(root_fd, root)) return;
     remove_entries_except(s, std::string(kFinishedFileName), std::string(kCardRecordFileName));
     fsync_directory(s, root / kStateDirName);
+    struct stat st {};
+    for (const auto& n : card_temps) {
+      if (::fstatat(root_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+        ::unlinkat(root_fd, n.c_str(), 0);
+      }
+    }
+    if (!card_temps.empty()) fsync_directory(root_fd, root);
   } catch (const Error&) {
   }
 }
@@ -205,7 +228,7 @@ Destination::Destination(const fs::path& source, fs::path root, bool resume) : r
   const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail_io(root_, "open directory", errno);
   root_fd_ = UniqueFd(fd);
-  check_tree();
+  check_tree(root_);
   if (fs::is_empty(root_)) return;
 
   const bool has_state = fs::exists(fs::symlink_status(root_ / kStateDirName));
@@ -255,9 +278,9 @@ Destination::~Destination() {
 
 // Refuses a DST tree holding a symlink (a write through it could land
 // anywhere) or a special file (opening a FIFO blocks).
-void Destination::check_tree() const {
+void Destination::check_tree(const fs::path& root) {
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root_, ec); it != fs::recursive_directory_iterator();
+  for (auto it = fs::recursive_directory_iterator(root, ec); it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (ec) break;
     const fs::file_status st = it->symlink_status(ec);
@@ -270,22 +293,22 @@ void Destination::check_tree() const {
       continue;
     }
     if (ec) break;
-    const std::string rel = it->path().lexically_relative(root_).generic_string();
+    const std::string rel = it->path().lexically_relative(root).generic_string();
     if (fs::is_symlink(st)) {
       fail(ErrorKind::Usage, "DST {} holds a symbolic link, {}; refusing to write where links could lead elsewhere",
-           root_.string(), rel);
+           root.string(), rel);
     }
     if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
-      fail(ErrorKind::Usage, "DST {} holds {}, which is not a regular file or directory", root_.string(), rel);
+      fail(ErrorKind::Usage, "DST {} holds {}, which is not a regular file or directory", root.string(), rel);
     }
     if (fs::is_regular_file(st) && planted_link(it->path())) {
       fail(ErrorKind::Usage,
            "DST {} holds {}, a file with more than one name (a hard link planted in DST?); refusing to write where "
            "it could lead elsewhere",
-           root_.string(), rel);
+           root.string(), rel);
     }
   }
-  if (ec) fail(ErrorKind::Io, "{}: list directory: {}", root_.string(), ec.message());
+  if (ec) fail(ErrorKind::Io, "{}: list directory: {}", root.string(), ec.message());
 }
 
 UniqueFd Destination::open_directory(const std::string& relative, bool create) {
@@ -408,7 +431,7 @@ bool Destination::create_root_and_lock(int operation) {
 bool Destination::open_for_shards() {
   if (!create_root_and_lock(LOCK_SH)) return false;
   shared_ = true;
-  check_tree();
+  check_tree(root_);
   return true;
 }
 
@@ -456,7 +479,7 @@ bool Destination::open_for_writing(const std::set<std::string>& expected) {
   }
 
   // What we checked before planning may have changed; we hold the lock now.
-  check_tree();
+  check_tree(root_);
   std::vector<fs::path> stale;
   const std::string state_prefix = std::string(kStateDirName) + "/";
   for (auto it = fs::recursive_directory_iterator(root_); it != fs::recursive_directory_iterator(); ++it) {

@@ -76,6 +76,11 @@ class Destination {
   void tidy_finished();
   static void tidy_finished(const fs::path& root);
 
+  // The tree checks of the constructor alone (no symlink, special file or
+  // hard link planted anywhere in DST; usage errors, exit 2), for a command
+  // that writes into a finished DST (card).
+  static void check_tree(const fs::path& root);
+
   DestinationState state() const { return state_; }
   const fs::path& root() const { return root_; }
   // The finished conversion's record (state() == Finished).
@@ -176,7 +181,6 @@ class Destination {
   // The finished record if DST is finished now (read through root_fd_);
   // exit 2 when finished.json is there but unreadable.
   std::optional<FinishedRecord> finished_now() const;
-  void check_tree() const;
   void abandon() noexcept;
   void commit(Pending& pending, bool sync_data);
 

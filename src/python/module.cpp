@@ -408,8 +408,8 @@ CommandReturn gate(const std::string& checkpoint, const std::string& runtime, un
 // `report_text` set: the report given as JSON (a Report object), `report`
 // only naming its kind.
 CommandReturn card(const std::string& src, const std::string& dst, const std::string& kind, const std::string& report,
-                   const std::optional<std::string>& report_text, const std::string& base_model,
-                   const std::string& companion, unsigned tp, const std::string& repo_id,
+                   const std::optional<std::string>& report_text, const std::optional<std::string>& base_model,
+                   const std::optional<std::string>& companion, unsigned tp, const std::optional<std::string>& repo_id,
                    const std::optional<std::string>& gpu_check, unsigned threads) {
   ProgressMailbox mailbox;
   return run_released(
@@ -492,7 +492,8 @@ NB_MODULE(_core, m) {
         nb::arg("python").none(), nb::arg("ask_timeout"), nb::arg("quick"),
         "Gate; returns (exit code, gate JSON or {result: error, error}, None).");
   m.def("card", &card, nb::arg("src"), nb::arg("dst"), nb::arg("kind"), nb::arg("report"),
-        nb::arg("report_text").none(), nb::arg("base_model"), nb::arg("companion"), nb::arg("tp"), nb::arg("repo_id"),
+        nb::arg("report_text").none(), nb::arg("base_model").none(), nb::arg("companion").none(), nb::arg("tp"),
+        nb::arg("repo_id").none(),
         nb::arg("gpu_check").none(), nb::arg("threads"),
         "Card (kind \"verify\" or \"requantize\"); returns (exit code, card JSON or {result: error, error}, None).");
 }

@@ -21,6 +21,7 @@ card_examples/.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -59,7 +60,36 @@ FORMAT_LABELS = ("Format", "Weights", "Local scales", "Global scales", "Activati
 VERIFIED_LABELS = ("Verify result", "Window", "Quantized modules", "Values compared", "Mismatches",
                    "Max abs error", "Packed bytes identical", "Pass-through tensors identical",
                    "Companion files identical", "Shards", "Active 32-value groups", "All-zero 32-value groups",
-                   "Active groups below 2^-6 (zeroed by Marlin)", "Globals raised for fp16")
+                   "All-zero groups written with scale byte 0x00", "Active groups below 2^-6 (zeroed by Marlin)",
+                   "Globals raised for fp16")
+# label -> the report fields it shows: a row one of whose fields is null (not
+# computed by the command) or absent is left out (§5.0).
+ROW_FIELDS = {
+    "Global scales": ("counts.scale_groups",), "Quantized modules": ("counts.modules",),
+    "Left bit-identical": ("counts.passthrough_tensors", "counts.companion_files"),
+    "Tensor data size": ("target_tensor_bytes", "source_tensor_bytes"), "Size change": ("size_change_percent",),
+    "Values compared": ("values_compared",), "Mismatches": ("mismatches",), "Max abs error": ("max_abs_error",),
+    "Packed bytes identical": ("counts.modules",), "Pass-through tensors identical": ("counts.passthrough_tensors",),
+    "Companion files identical": ("counts.companion_files",), "Shards": ("counts.shards",),
+    "Active 32-value groups": ("counts.active_groups",), "All-zero 32-value groups": ("counts.zero_groups",),
+    "All-zero groups written with scale byte 0x00": ("counts.canonicalised_zero_groups",),
+    "Active groups below 2^-6 (zeroed by Marlin)": ("counts.marlin_zeroed_groups",),
+    "Globals raised for fp16": ("counts.raised_globals",),
+}
+
+
+def report_field(report: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path, None when null or absent."""
+    value: Any = report
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def shown_labels(labels: Iterable[str], report: Mapping[str, Any]) -> list[str]:
+    return [l for l in labels if all(report_field(report, f) is not None for f in ROW_FIELDS.get(l, ()))]
 ERROR_LABELS = ("Requantized modules", "Values compared", "Relative RMSE, median", "Relative RMSE, worst",
                 "Cosine, median", "Cosine, worst", "Max abs error", "Modules with block scales below 2^-6")
 BACKEND_COLUMNS = ("vllm-marlin", "vllm-humming", "sglang-marlin")  # runtime_backends() order
@@ -463,6 +493,10 @@ def read_source_card(readme: Optional[bytes]) -> SourceCard:
         return SourceCard(True, "front matter is not a mapping")
     if any(not isinstance(k, str) for k in data):
         return SourceCard(True, "front matter has a key that is not a string")
+    try:  # what huggingface_hub refuses after YAML (model-index, tags, ...) is as unusable
+        ModelCard(text)
+    except Exception as e:  # noqa: BLE001 - any refusal of ModelCard
+        return SourceCard(True, f"front matter is not valid YAML for huggingface_hub ({type(e).__name__})")
     card = SourceCard(True)
     for key in INHERITED_KEYS:
         if key in data:
@@ -642,20 +676,22 @@ def check_format(card: ParsedCard, inputs: CardInputs) -> list[str]:
     if not tables or tables[0].header != ["Property", "Value"]:
         return ["## Format: no `| Property | Value |` table"]
     rows = tables[0].kv()
-    _want(problems, "## Format labels", list(rows), list(FORMAT_LABELS))
     r = inputs.report
+    _want(problems, "## Format labels", list(rows), shown_labels(FORMAT_LABELS, r))
     sources = [r] + ([inputs.convert_report] if inputs.convert_report else [])
     for rep in sources:  # the convert report must tell the same sizes
         who = rep["command"]
-        _want(problems, f"Global scales vs {who}", ints_in(rows.get("Global scales", ""))[:1],
-              [rep["counts"]["scale_groups"]])
-        _want(problems, f"Quantized modules vs {who}", ints_in(rows.get("Quantized modules", ""))[:1],
-              [rep["counts"]["modules"]])
-        _want(problems, f"Left bit-identical vs {who}", ints_in(rows.get("Left bit-identical", "")),
-              [rep["counts"]["passthrough_tensors"], rep["counts"]["companion_files"]])
-        _want(problems, f"Tensor data size vs {who}", ints_in(rows.get("Tensor data size", "")),
-              [rep["target_tensor_bytes"], rep["source_tensor_bytes"]])
-        _want(problems, f"Size change vs {who}", rows.get("Size change"), percent_text(rep["size_change_percent"]))
+        checks = (("Global scales", ints_in(rows.get("Global scales", ""))[:1], ["counts.scale_groups"]),
+                  ("Quantized modules", ints_in(rows.get("Quantized modules", ""))[:1], ["counts.modules"]),
+                  ("Left bit-identical", ints_in(rows.get("Left bit-identical", "")),
+                   ["counts.passthrough_tensors", "counts.companion_files"]),
+                  ("Tensor data size", ints_in(rows.get("Tensor data size", "")),
+                   ["target_tensor_bytes", "source_tensor_bytes"]))
+        for label, got, paths in checks:
+            if label in rows and all(report_field(rep, f) is not None for f in paths):
+                _want(problems, f"{label} vs {who}", got, [report_field(rep, f) for f in paths])
+        if "Size change" in rows and rep.get("size_change_percent") is not None:
+            _want(problems, f"Size change vs {who}", rows.get("Size change"), percent_text(rep["size_change_percent"]))
     _want(problems, "Format", rows.get("Format"), "`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)")
     _want(problems, "Local scales", rows.get("Local scales"), "FP8 (E4M3), one per 16 weights")
     _want(problems, "Activations", rows.get("Activations"), "not quantized (fp16 or bf16 at run time)")
@@ -693,24 +729,20 @@ def check_verified(card: ParsedCard, inputs: CardInputs) -> list[str]:
     if not tables or tables[0].header != ["Check", "Result"]:
         return ["## Verified: no `| Check | Result |` table"]
     rows = tables[0].kv()
-    _want(problems, "## Verified labels", list(rows), list(VERIFIED_LABELS))
-    c = r["counts"]
+    _want(problems, "## Verified labels", list(rows), shown_labels(VERIFIED_LABELS, r))
+    c = r.get("counts") or {}
     _want(problems, "Verify result", rows.get("Verify result"),
           f"`ok` (mx2nv verify {r['provenance']['tool_version']})")
     _want(problems, "Window", rows.get("Window"), md_code(r["window"]))
-    exact = {"Quantized modules": c["modules"], "Values compared": r["values_compared"],
-             "Mismatches": r["mismatches"], "Pass-through tensors identical": c["passthrough_tensors"],
-             "Companion files identical": c["companion_files"], "Shards": c["shards"],
-             "Active groups below 2^-6 (zeroed by Marlin)": c["marlin_zeroed_groups"],
-             "Globals raised for fp16": c["raised_globals"]}
-    for label, value in exact.items():
-        _want(problems, label, rows.get(label), number_text(value))
-    for label, key in (("Active 32-value groups", "active_groups"), ("All-zero 32-value groups", "zero_groups")):
-        _want(problems, label, rows.get(label), "not counted" if c[key] is None else number_text(c[key]))
-    _want(problems, "Max abs error", rows.get("Max abs error"), number_text(r["max_abs_error"]))
-    rewritten = sum(len(layer["modules"]) for layer in inputs.bf16_layers) + len(inputs.lossy_modules)
-    _want(problems, "Packed bytes identical", rows.get("Packed bytes identical"),
-          f"{c['modules'] - rewritten} of {c['modules']} modules")
+    for label in VERIFIED_LABELS:
+        fields = ROW_FIELDS.get(label, ())
+        if label == "Packed bytes identical" or len(fields) != 1 or report_field(r, fields[0]) is None:
+            continue
+        _want(problems, label, rows.get(label), number_text(report_field(r, fields[0])))
+    if c.get("modules") is not None:
+        rewritten = sum(len(layer["modules"]) for layer in inputs.bf16_layers) + len(inputs.lossy_modules)
+        _want(problems, "Packed bytes identical", rows.get("Packed bytes identical"),
+              f"{c['modules'] - rewritten} of {c['modules']} modules")
     # Subsections of the over-span policy (§5.3).
     overspan = r.get("overspan") or {}
     want_subs = []
@@ -751,18 +783,19 @@ def expected_error_rows(report: Mapping[str, Any]) -> dict[str, str]:
     rmse_mod = next(m["module"] for m in mods if as_float(m["relative_rmse"]) == as_float(worst_rmse))
     cos_mod = next(m["module"] for m in mods if as_float(m["cosine"]) == as_float(worst_cos))
     flushed = [m for m in mods if m["marlin_zeroed_blocks"] > 0]
-    return {
+    rows = {
         "Requantized modules": number_text(len(mods)),
-        "Values compared": number_text(report["values_compared"]),
+        "Values compared": number_text(report["values_compared"]) if report.get("values_compared") is not None else None,
         "Relative RMSE, median": number_text(lower_median(rmse)),
         "Relative RMSE, worst": f"{number_text(worst_rmse)} ({md_code(rmse_mod, in_table=True)})",
         "Cosine, median": number_text(lower_median(cos)),
         "Cosine, worst": f"{number_text(worst_cos)} ({md_code(cos_mod, in_table=True)})",
-        "Max abs error": number_text(report["max_abs_error"]),
+        "Max abs error": number_text(report["max_abs_error"]) if report.get("max_abs_error") is not None else None,
         "Modules with block scales below 2^-6": (
             f"{len(flushed)} of {len(mods)} modules "
             f"({sum(m['marlin_zeroed_blocks'] for m in flushed)} blocks; vLLM's Marlin zeroes them)"),
     }
+    return {k: v for k, v in rows.items() if v is not None}  # a figure not computed: its row left out
 
 
 def check_error_rows(tables: list[Table], report: Mapping[str, Any], where: str) -> list[str]:
@@ -771,11 +804,13 @@ def check_error_rows(tables: list[Table], report: Mapping[str, Any], where: str)
     rows = tables[0].kv()
     want = {k: v.replace("\\|", "|") for k, v in expected_error_rows(report).items()}
     problems: list[str] = []
-    _want(problems, f"{where} labels", list(rows), list(ERROR_LABELS))
+    _want(problems, f"{where} labels", list(rows), [l for l in ERROR_LABELS if l in want])
     for label, value in want.items():
         _want(problems, f"{where}: {label}", rows.get(label), value)
     # The numbers read back are the report's doubles, bit for bit.
     for label in ("Relative RMSE, median", "Relative RMSE, worst", "Cosine, median", "Cosine, worst", "Max abs error"):
+        if label not in want:
+            continue
         got = first_number(rows.get(label, ""))
         expected = first_number(want[label])
         if got is None or got != expected:
@@ -1020,7 +1055,12 @@ def check_intro(card: ParsedCard, inputs: CardInputs) -> list[str]:
     intro = card.body.split("\n## ", 1)[0]
     problems = []
     if inputs.kind == "verify":
-        for value in (r["values_compared"], r["counts"]["modules"], r["mismatches"]):
+        cited = [r["mismatches"]]
+        if r.get("values_compared") is not None and (r.get("counts") or {}).get("modules") is not None:
+            cited += [r["values_compared"], r["counts"]["modules"]]
+        elif "compared all" in intro:
+            problems.append("summary cites a figure the report did not compute")
+        for value in cited:
             if f"`{value}`" not in intro and f" {value} " not in intro:
                 problems.append(f"summary does not give {value}")
     else:
@@ -1147,8 +1187,19 @@ def hostile_source_cards() -> dict[str, HostileCase]:
                                             {"license": "mit", "datasets": ["a/b"]}, ("language",)),
         "empty_list": HostileCase(fm("language: []\nlicense: mit\n"), True, mit, ("language",)),
         "scalar_language": HostileCase(fm("language: en\n"), True, {"language": "en"}),
+        # huggingface_hub's ModelCard refuses what its model-index parser cannot read.
+        "model_index_without_results": HostileCase(fm("license: mit\nmodel-index:\n- name: x\n"), False, problem="YAML"),
+        "model_index_source_without_url": HostileCase(
+            fm("license: mit\nmodel-index:\n- name: x\n  results:\n  - task:\n      type: t\n    dataset:\n"
+               "      type: d\n      name: n\n    source:\n      name: s\n    metrics:\n    - type: acc\n"
+               "      value: 1\n"), False, problem="YAML"),
+        "model_index_valid": HostileCase(
+            fm("license: mit\nmodel-index:\n- name: x\n  results:\n  - task:\n      type: t\n    dataset:\n"
+               "      type: d\n      name: n\n    source:\n      name: s\n      url: https://x.y\n    metrics:\n"
+               "    - type: acc\n      value: 0.5\n"), True, {"license": "mit"}),
+        "tags_a_number": HostileCase(fm("license: mit\ntags: 5\n"), False, problem="YAML"),
         "dropped_keys_only": HostileCase(
-            fm("widget:\n- text: hi\nmodel-index:\n- name: x\nbase_model: a/b\ntags: [mxfp4]\n"
+            fm("widget:\n- text: hi\nmodel-index:\n- name: x\n  results: []\nbase_model: a/b\ntags: [mxfp4]\n"
                "extra_gated_prompt: accept\nnew_version: a/c\n"), True, {}),
     }
 
@@ -1273,3 +1324,102 @@ def change_after_verify(dst: Path) -> dict[str, Any]:
             "replace_companion_same_bytes": replace_companion,
             "add_file": add_file,
             "remove_companion": remove_companion}
+
+
+# --- every figure of the card, counted from the two trees (issue 30) -----------
+
+def _shard_tensor_bytes(path: Path) -> int:
+    """The bytes of a safetensors file's tensors, from its own header."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return sum(t["data_offsets"][1] - t["data_offsets"][0] for k, t in header.items() if k != "__metadata__")
+
+
+def _scale_group_key(module: str) -> str:
+    """A gate/up pair shares one global scale: both name the same group."""
+    return re.sub(r"\.(w1|w3|gate_proj|up_proj)$", ".gate_up", module)
+
+
+def independent_counts(src_root: Path, dst_root: Path) -> dict:
+    """The card's figures from SRC and DST alone (safetensors and numpy, no
+    mx2nv report): values compared and mismatches (every value decoded on
+    both sides), modules, packed bytes identical, 32-groups active / all-zero
+    / all-zero with DST scale bytes 0x00 / active with a DST block scale
+    below 2^-6, globals raised (scale groups whose exponent m, global =
+    2^-m, is above k_max - 8, k_max the group's largest SRC block exponent
+    over active groups), sizes, shards, pass-through tensors, companions."""
+    import ml_dtypes
+    import numpy as np
+
+    from checkpoints import INDEX, SUFFIX_GLOBAL, SUFFIX_PACKED, SUFFIX_SCALE, open_checkpoint
+    from oracles import mxfp4_values, nvfp4_values, u8
+
+    src, dst = open_checkpoint(Path(src_root)), open_checkpoint(Path(dst_root))
+    modules = src.modules()
+    out = dict(modules=len(modules), values_compared=0, mismatches=0, packed_identical=0, active_groups=0,
+               zero_groups=0, canonicalised_zero_groups=0, marlin_zeroed_groups=0, raised_globals=0)
+    k_max: dict[str, Optional[int]] = {}
+    m_of: dict[str, int] = {}
+    for m in modules:
+        sp, ss = u8(src.tensor(m + SUFFIX_PACKED)), u8(src.tensor(m + SUFFIX_SCALE))
+        if m + SUFFIX_PACKED not in dst.weight_map:
+            continue  # rewritten (BF16): not a module of packed codes in DST
+        dp, ds = u8(dst.tensor(m + SUFFIX_PACKED)), u8(dst.tensor(m + SUFFIX_SCALE))
+        g = float(dst.tensor(m + SUFFIX_GLOBAL).reshape(-1)[0])
+        a, b = mxfp4_values(sp, ss), nvfp4_values(dp, ds, g)
+        out["values_compared"] += a.size
+        out["mismatches"] += int((~(a == b)).sum())
+        out["packed_identical"] += int(sp.shape == dp.shape and np.array_equal(sp, dp))
+        groups = sp.reshape(sp.shape[0], -1, 16)
+        zero = ((groups & 0x77) == 0).all(axis=-1)  # every code of the 32-group is +0 or -0
+        out["zero_groups"] += int(zero.sum())
+        out["active_groups"] += int((~zero).sum())
+        pairs = ds.reshape(ds.shape[0], -1, 2)
+        out["canonicalised_zero_groups"] += int((zero & (pairs == 0).all(axis=-1)).sum())
+        block = pairs.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        out["marlin_zeroed_groups"] += int((~zero & (block < 2.0 ** -6).any(axis=-1)).sum())
+        k = ss.astype(np.int64) - 127
+        k_max[m] = int(k[~zero].max()) if (~zero).any() else None
+        m_of[m] = -int(round(math.log2(g)))
+    groups_of: dict[str, list[str]] = {}
+    for m in m_of:
+        groups_of.setdefault(_scale_group_key(m), []).append(m)
+    out["scale_groups"] = len(groups_of)
+    for members in groups_of.values():
+        tops = [k_max[m] for m in members if k_max[m] is not None]
+        if tops and m_of[members[0]] > max(tops) - 8:
+            out["raised_globals"] += 1
+    shards = sorted(set(src.weight_map.values()))
+    out["shards"] = len(shards)
+    out["source_tensor_bytes"] = sum(_shard_tensor_bytes(src.root / s) for s in shards)
+    out["target_tensor_bytes"] = sum(_shard_tensor_bytes(dst.root / s) for s in sorted(set(dst.weight_map.values())))
+    out["passthrough_tensors"] = len(src.weight_map) - 2 * len(modules)
+    skip = set(shards) | {INDEX, "config.json"}
+    out["companion_files"] = sum(1 for p in src.root.rglob("*") if p.is_file() and ".git" not in p.parts
+                                 and p.relative_to(src.root).as_posix() not in skip)
+    return out
+
+
+def card_figures(card: "ParsedCard") -> dict:
+    """The figures the card prints, by the names of independent_counts (a
+    row the card leaves out is absent)."""
+    verified = card.tables("Verified")[0].kv()
+    fmt = card.tables("Format")[0].kv()
+    out: dict = {}
+    one = {"Quantized modules": "modules", "Values compared": "values_compared", "Mismatches": "mismatches",
+           "Pass-through tensors identical": "passthrough_tensors", "Companion files identical": "companion_files",
+           "Shards": "shards", "Active 32-value groups": "active_groups", "All-zero 32-value groups": "zero_groups",
+           "All-zero groups written with scale byte 0x00": "canonicalised_zero_groups",
+           "Active groups below 2^-6 (zeroed by Marlin)": "marlin_zeroed_groups",
+           "Globals raised for fp16": "raised_globals"}
+    for label, name in one.items():
+        if label in verified:
+            out[name] = ints_in(verified[label])[0]
+    if "Packed bytes identical" in verified:
+        out["packed_identical"] = ints_in(verified["Packed bytes identical"])[0]
+    if "Global scales" in fmt:
+        out["scale_groups"] = ints_in(fmt["Global scales"])[0]
+    if "Tensor data size" in fmt:
+        out["target_tensor_bytes"], out["source_tensor_bytes"] = ints_in(fmt["Tensor data size"])[:2]
+    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -227,3 +228,102 @@ def test_merged_verify_report_is_evidence(built, tmp_path):
     assert co.check_card(dst / "README.md", _inputs(src, dst, report)) == []
     # A part alone proves only part: refused.
     assert mx2nv("card", src, dst, "--verify-report", parts[0], check=False).returncode == 2
+
+
+QUIET = "language_model.model.layers.0.block_sparse_moe.experts.1.w2"
+
+
+@pytest.mark.parametrize("generate", [[], ["--k-max", "-15", "--span", "6", "--set-k-max", f"{QUIET}=-20",
+                                            "--set-span", f"{QUIET}=7", "--seed", "11"]], ids=["default", "quiet"])
+def test_every_figure_is_an_independent_count(built, tmp_path, generate):
+    """Issue 30: each figure on the card is a count of the two trees (numpy
+    over SRC and DST), not only the report's. A figure the report does not
+    compute must be left out, never printed as 0. (Globals raised and
+    canonicalised zero groups are verify's from the lead's change: against a
+    verify that does not compute them the comparison fails.)"""
+    src = tmp_path / "src"
+    mx2nv("generate", src, "--layout", "k3", *SMALL, *generate)
+    dst, report_path = tmp_path / "dst", tmp_path / "verify-report.json"
+    _convert_verify(src, dst, report_path)
+    mx2nv("card", src, dst, "--verify-report", report_path)
+    figures = co.card_figures(co.parse_card(dst / "README.md"))
+    counts = co.independent_counts(src, dst)
+    for always in ("modules", "values_compared", "mismatches", "packed_identical", "passthrough_tensors",
+                   "companion_files", "shards", "scale_groups", "source_tensor_bytes", "target_tensor_bytes"):
+        assert always in figures, always
+    assert {k: counts[k] for k in figures} == figures
+
+
+def _paths(value, prefix=()):
+    """Every (path, leaf) of a JSON value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+    else:
+        yield prefix, value
+
+
+def _dotted(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else ("." if out else "") + p
+    return out
+
+
+# The fields a card reads, as the key paths verify and requantize reports
+# write them ([] stands for every element).
+READ_FIELDS = re.compile(
+    r"^(window|provenance\.(source|tool_version)|values_compared|mismatches|source_tensor_bytes|target_tensor_bytes|"
+    r"size_change_percent|max_abs_error|counts\.(modules|scale_groups|passthrough_tensors|companion_files|shards|"
+    r"active_groups|zero_groups|canonicalised_zero_groups|marlin_zeroed_groups|raised_globals)|overspan\.choice|"
+    r"overspan\.bf16_layers\[\d+\]\.(layer|size_cost_bytes|why\[\d+\])|"
+    r"overspan\.resolved_over_span\[\d+\]\.(module|span|limit|groups_outside)|"
+    r"requantized\[\d+\]\.(module|relative_rmse|cosine|marlin_zeroed_blocks))$")
+
+
+@pytest.mark.parametrize("how", [("--overspan", "requantize"), ("--overspan", "bf16")])
+def test_every_field_card_reads_refuses_every_wrong_type(built, tmp_path, how):
+    """Issue 31: each field the card reads, set to each value of another
+    type (a string for a number, a negative or fractional count, a boolean,
+    a list, an object, null where a row cannot be left out): exit 2, the key
+    path named, nothing written."""
+    src = tmp_path / "src"
+    mx2nv("generate", src, "--layout", "k3", *SMALL, "--set-span", f"{WIDE}=16")
+    dst, report_path = tmp_path / "dst", tmp_path / "verify-report.json"
+    mx2nv("convert", src, dst, *how)
+    mx2nv("verify", src, dst, "--report", report_path)
+    good = json.loads(report_path.read_text())
+    fields = [(p, v) for p, v in _paths(good) if READ_FIELDS.match(_dotted(p))]
+    assert len(fields) >= 20
+    nullable = re.compile(r"^(values_compared|source_tensor_bytes|target_tensor_bytes|size_change_percent|"
+                          r"max_abs_error|counts\..*)$")
+    bad_path = tmp_path / "bad.json"
+    tried = 0
+    for path, value in fields:
+        dotted = _dotted(path)
+        null = [] if nullable.match(dotted) else [None]
+        if re.search(r"(window|source|tool_version|choice|layer|module|why\[\d+\])$", dotted):
+            wrong = [7, True, [], {}] + null
+        elif re.search(r"(size_change_percent|cosine)$", dotted):  # a finite number
+            wrong = ["big", "0", True, [], {}] + null
+        elif re.search(r"(max_abs_error|relative_rmse)$", dotted):  # finite and not negative
+            wrong = ["big", "0", -0.5, -1, True, [], {}] + null
+        else:  # a count
+            wrong = ["many", "0", -1, 1.5, True, [], {}] + null
+        for w in wrong:
+            report = json.loads(json.dumps(good))
+            target = report
+            for p in path[:-1]:
+                target = target[p]
+            target[path[-1]] = w
+            bad_path.write_text(json.dumps(report))
+            result = mx2nv("card", src, dst, "--verify-report", bad_path, check=False)
+            assert result.returncode == 2, (dotted, w, result.stderr)
+            assert dotted in result.stderr, (dotted, w, result.stderr)
+            assert not (dst / ".mx2nv" / "card.json").exists()
+            tried += 1
+    assert tried > 100
+    mx2nv("card", src, dst, "--verify-report", report_path)

@@ -7,6 +7,10 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <csignal>
+#include <cstdlib>
 #include <thread>
 
 namespace mx2nv::e2e {
@@ -164,6 +168,226 @@ TEST(Card, OptionsRefused) {
   EXPECT_EQ(c.card("--repo-id /abs").exit_code, 2);
   EXPECT_EQ(c.card("--requantize-report " + q(c.report)).exit_code, 2);
   EXPECT_FALSE(fs::exists(c.dst / ".mx2nv/card.json"));
+}
+
+
+// DST before its first card: SRC's README.md as convert copied it.
+void uncard(const Carded& c) {
+  fs::remove(c.dst / "README.source.md");
+  fs::remove(c.dst / ".mx2nv/card.json");
+  write_file(c.dst / "README.md", read_file(c.src / "README.md"));
+}
+
+std::vector<std::string> card_temporaries(const fs::path& dst) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dst)) {
+    if (e.path().filename().string().starts_with(".mx2nv-tmp.")) out.push_back(fs::relative(e.path(), dst).string());
+  }
+  return out;
+}
+
+// Killed at its N-th write step (lock file, temporary created, written,
+// synced, renamed, directory synced), for every N, from an uncarded and from
+// a carded DST: verify, gate and convert --resume take what is left as
+// card's, and the next card leaves DST as a clean run does.
+TEST(Card, KilledAtEveryWriteIsFinishedByTheNextRun) {
+  Carded c;
+  ASSERT_EQ(c.card().exit_code, 0);
+  const auto clean = snapshot(c.dst);
+  ASSERT_FALSE(fs::exists(c.dst / ".mx2nv/lock"));
+  for (const bool carded_before : {false, true}) {
+    std::size_t killed = 0;
+    for (int n = 1; n < 64; ++n) {
+      if (!carded_before) uncard(c);
+      ::setenv("MX2NV_TEST_CARD_KILL_AT", std::to_string(n).c_str(), 1);
+      const CliResult k = c.card();
+      ::unsetenv("MX2NV_TEST_CARD_KILL_AT");
+      if (k.exit_code == 0) break;  // past its last write
+      // Killed: the shell run_cli starts reports 128 + SIGKILL.
+      ASSERT_TRUE(k.exit_code == 128 + SIGKILL || k.exit_code == -1) << "step " << n << ": " << k.exit_code << k.err;
+      ++killed;
+      const std::string at = fmt::format("killed at step {} ({})", n, carded_before ? "carded" : "uncarded");
+      // What is left is card's: never "not a valid checkpoint".
+      const CliResult v = run_cli("verify " + q(c.src) + " " + q(c.dst));
+      EXPECT_TRUE(v.exit_code == 0 || v.exit_code == 1) << at << ": " << v.out << v.err;
+      EXPECT_EQ(v.err.find("not a valid checkpoint"), std::string::npos) << at;
+      EXPECT_EQ(v.err.find("temporary file"), std::string::npos) << at << ": " << v.err;
+      const CliResult g = run_cli("gate " + q(c.dst) + " --ask-runtimes never");
+      EXPECT_NE(g.exit_code, 3) << at << ": " << g.err;
+      EXPECT_NE(g.exit_code, 4) << at << ": " << g.err;
+      // The next card finishes it exactly as a clean run would.
+      const CliResult again = c.card();
+      ASSERT_EQ(again.exit_code, 0) << at << ": " << again.err;
+      EXPECT_EQ(snapshot(c.dst), clean) << at;
+      EXPECT_EQ(card_temporaries(c.dst), std::vector<std::string>{}) << at;
+      EXPECT_EQ(run_cli("verify " + q(c.src) + " " + q(c.dst)).exit_code, 0) << at;
+    }
+    EXPECT_GE(killed, 16u) << "every write step was reached";
+  }
+  // convert --resume on a DST a killed card left: complete, its temporaries tidied.
+  for (int n = 1; n < 17; ++n) {
+    ::setenv("MX2NV_TEST_CARD_KILL_AT", std::to_string(n).c_str(), 1);
+    const int killed_run = c.card().exit_code;
+    ::unsetenv("MX2NV_TEST_CARD_KILL_AT");
+    ASSERT_TRUE(killed_run == 128 + SIGKILL || killed_run == -1) << "step " << n;
+    const CliResult resume = run_cli("convert " + q(c.src) + " " + q(c.dst) + " --resume");
+    EXPECT_EQ(resume.exit_code, 0) << n << ": " << resume.out << resume.err;
+    EXPECT_EQ(card_temporaries(c.dst), std::vector<std::string>{}) << "step " << n;
+    EXPECT_FALSE(fs::exists(c.dst / ".mx2nv/lock")) << "step " << n;
+    ASSERT_EQ(c.card().exit_code, 0);
+  }
+}
+
+// Every path card opens or writes in DST, planted as a symlink, a hard link,
+// a directory or a FIFO: refused as convert refuses them (exit 2), nothing
+// written, nothing outside DST touched.
+TEST(Card, PlantedLinksAndSpecialFilesAreRefused) {
+  Carded c;
+  ASSERT_EQ(c.card().exit_code, 0);
+  const fs::path outside = c.d / "outside.txt";
+  write_file(outside, "not DST's\n");
+  const auto before = snapshot(c.dst);
+  const std::vector<std::string> paths = {".mx2nv/lock", "README.md", "README.source.md", ".mx2nv/card.json",
+                                          ".mx2nv-tmp.card.README.md", ".mx2nv-tmp.card.README.source.md",
+                                          ".mx2nv/.mx2nv-tmp.card.card.json"};
+  for (const auto& rel : paths) {
+    for (const std::string kind : {"symlink", "hardlink", "directory", "fifo"}) {
+      const fs::path p = c.dst / rel;
+      const std::string saved = fs::exists(fs::symlink_status(p)) ? read_file(p) : std::string();
+      const bool existed = fs::exists(fs::symlink_status(p));
+      fs::remove(p);
+      if (kind == "symlink") fs::create_symlink(outside, p);
+      if (kind == "hardlink") fs::create_hard_link(outside, p);
+      if (kind == "directory") fs::create_directory(p);
+      if (kind == "fifo") {
+        ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+      }
+      const CliResult r = c.card();
+      EXPECT_EQ(r.exit_code, 2) << rel << " " << kind << ": " << r.err;
+      EXPECT_NE(r.err.find("DST"), std::string::npos) << r.err;
+      EXPECT_EQ(read_file(outside), "not DST's\n");
+      fs::remove(p);
+      if (existed) write_file(p, saved);
+      EXPECT_EQ(snapshot(c.dst), before) << rel << " " << kind;
+    }
+  }
+  // .mx2nv itself a symlink to a copy of it.
+  fs::rename(c.dst / ".mx2nv", c.d / "state");
+  fs::create_directory_symlink(c.d / "state", c.dst / ".mx2nv");
+  const CliResult r = c.card();
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << r.err;
+  fs::remove(c.dst / ".mx2nv");
+  fs::rename(c.d / "state", c.dst / ".mx2nv");
+  // DST given through a symlink to it is DST (as for convert).
+  fs::create_directory_symlink(c.dst, c.d / "link");
+  const CliResult via = run_cli("card " + q(c.src) + " " + q(c.d / "link") + " --verify-report " + q(c.report));
+  EXPECT_EQ(via.exit_code, 2) << via.err;  // the report names DST, not the link
+  EXPECT_EQ(via.err.find("symbolic links"), std::string::npos) << via.err;
+}
+
+// An option given with an empty value is a usage error naming it, never
+// "not given"; any other value is used as given or refused.
+TEST(Card, EmptyOptionValuesAreUsageErrors) {
+  Carded c;
+  for (const std::string option : {"--base-model", "--companion", "--repo-id", "--gpu-check"}) {
+    const CliResult r = c.card(option + " ''");
+    EXPECT_EQ(r.exit_code, 2) << option << ": " << r.err;
+    EXPECT_NE(r.err.find(option), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(c.dst / ".mx2nv/card.json")) << option;
+  }
+  for (const std::string option : {"--verify-report", "--requantize-report"}) {
+    const CliResult r = run_cli("card " + q(c.src) + " " + q(c.dst) + " " + option + " ''");
+    EXPECT_EQ(r.exit_code, 2) << option << ": " << r.err;
+    EXPECT_NE(r.err.find(option), std::string::npos) << r.err;
+  }
+  for (const auto& [src, dst] : {std::pair<std::string, std::string>{"''", q(c.dst)}, {q(c.src), "''"}}) {
+    const CliResult r = run_cli("card " + src + " " + dst + " --verify-report " + q(c.report));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("given an empty value"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(c.card("--companion 0").exit_code, 0);
+  const CliResult zero = c.card("--base-model 0");
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_EQ(read_file(c.dst / "README.md").rfind("---\nbase_model: \"0\"\n", 0), 0u);
+  EXPECT_EQ(c.card("--base-model ' '").exit_code, 2);
+}
+
+// Every field card reads from a report has a declared type: any other type
+// is refused (exit 2, the key path named); null is "not computed" and leaves
+// its row out.
+TEST(Card, ReportFieldsOfTheWrongTypeAreRefused) {
+  Carded c;
+  const json good = json::parse(read_file(c.report));
+  const auto card_with = [&](const std::string& text) {
+    write_file(c.d / "r.json", text);
+    return run_cli("card " + q(c.src) + " " + q(c.dst) + " --verify-report " + q(c.d / "r.json"));
+  };
+  enum T { Count, Finite, Error, Text };
+  const std::vector<std::pair<std::string, T>> fields = {
+      {"/values_compared", Count}, {"/mismatches", Count}, {"/source_tensor_bytes", Count}, {"/target_tensor_bytes", Count},
+      {"/size_change_percent", Finite}, {"/max_abs_error", Error}, {"/counts/modules", Count},
+      {"/counts/scale_groups", Count}, {"/counts/passthrough_tensors", Count}, {"/counts/companion_files", Count},
+      {"/counts/shards", Count}, {"/counts/active_groups", Count}, {"/counts/zero_groups", Count},
+      {"/counts/canonicalised_zero_groups", Count}, {"/counts/marlin_zeroed_groups", Count},
+      {"/counts/raised_globals", Count}, {"/window", Text}, {"/provenance/source", Text}};
+  const std::vector<std::pair<json, std::vector<T>>> wrong = {
+      {"many", {Count, Finite, Error}}, {"0", {Count, Finite, Error}}, {"inf", {Count, Finite, Error}},
+      {-1, {Count, Error}}, {1.5, {Count}}, {-0.5, {Count, Error}}, {true, {Count, Finite, Error, Text}},
+      {json::array(), {Count, Finite, Error, Text}}, {json::object(), {Count, Finite, Error, Text}},
+      {7, {Text}}};
+  std::size_t refused = 0;
+  for (const auto& [path, type] : fields) {
+    const json::json_pointer ptr(path);
+    std::string dotted = path.substr(1);
+    std::replace(dotted.begin(), dotted.end(), '/', '.');
+    for (const auto& [value, types] : wrong) {
+      if (std::find(types.begin(), types.end(), type) == types.end()) continue;
+      json bad = good;
+      bad[ptr] = value;
+      const CliResult r = card_with(bad.dump());
+      EXPECT_EQ(r.exit_code, 2) << path << " = " << value.dump() << ": " << r.err;
+      EXPECT_NE(r.err.find(dotted), std::string::npos) << path << ": " << r.err;
+      EXPECT_FALSE(fs::exists(c.dst / ".mx2nv/card.json")) << path;
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 100u);
+  // A number JSON cannot hold finitely.
+  std::string text = good.dump();
+  const std::string key = "\"size_change_percent\":";
+  const std::size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + key.size(), "1e999,\"x\":");
+  EXPECT_EQ(card_with(text).exit_code, 2);
+
+  // null: the row (and the sentence citing it) is left out.
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"/counts/raised_globals", "| Globals raised for fp16 |"},
+      {"/counts/canonicalised_zero_groups", "| All-zero groups written with scale byte 0x00 |"},
+      {"/counts/active_groups", "| Active 32-value groups |"},
+      {"/values_compared", "| Values compared |"},
+      {"/max_abs_error", "| Max abs error |"},
+      {"/counts/scale_groups", "| Global scales |"},
+      {"/size_change_percent", "| Size change |"},
+      {"/counts/modules", "| Packed bytes identical |"}};
+  for (const auto& [path, row] : rows) {
+    json partial = good;
+    partial[json::json_pointer(path)] = nullptr;
+    const CliResult r = card_with(partial.dump());
+    ASSERT_EQ(r.exit_code, 0) << path << ": " << r.err;
+    const std::string card = read_file(c.dst / "README.md");
+    EXPECT_EQ(card.find(row), std::string::npos) << path;
+    EXPECT_EQ(card.find("| ? |"), std::string::npos) << path;
+    if (path == "/values_compared") {
+      EXPECT_EQ(card.find("compared all"), std::string::npos);
+    }
+    json whole = good;
+    ASSERT_EQ(card_with(whole.dump()).exit_code, 0);
+    if (path != "/counts/canonicalised_zero_groups" && path != "/counts/raised_globals") {
+      EXPECT_NE(read_file(c.dst / "README.md").find(row), std::string::npos) << path;
+    }
+  }
 }
 
 }  // namespace

@@ -55,3 +55,26 @@ def test_card_refusals_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(mx2nv.UsageError, match="DST changed since verify"):
         mx2nv.card(src, dst, verify_report=report)
     assert (dst / "README.md").read_text() == README
+
+
+def test_card_options_given_empty_or_not_a_string(tmp_path: Path) -> None:
+    """A given option is used or refused, never taken for "not given": "" is
+    the usage error, a non-str (0 among them) a TypeError; nothing written."""
+    src, dst, report = _carded_inputs(tmp_path)
+    for name in ("base_model", "companion", "repo_id"):
+        with pytest.raises(mx2nv.UsageError, match=name):
+            mx2nv.card(src, dst, verify_report=report, **{name: ""})
+        for value in (0, 1, False, b"org/name", ["org/name"]):
+            with pytest.raises(TypeError, match=name):
+                mx2nv.card(src, dst, verify_report=report, **{name: value})
+    for name in ("verify_report", "gpu_check"):
+        options = {"verify_report": report, name: ""}
+        with pytest.raises(mx2nv.UsageError, match=name):
+            mx2nv.card(src, dst, **options)
+    with pytest.raises(TypeError, match="verify_report"):
+        mx2nv.card(src, dst, verify_report=0)
+    assert not (dst / ".mx2nv" / "card.json").exists()
+    assert (dst / "README.md").read_text() == README
+    # A value that is a repo id is used as given.
+    result = mx2nv.card(src, dst, verify_report=report, base_model="0")
+    assert result.front_matter["base_model"] == "0"

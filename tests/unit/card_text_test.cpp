@@ -139,5 +139,31 @@ TEST(SourceCard, DelimitersAsTheHubRegexFindsThem) {
   EXPECT_EQ(value(read_source_card("---\nd: |\n  a\n  ---\nlicense: mit\n...\n---\n"), "license"), "mit");
 }
 
+// What YAML (PyYAML's safe_load) or huggingface_hub refuses, and what the
+// reader does not implement: nothing inherited, whatever comes first
+// (tests/conformance/test_card_front_matter.py checks many more against
+// PyYAML itself).
+TEST(SourceCard, WhatYamlOrTheHubRefusesInheritsNothing) {
+  for (const std::string shape :
+       {"widget: - x", "x: =", "x: <<", "x: }", "x: |x\n  a", "x: |\n    a\n  b", "x: a\n# c\n  b", "x: 1\n...\ny: 2",
+        "x: 2023-02-30", "x: 0x_", "x: a: b", "x: [a, b", "tags: 5", "self: x", "ignore_metadata_errors: true",
+        "model-index:\n- name: x", "eval_results: [x]", "x: |2\n  a", "x: a\n  b", "%YAML 1.1"}) {
+    const SourceCard c = read_source_card("---\nlicense: mit\n" + shape + "\n---\n");
+    EXPECT_FALSE(c.problem.empty()) << shape;
+    EXPECT_TRUE(c.inherited.empty()) << shape;
+  }
+}
+
+TEST(SourceCard, WhatTheReaderReadsIsPyYamls) {
+  const SourceCard c = read_source_card(
+      "---\nlicense: mit\nd: 2024-02-29\nn: 1_0.5\nb: |-\n  text\n\n  more\nlanguage:\n  - en\n  - 'zh'\n"
+      "model-index:\n- name: m\n  results:\n  - task:\n      type: t\n    dataset:\n      type: d\n      name: n\n"
+      "    metrics:\n    - type: acc\n      value: 0.5\n...\n# after the end\n---\n");
+  EXPECT_EQ(c.problem, "");
+  EXPECT_EQ(value(c, "license"), "mit");
+  EXPECT_EQ(value(c, "language"), "<list>");
+  EXPECT_EQ(c.dropped, (std::vector<std::string>{"b", "d", "model-index", "n"}));
+}
+
 }  // namespace
 }  // namespace mx2nv
