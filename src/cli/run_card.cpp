@@ -1,6 +1,7 @@
 // mx2nv card SRC DST --verify-report R: DST/README.md, the Hugging Face model
 // card with the evidence (card/card.hpp; docs/card.md).
 #include "card/card.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "common/printable.hpp"
@@ -37,9 +38,9 @@ class CardCommand final : public Subcommand {
     if (!requantize_.empty()) options_.requantize_report = requantize_;
     if (!gpu_check_.empty()) options_.gpu_check = gpu_check_;
     const CardResult r = run_card(options_);
-    for (const auto& w : r.warnings) fmt::print(stderr, "card: {}\n", printable(w));
-    if (r.source_card) fmt::print("card: kept SRC's README.md as {}\n", printable((fs::path(target_) / "README.source.md").string()));
-    fmt::print("card: wrote {} ({} bytes)\n", printable(r.path.string()), r.text.size());
+    for (const auto& w : r.warnings) err("card: {}\n", printable(w));
+    if (r.source_card) out("card: kept SRC's README.md as {}\n", printable((fs::path(target_) / "README.source.md").string()));
+    out("card: wrote {} ({} bytes)\n", printable(r.path.string()), r.text.size());
     return 0;
   }
 

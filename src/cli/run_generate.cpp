@@ -1,5 +1,7 @@
 // mx2nv generate: write a deterministic MXFP4 checkpoint (fixture/fixture.hpp)
 // for tests and benchmarks.
+#include "cli/shared_options.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/subcommand.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -43,9 +45,8 @@ class GenerateCommand final : public Subcommand {
   explicit GenerateCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Generate, "write a deterministic MXFP4 checkpoint (tests, benchmarks)") {
     app_->add_option("DIR", dir_, "directory to create (absent or empty)")->required();
-    app_->add_option("--layout", layout_,
-                     "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)")
-        ->check(CLI::IsMember({"k3", "flat"}));
+    add_choice(app_, "--layout", layout_, {"k3", "flat"},
+               "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)");
     app_->add_option("--layers", spec_.layers, "decoder layers")->check(CLI::Range(1u, 4096u));
     app_->add_option("--experts", spec_.experts, "routed experts per layer")->check(CLI::Range(1u, 4096u));
     app_->add_option("--hidden", spec_.hidden, "hidden size (K of gate/up), multiple of 32");
@@ -57,9 +58,8 @@ class GenerateCommand final : public Subcommand {
     app_->add_option("--zero-percent", spec_.zero_group_percent, "share of all-zero groups")
         ->check(CLI::Range(0u, 100u));
     app_->add_option("--seed", spec_.seed, "generator seed");
-    app_->add_option("--extreme-zero-scales", extreme_,
-                     "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)")
-        ->check(CLI::IsMember({"on", "off"}));
+    add_choice(app_, "--extreme-zero-scales", extreme_, {"on", "off"},
+               "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)");
     app_->add_option("--set-span", set_span_, "MODULE=SPAN for one module");
     app_->add_option("--set-k-max", set_kmax_, "MODULE=K for one module");
     app_->add_option("--all-zero", all_zero_, "MODULE whose codes are all +-0");
@@ -82,7 +82,7 @@ class GenerateCommand final : public Subcommand {
     for (const auto& m : nan_scale_) spec_.overrides[m].nan_scale = true;
     check_generate_dir(dir_);
     write_fixture(dir_, spec_);
-    fmt::print("mx2nv generate: wrote {}\n", printable(dir_));
+    out("mx2nv generate: wrote {}\n", printable(dir_));
     return kExitOk;
   }
 

@@ -1,5 +1,6 @@
 // mx2nv requantize: the LOSSY companion, every expert of SRC requantized from
 // its decoded values as compressed-tensors' NVFP4 quantization would.
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
@@ -15,7 +16,7 @@ namespace {
 
 int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = requantize_checkpoint(o);
-  fmt::print("mx2nv requantize: ok, LOSSY: {} modules requantized from decoded values ({} values), {:.2f} s\n",
+  out("mx2nv requantize: ok, LOSSY: {} modules requantized from decoded values ({} values), {:.2f} s\n",
              r.requantized.size(), r.values_compared, r.seconds);
   print_counts(r);
   double worst_rmse = 0, worst_cosine = 1;
@@ -23,7 +24,7 @@ int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& 
     worst_rmse = std::max(worst_rmse, m.relative_rmse);
     worst_cosine = std::min(worst_cosine, m.cosine);
   }
-  fmt::print("  error    worst relative RMSE {:.6g}, worst cosine {:.9f}, max abs error {:.6g} (per module: --report)\n",
+  out("  error    worst relative RMSE {:.6g}, worst cosine {:.9f}, max abs error {:.6g} (per module: --report)\n",
              worst_rmse, worst_cosine, r.max_abs_error);
   return finish(r, report_path);
 }
