@@ -64,7 +64,7 @@ std::string how_to_go_on(Command command, const std::vector<std::string>& args) 
       return "temporary files removed; requantize does not resume: run it again into an empty DST";
     case Command::Generate: return "run it again into an empty DIR";
     case Command::Demo: return "run it again (it reuses its DIR)";
-    default: return "nothing more was done; run it again to start over";
+    default: return "it did not finish; run it again";
   }
 }
 
@@ -125,7 +125,7 @@ int print_help(const std::string& text) {
     return kExitOk;
   } catch (...) {
     if (stop_requested()) {
-      err("mx2nv: interrupted by {}; nothing more was done; run it again to start over\n", stop_signal_name());
+      err("mx2nv: interrupted by {}; it did not finish; run it again\n", stop_signal_name());
     } else {
       print_error(current_exception_as_error());
     }
@@ -140,7 +140,9 @@ int usage_error(CLI::App& app, const CLI::ParseError& e) {
   const CLI::App* sub = chosen.empty() ? nullptr : chosen.front();
   const std::string who = sub ? "mx2nv " + sub->get_name() : std::string("mx2nv");
   const std::string help = sub ? "mx2nv help " + sub->get_name() : std::string("mx2nv help");
-  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+  // Unknown options first, whatever CLI11 noticed first (a required SRC
+  // that is missing because an unknown option came instead, say).
+  {
     std::vector<std::string> extras = app.remaining();
     if (sub) {
       const auto more = sub->remaining();
@@ -148,7 +150,7 @@ int usage_error(CLI::App& app, const CLI::ParseError& e) {
     }
     const std::vector<std::string> known = sub ? option_names(*sub) : option_names(app);
     std::string message;
-    bool after_unknown_option = false;
+    bool after_unknown_option = false, unknown_option = false;
     for (const auto& x : extras) {
       const bool option = x.size() > 1 && x.front() == '-';
       // The value of an unknown option is not a second error.
@@ -160,11 +162,12 @@ int usage_error(CLI::App& app, const CLI::ParseError& e) {
       if (option) {
         message += "unknown option " + x + did_you_mean(x.substr(0, x.find('=')), known);
         after_unknown_option = x.find('=') == std::string::npos;
+        unknown_option = true;
       } else {
         message += "unexpected argument " + shell_word(x);
       }
     }
-    if (!message.empty()) {
+    if (unknown_option || (!message.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)) {
       err("{}: usage: {}; see `{}`\n", who, printable(message), help);
       return kExitUsage;
     }

@@ -22,8 +22,8 @@ class CardCommand final : public Subcommand {
     app_->add_option("--requantize-report", requantize_, "the report of `mx2nv requantize SRC DST --report R`");
     app_->add_option("--base-model", options_.base_model, "ORG/NAME of the source on the Hub (default: from a hub-cache SRC)");
     app_->add_option("--companion", options_.companion, "ORG/NAME[@40-hex REV]: the other artifact (requantized or lossless)");
-    app_->add_option("--tp", options_.tp, "tensor-parallel degree of the gate table and load commands (default 1)")
-        ->check(CLI::Range(1u, 1024u));
+    app_->add_option("--tp", options_.tp, "tensor-parallel degree of the gate table and load commands (default 1), 1-1024")
+        ->type_name("N")->check(CLI::Range(1u, 1024u).description(""));
     app_->add_option("--repo-id", options_.repo_id, "ORG/NAME DST will be published as (in the load commands)");
     app_->add_option("--gpu-check", gpu_check_, "the saved output of scripts/gpu-check.sh");
     add_threads(app_, options_.threads);

@@ -47,16 +47,16 @@ class GenerateCommand final : public Subcommand {
     app_->add_option("DIR", dir_, "directory to create (absent or empty)")->required();
     add_choice(app_, "--layout", layout_, {"k3", "flat"},
                "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)");
-    app_->add_option("--layers", spec_.layers, "decoder layers")->check(CLI::Range(1u, 4096u));
-    app_->add_option("--experts", spec_.experts, "routed experts per layer")->check(CLI::Range(1u, 4096u));
+    app_->add_option("--layers", spec_.layers, "decoder layers, 1-4096")->type_name("N")->check(CLI::Range(1u, 4096u).description(""));
+    app_->add_option("--experts", spec_.experts, "routed experts per layer, 1-4096")->type_name("N")->check(CLI::Range(1u, 4096u).description(""));
     app_->add_option("--hidden", spec_.hidden, "hidden size (K of gate/up), multiple of 32");
     app_->add_option("--intermediate", spec_.intermediate, "expert intermediate size (K of down), multiple of 32");
-    app_->add_option("--shards", spec_.shards, "shard files (1 writes model.safetensors)")
-        ->check(CLI::Range(1u, 100000u));
+    app_->add_option("--shards", spec_.shards, "shard files (1 writes model.safetensors), 1-100000")
+        ->type_name("N")->check(CLI::Range(1u, 100000u).description(""));
     app_->add_option("--k-max", spec_.k_max, "exponent of each module's top active group");
-    app_->add_option("--span", spec_.span, "k_max - k_min of each module")->check(CLI::Range(0, 200));
-    app_->add_option("--zero-percent", spec_.zero_group_percent, "share of all-zero groups")
-        ->check(CLI::Range(0u, 100u));
+    app_->add_option("--span", spec_.span, "k_max - k_min of each module, 0-200")->type_name("N")->check(CLI::Range(0, 200).description(""));
+    app_->add_option("--zero-percent", spec_.zero_group_percent, "share of all-zero groups, 0-100")
+        ->type_name("N")->check(CLI::Range(0u, 100u).description(""));
     app_->add_option("--seed", spec_.seed, "generator seed");
     add_choice(app_, "--extreme-zero-scales", extreme_, {"on", "off"},
                "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)");

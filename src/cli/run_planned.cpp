@@ -1,5 +1,6 @@
 // mx2nv convert --plan P (--shard I | --shards I/N | --finalize): one step of
 // a plan made by `mx2nv plan`, anywhere, in any order.
+#include "cli/shell_words.hpp"
 #include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
@@ -21,6 +22,8 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
   } else {
     out("mx2nv convert: finalized, {:.2f} s\n", r.seconds);
     print_counts(r);
+    out("  next     mx2nv verify --window {} {} {}\n", window_name(r.window), shell_path(r.provenance.source),
+        shell_path(r.provenance.target));
   }
   return finish(r, report_path, html, o.threads);
 }
