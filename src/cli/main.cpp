@@ -24,6 +24,8 @@
 
 #include <csignal>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <sstream>
 #include <vector>
 
@@ -68,9 +70,16 @@ std::string how_to_go_on(Command command, const std::vector<std::string>& args) 
   }
 }
 
-int interrupted(Command command, const std::vector<std::string>& args) {
+// `cause`: the error the stop ended the command with, where it says more
+// than the interruption itself (which output was being waited for).
+int interrupted(Command command, const std::vector<std::string>& args, const std::optional<Error>& cause) {
   discard_out();
-  err("mx2nv {}: interrupted by {}; {}\n", command_name(command), stop_signal_name(),
+  std::string detail;
+  if (cause && std::string_view(cause->what()).find(fmt::format("interrupted by {}", stop_signal_name())) ==
+                   std::string_view::npos) {
+    detail = fmt::format(" ({})", printable(cause->what()));
+  }
+  err("mx2nv {}: interrupted by {}{}; {}\n", command_name(command), stop_signal_name(), detail,
       printable(how_to_go_on(command, args)));
   return kExitIo;
 }
@@ -258,15 +267,17 @@ int main(int argc, char** argv) {
     if (!subcommand->chosen()) continue;
     CommandRun state;
     int rc = kExitUsage;
+    std::optional<Error> failure;
     try {
       rc = subcommand->run(state);
       flush_out();
     } catch (...) {
+      failure = current_exception_as_error();
       rc = report_failure(subcommand->command(), state);
     }
     // Stopped at any point, even after the work was done: never told as a
     // finished run (0 or 1).
-    if (stop_requested()) return interrupted(subcommand->command(), args);
+    if (stop_requested()) return interrupted(subcommand->command(), args, failure);
     return rc;
   }
   return kExitUsage;

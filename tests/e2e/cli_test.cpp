@@ -489,7 +489,10 @@ TEST(Cli, ConvertNextLineRunsAsPrinted) {
   for (const std::string window : {"marlin", "e4m3"}) {
     for (const std::string overspan : {"fail", "bf16", "requantize"}) {
       SCOPED_TRACE(window + " " + overspan);
-      const std::string dst = "-dst \"" + std::to_string(n++) + "\" $(false) \\ `x`";
+      // Quotes, $, a backslash, a backquote and (a terminal escape, a newline) control characters.
+      ++n;
+      const std::string dst = "-dst \"" + std::to_string(n) + "\" $(false) \\ `x`" +
+                              (n % 2 == 0 ? std::string("\x1b[31m\n") : std::string());
       const std::string args = "convert --window " + window + " --overspan " + overspan + " -- " +
                                q("-src 'q' $x") + " " + q(dst);
       const std::string exe = std::string(MX2NV_EXE);
@@ -500,6 +503,7 @@ TEST(Cli, ConvertNextLineRunsAsPrinted) {
         continue;
       }
       ASSERT_EQ(c.exit_code, 0) << c.err;
+      EXPECT_EQ(c.out.find('\x1b'), std::string::npos) << c.out;  // escaped, never sent to a terminal raw
       const auto at = c.out.find("  next     ");
       ASSERT_NE(at, std::string::npos) << c.out;
       const std::string line = c.out.substr(at + 11, c.out.find('\n', at) - at - 11);
