@@ -102,13 +102,35 @@ void flush_out() {
 void discard_out() noexcept { gathered().clear(); }
 
 void err_text(std::string_view text) noexcept {
+  // Like stdout, a stderr nobody reads is waited for, but once a stop was
+  // requested only for a moment: the message is lost rather than the
+  // interrupted command kept from exiting.
+  static const bool waits = may_wait(STDERR_FILENO);
+  constexpr int kPollsAfterStop = 10;
+  int polls_after_stop = 0;
   std::size_t done = 0;
   while (done < text.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    std::size_t size = text.size() - done;
+    if (waits) {
+      pollfd p{STDERR_FILENO, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, kStopPollMs);
+      if (ready < 0 && errno != EINTR) return;
+      if (ready <= 0) {
+        if (stop_requested() && ++polls_after_stop >= kPollsAfterStop) return;
+        continue;
+      }
+      if ((p.revents & POLLNVAL) != 0) return;
+      size = std::min(size, kPipeChunkBytes);
+    }
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, size);
     if (n > 0) {
       done += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno == EINTR && !stop_requested()) {
-      continue;
+    } else if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (stop_requested() && ++polls_after_stop >= kPollsAfterStop) return;
+      if (errno != EINTR) {
+        pollfd p{STDERR_FILENO, POLLOUT, 0};
+        (void)::poll(&p, 1, kStopPollMs);
+      }
     } else {
       return;
     }
