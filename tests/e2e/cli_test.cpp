@@ -268,6 +268,7 @@ enum class Stdout {
   Closed,      // >&-
   BrokenPipe,  // a pipe whose reader is gone (`| head -c 10` after head exited)
   FullPipe,    // a 4 KiB pipe already full that nobody reads
+  FullPipeStderrToo,  // the same, as stdout and stderr (`2>&1 | ...`)
 };
 
 struct Child {
@@ -285,7 +286,8 @@ Child spawn_cli(const std::vector<std::string>& args, Stdout mode, const fs::pat
   int out = -1;
   Child c;
   if (mode == Stdout::DevFull) out = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
-  if (mode == Stdout::BrokenPipe || mode == Stdout::FullPipe) {
+  const bool full = mode == Stdout::FullPipe || mode == Stdout::FullPipeStderrToo;
+  if (mode == Stdout::BrokenPipe || full) {
     int fds[2];
     EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
     out = fds[1];
@@ -306,7 +308,7 @@ Child spawn_cli(const std::vector<std::string>& args, Stdout mode, const fs::pat
   c.pid = ::fork();
   if (c.pid == 0) {
     ::dup2(in, 0);
-    ::dup2(err, 2);
+    ::dup2(mode == Stdout::FullPipeStderrToo ? out : err, 2);
     if (out >= 0) {
       ::dup2(out, 1);
     } else {
@@ -450,6 +452,19 @@ TEST(Cli, InterruptedWhileWaitingToWriteStdoutIsExitFourForEveryCommand) {
       }
     }
   }
+}
+
+// stdout and stderr both in a pipe nobody reads: the interrupted command
+// exits 4 at once, its message lost rather than its exit delayed.
+TEST(Cli, InterruptedWithStderrInTheSameFullPipeExitsPromptly) {
+  const Checkpoints k;
+  const Child c = spawn_cli({"compare", k.src.string(), k.dst.string(), "--json"}, Stdout::FullPipeStderrToo,
+                            k.d / "unused");
+  ASSERT_TRUE(waits_on_stdout(c));
+  const auto sent = std::chrono::steady_clock::now();
+  ::kill(c.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(c), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(10));
 }
 
 // The continuation convert prints after an interruption runs as printed.
