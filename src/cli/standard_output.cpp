@@ -87,9 +87,11 @@ void prepare_standard_streams() noexcept {
 }
 
 void out_text(std::string_view text) {
+  // A terminal sees each line as it is printed (the demo prints in stages).
+  static const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   std::string& buffer = gathered();
   buffer += text;
-  if (buffer.size() >= kOutBufferBytes) flush_out();
+  if (buffer.size() >= kOutBufferBytes || terminal) flush_out();
 }
 
 void flush_out() {
