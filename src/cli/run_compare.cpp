@@ -28,23 +28,23 @@ std::string rel_rmse_text(const CompareSums& s) {
 
 void print_figures_line(std::string_view label, const CompareSums& s) {
   out("  {:<6} {} values, {} exact ({:.4f}%), rel RMSE {}, cosine {:.9f}, max abs error {:.6g}\n", label,
-             s.values, s.exact_values, s.values ? 100.0 * static_cast<double>(s.exact_values) / static_cast<double>(s.values) : 100.0,
-             rel_rmse_text(s), cosine_similarity(s.exact(), s.sum_os, s.sum_o2, s.sum_s2), s.max_abs_error);
+      s.values, s.exact_values, s.values ? 100.0 * static_cast<double>(s.exact_values) / static_cast<double>(s.values) : 100.0,
+      rel_rmse_text(s), cosine_similarity(s.exact(), s.sum_os, s.sum_o2, s.sum_s2), s.max_abs_error);
 }
 
 void print_compare_summary(const CompareResult& r) {
   const CompareSums t = compare_totals(r);
   const char* format = r.format == OtherFormat::CompressedTensors ? "compressed-tensors" : "modelopt";
   out("mx2nv compare: {} ({}, {}), {} modules compared, {:.2f} s\n",
-             r.exit_code() == 0 ? "EXACT, every value identical" : "DIFFERENT", format, compare_activations(r),
-             r.modules.size(), r.seconds);
+      r.exit_code() == 0 ? "EXACT, every value identical" : "DIFFERENT", format, compare_activations(r),
+      r.modules.size(), r.seconds);
   print_figures_line("total", t);
   for (const std::string_view p : {"gate", "up", "down", "other"}) {
     const CompareSums s = compare_totals(r, p);
     if (s.values) print_figures_line(p, s);
   }
   out("  packed bytes {} identical of {}, zero-sign rewrites {} nibbles, active block scales below 2^-6 {}\n",
-             t.packed_bytes_identical, t.packed_bytes, t.zero_sign_rewrites, t.active_block_scales_below_min_normal);
+      t.packed_bytes_identical, t.packed_bytes, t.zero_sign_rewrites, t.active_block_scales_below_min_normal);
   std::vector<const ModuleComparison*> worst;
   for (const auto& m : r.modules) {
     if (!m.sums.exact()) worst.push_back(&m);
@@ -56,7 +56,7 @@ void print_compare_summary(const CompareResult& r) {
   if (worst.size() > kWorstModulesShown) worst.resize(kWorstModulesShown);
   for (const auto* m : worst) {
     out("  worst: {} rel RMSE {}, {} of {} values differ\n", printable(m->name), rel_rmse_text(m->sums),
-               m->sums.values - m->sums.exact_values, m->sums.values);
+        m->sums.values - m->sums.exact_values, m->sums.values);
   }
   for (const auto& n : r.missing_in_other) out("  missing in OTHER: {}\n", printable(n));
   for (const auto& n : r.extra_in_other) out("  extra in OTHER: {}\n", printable(n));

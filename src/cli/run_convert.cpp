@@ -19,14 +19,14 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
   const Report r = convert_checkpoint(o);
   if (r.already_complete) {
     out("mx2nv convert: already complete: {} holds this conversion of {} (checked from its records; nothing "
-               "was written)\n",
-               printable(o.target.string()), printable(o.source.string()));
+        "was written)\n",
+        printable(o.target.string()), printable(o.source.string()));
     print_counts(r);
     return finish(r, report_path, html, o.threads);
   }
   if (r.result == Outcome::Refused) {
     out("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
-               window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
+        window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
     print_over_span(r.over_span);
     print_global_conflicts(r.global_conflicts, r.unrepresentable_globals);
     const std::string inspect = "mx2nv inspect --window " + std::string(window_name(o.window)) + " " +
@@ -47,7 +47,7 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
   if (o.resume) out("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
   if (r.marlin_zeroed_groups > 0) {
     out("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
-               r.marlin_zeroed_groups);
+        r.marlin_zeroed_groups);
   }
   // Runnable as printed: quoted, and under the window this conversion used
   // (verify takes the --overspan choice from DST's records).

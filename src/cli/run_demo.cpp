@@ -56,7 +56,7 @@ int run_demo(const fs::path& dir, unsigned threads) {
                  ReportFile(dir / "verify-report.json", {c.source, c.target}));
   if (vrc == kExitOk) {
     out("\nmx2nv demo: done. Reports: {}, {}, {}\n", printable((dir / "convert-report.json").string()),
-               printable((dir / "convert-report.html").string()), printable((dir / "verify-report.json").string()));
+        printable((dir / "convert-report.html").string()), printable((dir / "verify-report.json").string()));
   }
   return vrc;
 }

@@ -35,8 +35,8 @@ void print_runtime_checks(const GateResult& r) {
     return;
   }
   out("  runtimes' own selectors (asked in {}{}, layer {}):\n", printable(r.asked.python),
-             r.asked.python_version.empty() ? "" : fmt::format(", Python {}", printable(r.asked.python_version)),
-             printable(r.expert_layer));
+      r.asked.python_version.empty() ? "" : fmt::format(", Python {}", printable(r.asked.python_version)),
+      printable(r.expert_layer));
   for (const auto& c : r.checks) {
     const RuntimeOpinion& op = c.opinion;
     std::string who = op.runtime + (op.version.empty() ? "" : " " + op.version);
@@ -44,7 +44,7 @@ void print_runtime_checks(const GateResult& r) {
     out("    {:<22} {}\n", printable(who), printable(said(op)));
     if (c.agreement != Agreement::NoOpinion) {
       out("    {:<22} {} with gate's scheme rule ({} the NVFP4A16 MoE method)\n", "",
-                 agreement_name(c.agreement), c.gate_selects ? "which selects" : "which does not select");
+          agreement_name(c.agreement), c.gate_selects ? "which selects" : "which does not select");
     }
   }
 }
@@ -56,10 +56,10 @@ int gate_and_print(const GateOptions& o, bool json) {
     return r.exit_code();
   }
   out("mx2nv gate: {} (hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}\n",
-             printable(r.checkpoint), r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp);
+      printable(r.checkpoint), r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp);
   for (const auto& v : r.verdicts) {
     out("  {:<7} {:<8} {:<7} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
-               v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
+        v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
     for (const auto& why : v.reasons) out("      - {}\n", printable(why));
   }
   print_runtime_checks(r);

@@ -18,7 +18,7 @@ namespace {
 void print_window_outcomes(const Inspection& in, Window selected) {
   for (const auto& o : in.outcomes) {
     out("  window {:<6} {}{}", window_name(o.window), o.refused ? "REFUSED" : "ok",
-               o.window == selected ? "  (selected)" : "");
+        o.window == selected ? "  (selected)" : "");
     out(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
     if (o.marlin_zeroed_groups) {
       out(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
@@ -36,12 +36,12 @@ void print_window_outcomes(const Inspection& in, Window selected) {
 void print_overspan_costs(const Inspection::OverSpanCost& c) {
   out("  --overspan fail        refused, nothing written\n");
   out("  --overspan bf16        exact; {} MoE layers as BF16, size {:+} bytes\n", c.bf16_layers.size(),
-             c.bf16_size_change);
+      c.bf16_size_change);
   for (const auto& l : c.bf16_layers) out("    {}: {} modules\n", printable(l.layer), l.modules.size());
   out("  --overspan requantize  LOSSY, same size; {} modules requantized:\n", c.requantized.size());
   for (const auto& m : c.requantized) {
     out("    {}: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}\n", printable(m.module),
-               m.relative_rmse, m.cosine, m.max_abs_error);
+        m.relative_rmse, m.cosine, m.max_abs_error);
   }
 }
 
@@ -68,7 +68,7 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
   }
   const Report& r = in.report;
   out("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", printable(r.provenance.source),
-             in.probes, in.fully_scanned_modules);
+      in.probes, in.fully_scanned_modules);
   print_counts(r);
   out("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
   print_window_outcomes(in, window);

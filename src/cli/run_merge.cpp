@@ -72,16 +72,16 @@ void print_merged(const Json& merged, std::size_t parts) {
   const std::string result = merged["result"].get<std::string>();
   const bool lossy = merged.contains("requantized");
   out("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts,
-             result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
+      result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
                                                "every other value identical"
                                              : "ok, every value identical")
-             : result == "mismatch" ? "MISMATCH"
+      : result == "mismatch" ? "MISMATCH"
                                     : "ERROR",
-             merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
-             merged["differences"].size());
+      merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
+      merged["differences"].size());
   if (result == "error") {
     err("mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
-               printable(merged["error"].get<std::string>()));
+        printable(merged["error"].get<std::string>()));
   }
   for (const auto& d : merged["differences"]) err("mx2nv verify: {}\n", printable(d.get<std::string>()));
 }

@@ -24,11 +24,11 @@ int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path)
   }
   if (r.already_complete) {
     out("mx2nv plan: already complete: {} holds this conversion of {}\n", printable(o.target.string()),
-               printable(o.source.string()));
+        printable(o.source.string()));
     return finish(r, report_path);
   }
   out("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
-             printable(written.string()));
+      printable(written.string()));
   print_overspan(r);
   out("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
       shell_path(written.string()));

@@ -17,7 +17,7 @@ namespace {
 int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = requantize_checkpoint(o);
   out("mx2nv requantize: ok, LOSSY: {} modules requantized from decoded values ({} values), {:.2f} s\n",
-             r.requantized.size(), r.values_compared, r.seconds);
+      r.requantized.size(), r.values_compared, r.seconds);
   print_counts(r);
   double worst_rmse = 0, worst_cosine = 1;
   for (const auto& m : r.requantized) {
@@ -25,7 +25,7 @@ int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& 
     worst_cosine = std::min(worst_cosine, m.cosine);
   }
   out("  error    worst relative RMSE {:.6g}, worst cosine {:.9f}, max abs error {:.6g} (per module: --report)\n",
-             worst_rmse, worst_cosine, r.max_abs_error);
+      worst_rmse, worst_cosine, r.max_abs_error);
   return finish(r, report_path);
 }
 

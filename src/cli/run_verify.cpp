@@ -20,11 +20,11 @@ int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_p
   if (r.result == Outcome::Ok) {
     if (r.requantized.empty()) {
       out("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
-                 r.values_compared, window_name(o.window), r.seconds);
+          r.values_compared, window_name(o.window), r.seconds);
     } else {
       out("mx2nv verify: ok, LOSSY modules equal the documented requantization bit for bit, every other value "
-                 "identical ({} values), window {}, {:.2f} s\n",
-                 r.values_compared, window_name(o.window), r.seconds);
+          "identical ({} values), window {}, {:.2f} s\n",
+          r.values_compared, window_name(o.window), r.seconds);
     }
     print_counts(r);
     print_overspan(r);

@@ -15,14 +15,14 @@ void print_error(const Error& e) { err("mx2nv: {}: {}\n", kind_name(e.kind()), p
 void print_over_span(const std::vector<OverSpan>& over) {
   for (const auto& o : over) {
     out("  over span: {}: span {} > {}, {} active groups outside the window\n",
-               printable(o.module), o.span, o.limit, o.groups_outside);
+        printable(o.module), o.span, o.limit, o.groups_outside);
   }
 }
 
 void print_global_conflicts(const std::vector<GlobalConflict>& conflicts, const std::vector<std::string>& names) {
   for (const auto& c : conflicts) {
     out("  global range: {}: block scales need a global exponent in [{}, {}], the window allows [{}, {}]\n",
-               printable(c.scale_group), c.needed_min, c.needed_max, c.allowed_min, c.allowed_max);
+        printable(c.scale_group), c.needed_min, c.needed_max, c.allowed_min, c.allowed_max);
   }
   for (const auto& name : names) {
     const bool explained =
@@ -33,12 +33,12 @@ void print_global_conflicts(const std::vector<GlobalConflict>& conflicts, const 
 
 void print_counts(const Report& r) {
   out("  source   {}{}\n", printable(r.provenance.source),
-             r.provenance.revision ? fmt::format(" (revision {})", printable(*r.provenance.revision)) : "");
+      r.provenance.revision ? fmt::format(" (revision {})", printable(*r.provenance.revision)) : "");
   if (!r.provenance.target.empty()) out("  target   {}\n", printable(r.provenance.target));
   out("  modules  {} quantized modules, {} global scales (gate/up pairs share one), {} shards\n", r.modules,
-             r.scale_groups, r.shards);
+      r.scale_groups, r.shards);
   out("  copied   {} pass-through tensors, {} companion files, byte for byte\n", r.passthrough_tensors,
-             r.companion_files);
+      r.companion_files);
   if (r.active_groups + r.zero_groups > 0) {
     out("  groups   {} active, {} all-zero", r.active_groups, r.zero_groups);
     if (r.command == Command::Convert) {
@@ -47,18 +47,18 @@ void print_counts(const Report& r) {
     out("\n");
   }
   out("  size     {} -> {} tensor bytes ({:+.2f}%)\n", human_bytes(r.source_tensor_bytes),
-             human_bytes(r.target_tensor_bytes), r.size_change_percent());
+      human_bytes(r.target_tensor_bytes), r.size_change_percent());
   if (r.copy_mode) {
     out("  output   {} shared with SRC, {} copied, {} written (--copy {})\n", human_bytes(r.shared_bytes),
-               human_bytes(r.copied_bytes), human_bytes(r.written_bytes), copy_mode_name(*r.copy_mode));
+        human_bytes(r.copied_bytes), human_bytes(r.written_bytes), copy_mode_name(*r.copy_mode));
   }
 }
 
 void print_overspan(const Report& r) {
   for (const auto& m : r.requantized) {
     out("  LOSSY    {} requantized: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}{}\n",
-               printable(m.module), m.relative_rmse, m.cosine, m.max_abs_error,
-               m.marlin_zeroed_blocks ? fmt::format(", {} block scales below 2^-6 (Marlin zeroes them)",
+        printable(m.module), m.relative_rmse, m.cosine, m.max_abs_error,
+        m.marlin_zeroed_blocks ? fmt::format(", {} block scales below 2^-6 (Marlin zeroes them)",
                                                     m.marlin_zeroed_blocks)
                                       : std::string());
   }
@@ -66,7 +66,7 @@ void print_overspan(const Report& r) {
     std::string why;
     for (const auto& m : l.refused) why += (why.empty() ? "" : ", ") + printable(m);
     out("  BF16     {}: {} modules written as BF16 weight (exact), +{} bytes; over the window: {}\n",
-               printable(l.layer), l.modules.size(), l.bf16_bytes - l.nvfp4_bytes, why.empty() ? "-" : why);
+        printable(l.layer), l.modules.size(), l.bf16_bytes - l.nvfp4_bytes, why.empty() ? "-" : why);
   }
 }
 
