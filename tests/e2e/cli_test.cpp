@@ -467,6 +467,52 @@ TEST(Cli, InterruptedWithStderrInTheSameFullPipeExitsPromptly) {
   EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(10));
 }
 
+// SIGINT as soon as the work is under way (mid-run, or at the latest while
+// waiting to print): exit 4, one message that names only what the command
+// accepts; convert's continuation finishes the conversion.
+TEST(Cli, InterruptedMidRunSaysWhatThisCommandAccepts) {
+  ScratchDir d;
+  FixtureSpec spec = tiny_spec();
+  spec.layers = 2;
+  spec.experts = 32;
+  spec.hidden = 1024;
+  spec.intermediate = 512;
+  spec.shards = 8;
+  write_fixture(d / "src", spec);
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "ref")).exit_code, 0);
+  const std::vector<std::vector<std::string>> lines = {
+      {"convert", (d / "src").string(), (d / "dst").string(), "--threads", "1", "--progress", "json"},
+      {"verify", (d / "src").string(), (d / "ref").string(), "--threads", "1", "--progress", "json"},
+      {"compare", (d / "src").string(), (d / "ref").string(), "--threads", "1", "--progress", "json"},
+  };
+  for (const auto& line : lines) {
+    SCOPED_TRACE(joined(line));
+    const Child c = spawn_cli(line, Stdout::FullPipe, d / "err");
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (read_file(d / "err").find("\"bytes_done\"") == std::string::npos &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ::kill(c.pid, SIGINT);
+    EXPECT_EQ(wait_exit(c), 4);
+    const std::string err = read_file(d / "err");
+    const std::string last = err.substr(err.rfind('\n', err.size() - 2) + 1);
+    EXPECT_NE(last.find("mx2nv " + line[0] + ": interrupted by SIGINT"), std::string::npos) << err;
+    if (line[0] != "convert") {
+      EXPECT_EQ(last.find("--resume"), std::string::npos) << last;
+      continue;
+    }
+    const std::string marker = "to continue: ";
+    ASSERT_NE(last.find(marker), std::string::npos) << last;
+    const std::string again = last.substr(last.find(marker) + marker.size(), last.size() - 1 - last.find(marker) -
+                                                                               marker.size());
+    const std::string cmd = "mx2nv() { " + std::string(MX2NV_EXE) + " \"$@\"; } && " + again;
+    const CliResult resumed = run_cli("--version >/dev/null; bash -c " + q(cmd));
+    EXPECT_EQ(resumed.exit_code, 0) << again << "\n" << resumed.err;
+    EXPECT_EQ(run_cli("verify " + q(d / "src") + " " + q(d / "dst")).exit_code, 0);
+  }
+}
+
 // The continuation convert prints after an interruption runs as printed.
 TEST(Cli, InterruptedConvertSaysHowToContinueRunnably) {
   ScratchDir d;
