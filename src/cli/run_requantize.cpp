@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <string_view>
 
 namespace mx2nv::cli {
 namespace {
@@ -48,7 +49,19 @@ class RequantizeCommand final : public Subcommand {
     state.target = dst_;
     // Where the report goes is checked before any work.
     state.outputs = check_command_outputs(path_if_given(report_path_), std::nullopt, {src_, dst_});
-    return run_requantize({src_, dst_, threads_}, state.outputs.report);
+    try {
+      return run_requantize({src_, dst_, threads_}, state.outputs.report);
+    } catch (const Error& e) {
+      // DST's check (destination/destination.cpp) offers convert's --resume
+      // for a DST holding an mx2nv run; requantize has none.
+      constexpr std::string_view kConvertHint = " (it holds an mx2nv conversion: add --resume to continue or confirm it)";
+      std::string message = e.what();
+      const auto at = message.find(kConvertHint);
+      if (at == std::string::npos) throw;
+      message.replace(at, kConvertHint.size(),
+                      " (it holds an earlier mx2nv run; requantize does not resume: remove it or give an empty DST)");
+      throw Error(e.kind(), message);
+    }
   }
 
  private:

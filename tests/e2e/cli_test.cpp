@@ -513,6 +513,21 @@ TEST(Cli, InterruptedMidRunSaysWhatThisCommandAccepts) {
   }
 }
 
+// A DST holding an earlier run: requantize, which has no --resume, never
+// suggests it.
+TEST(Cli, RequantizeNeverSuggestsResume) {
+  ScratchDir d;
+  write_fixture(d / "src", tiny_spec());
+  ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "dst")).exit_code, 0);
+  ASSERT_EQ(run_cli("requantize " + q(d / "src") + " " + q(d / "rq")).exit_code, 0);
+  for (const char* dst : {"dst", "rq"}) {
+    const CliResult r = run_cli("requantize " + q(d / "src") + " " + q(d / dst));
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.err.find("--resume"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("requantize does not resume"), std::string::npos) << r.err;
+  }
+}
+
 // The continuation convert prints after an interruption runs as printed.
 TEST(Cli, InterruptedConvertSaysHowToContinueRunnably) {
   ScratchDir d;
