@@ -12,6 +12,14 @@
 namespace mx2nv {
 namespace {
 
+// Progress is a courtesy: a stream that cannot be written (a closed or full
+// stderr) loses it, and the command goes on (its result is on stdout and in
+// its exit code).
+void draw(std::FILE* stream, const std::string& text) {
+  if (std::fwrite(text.data(), 1, text.size(), stream) != text.size()) std::clearerr(stream);
+  std::fflush(stream);
+}
+
 constexpr double kRedrawSeconds = 0.1;  // a terminal line needs no more than 10 frames a second
 
 // "12.34/56.78 GB", or MB for small totals, so a small run still moves.
@@ -95,7 +103,7 @@ void ProgressLine::update(const Progress& p) {
   last_units_ = p.units_done;
   const double phase_seconds = p.seconds - phase_started_;
   if (json_) {
-    fmt::print(stream_, "{}\n", format_progress_json(p, phase_seconds));
+    draw(stream_, format_progress_json(p, phase_seconds) + "\n");
     std::fflush(stream_);
     return;
   }
@@ -108,14 +116,14 @@ void ProgressLine::update(const Progress& p) {
     line.resize(ws.ws_col - 1u);  // a wrapped line could not be redrawn in place
   }
   // \r: back to column 0; ESC[K: clear what a longer previous line left.
-  fmt::print(stream_, "\r{}\x1b[K", line);
+  draw(stream_, "\r" + line + "\x1b[K");
   std::fflush(stream_);
   line_open_ = true;
 }
 
 void ProgressLine::erase() {
   if (!line_open_) return;
-  fmt::print(stream_, "\r\x1b[K");
+  draw(stream_, "\r\x1b[K");
   std::fflush(stream_);
   line_open_ = false;
 }

@@ -1,6 +1,7 @@
 // mx2nv card SRC DST --verify-report R: DST/README.md, the Hugging Face model
 // card with the evidence (card/card.hpp; docs/card.md).
 #include "card/card.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "common/printable.hpp"
@@ -21,8 +22,8 @@ class CardCommand final : public Subcommand {
     app_->add_option("--requantize-report", requantize_, "the report of `mx2nv requantize SRC DST --report R`");
     app_->add_option("--base-model", base_model_, "ORG/NAME of the source on the Hub (default: from a hub-cache SRC)");
     app_->add_option("--companion", companion_, "ORG/NAME[@40-hex REV]: the other artifact (requantized or lossless)");
-    app_->add_option("--tp", options_.tp, "tensor-parallel degree of the gate table and load commands (default 1)")
-        ->check(CLI::Range(1u, 1024u));
+    app_->add_option("--tp", options_.tp, "tensor-parallel degree of the gate table and load commands (default 1), 1-1024")
+        ->type_name("N")->check(CLI::Range(1u, 1024u).description(""));
     app_->add_option("--repo-id", repo_id_, "ORG/NAME DST will be published as (in the load commands)");
     app_->add_option("--gpu-check", gpu_check_, "the saved output of scripts/gpu-check.sh");
     add_threads(app_, options_.threads);
@@ -43,9 +44,9 @@ class CardCommand final : public Subcommand {
     if (given("--companion")) options_.companion = companion_;
     if (given("--repo-id")) options_.repo_id = repo_id_;
     const CardResult r = run_card(options_);
-    for (const auto& w : r.warnings) fmt::print(stderr, "card: {}\n", printable(w));
-    if (r.source_card) fmt::print("card: kept SRC's README.md as {}\n", printable((fs::path(target_) / "README.source.md").string()));
-    fmt::print("card: wrote {} ({} bytes)\n", printable(r.path.string()), r.text.size());
+    for (const auto& w : r.warnings) err("card: {}\n", printable(w));
+    if (r.source_card) out("card: kept SRC's README.md as {}\n", printable((fs::path(target_) / "README.source.md").string()));
+    out("card: wrote {} ({} bytes)\n", printable(r.path.string()), r.text.size());
     return 0;
   }
 

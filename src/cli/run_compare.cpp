@@ -1,5 +1,6 @@
 // mx2nv compare SRC OTHER: how far an NVFP4 checkpoint made from an MXFP4
 // SRC is from SRC's values (compare/compare.hpp, docs/compare.md).
+#include "cli/standard_output.hpp"
 #include "cli/progress_line.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
@@ -26,24 +27,24 @@ std::string rel_rmse_text(const CompareSums& s) {
 }
 
 void print_figures_line(std::string_view label, const CompareSums& s) {
-  fmt::print("  {:<6} {} values, {} exact ({:.4f}%), rel RMSE {}, cosine {:.9f}, max abs error {:.6g}\n", label,
-             s.values, s.exact_values, s.values ? 100.0 * static_cast<double>(s.exact_values) / static_cast<double>(s.values) : 100.0,
-             rel_rmse_text(s), cosine_similarity(s.exact(), s.sum_os, s.sum_o2, s.sum_s2), s.max_abs_error);
+  out("  {:<6} {} values, {} exact ({:.4f}%), rel RMSE {}, cosine {:.9f}, max abs error {:.6g}\n", label,
+      s.values, s.exact_values, s.values ? 100.0 * static_cast<double>(s.exact_values) / static_cast<double>(s.values) : 100.0,
+      rel_rmse_text(s), cosine_similarity(s.exact(), s.sum_os, s.sum_o2, s.sum_s2), s.max_abs_error);
 }
 
 void print_compare_summary(const CompareResult& r) {
   const CompareSums t = compare_totals(r);
   const char* format = r.format == OtherFormat::CompressedTensors ? "compressed-tensors" : "modelopt";
-  fmt::print("mx2nv compare: {} ({}, {}), {} modules compared, {:.2f} s\n",
-             r.exit_code() == 0 ? "EXACT, every value identical" : "DIFFERENT", format, compare_activations(r),
-             r.modules.size(), r.seconds);
+  out("mx2nv compare: {} ({}, {}), {} modules compared, {:.2f} s\n",
+      r.exit_code() == 0 ? "EXACT, every value identical" : "DIFFERENT", format, compare_activations(r),
+      r.modules.size(), r.seconds);
   print_figures_line("total", t);
   for (const std::string_view p : {"gate", "up", "down", "other"}) {
     const CompareSums s = compare_totals(r, p);
     if (s.values) print_figures_line(p, s);
   }
-  fmt::print("  packed bytes {} identical of {}, zero-sign rewrites {} nibbles, active block scales below 2^-6 {}\n",
-             t.packed_bytes_identical, t.packed_bytes, t.zero_sign_rewrites, t.active_block_scales_below_min_normal);
+  out("  packed bytes {} identical of {}, zero-sign rewrites {} nibbles, active block scales below 2^-6 {}\n",
+      t.packed_bytes_identical, t.packed_bytes, t.zero_sign_rewrites, t.active_block_scales_below_min_normal);
   std::vector<const ModuleComparison*> worst;
   for (const auto& m : r.modules) {
     if (!m.sums.exact()) worst.push_back(&m);
@@ -54,13 +55,13 @@ void print_compare_summary(const CompareResult& r) {
   std::stable_sort(worst.begin(), worst.end(), [&](auto* a, auto* b) { return rmse(a) > rmse(b); });
   if (worst.size() > kWorstModulesShown) worst.resize(kWorstModulesShown);
   for (const auto* m : worst) {
-    fmt::print("  worst: {} rel RMSE {}, {} of {} values differ\n", printable(m->name), rel_rmse_text(m->sums),
-               m->sums.values - m->sums.exact_values, m->sums.values);
+    out("  worst: {} rel RMSE {}, {} of {} values differ\n", printable(m->name), rel_rmse_text(m->sums),
+        m->sums.values - m->sums.exact_values, m->sums.values);
   }
-  for (const auto& n : r.missing_in_other) fmt::print("  missing in OTHER: {}\n", printable(n));
-  for (const auto& n : r.extra_in_other) fmt::print("  extra in OTHER: {}\n", printable(n));
+  for (const auto& n : r.missing_in_other) out("  missing in OTHER: {}\n", printable(n));
+  for (const auto& n : r.extra_in_other) out("  extra in OTHER: {}\n", printable(n));
   for (const auto& m : r.modules) {
-    if (!m.quantized) fmt::print("  unquantized in OTHER: {}\n", printable(m.name));
+    if (!m.quantized) out("  unquantized in OTHER: {}\n", printable(m.name));
   }
 }
 
@@ -91,10 +92,11 @@ class CompareCommand final : public Subcommand {
     if (src_.empty() || other_.empty()) fail(ErrorKind::Usage, "SRC and OTHER are required");
     const CompareResult r = compare_checkpoints({src_, other_, threads_, modules_, progress.callback()});
     if (json_) {
-      write_compare_json(r, [](std::string_view piece) { fmt::print("{}", piece); });
+      write_compare_json(r, [](std::string_view piece) { out("{}", piece); });
     } else {
       print_compare_summary(r);
     }
+    flush_out();  // what is printed comes first where a report goes to /dev/stdout too
     if (state.outputs.report) {
       state.outputs.report->write_pieces([&](const ReportFile::PieceSink& sink) { write_compare_json(r, sink); });
     }

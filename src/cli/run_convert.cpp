@@ -1,5 +1,7 @@
 // mx2nv convert: SRC into an empty DST, or with --plan one step of a plan
 // (cli/run_planned.cpp).
+#include "cli/shell_words.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/progress_line.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
@@ -16,34 +18,41 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
                 const std::optional<ReportFile>& html) {
   const Report r = convert_checkpoint(o);
   if (r.already_complete) {
-    fmt::print("mx2nv convert: already complete: {} holds this conversion of {} (checked from its records; nothing "
-               "was written)\n",
-               printable(o.target.string()), printable(o.source.string()));
+    out("mx2nv convert: already complete: {} holds this conversion of {} (checked from its records; nothing "
+        "was written)\n",
+        printable(o.target.string()), printable(o.source.string()));
     print_counts(r);
     return finish(r, report_path, html, o.threads);
   }
   if (r.result == Outcome::Refused) {
-    fmt::print("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
-               window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
-    print_over_span(r.over_span, stdout);
+    out("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
+        window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
+    print_over_span(r.over_span);
     print_global_conflicts(r.global_conflicts, r.unrepresentable_globals);
+    const std::string inspect = "mx2nv inspect --window " + std::string(window_name(o.window)) + " " +
+                                shell_path(o.source.string());
     if (o.window == Window::Marlin) {
-      fmt::print("  --window e4m3 allows spans up to 17 (exact on disk, but vLLM's Marlin path zeroes block scales "
-                 "below 2^-6); run `mx2nv inspect` for both outcomes.\n");
+      out("  --window e4m3 allows spans up to 17 (exact on disk, but vLLM's Marlin path zeroes block scales "
+          "below 2^-6); `mx2nv inspect --window e4m3 {}` shows that outcome.\n",
+          shell_path(o.source.string()));
     }
-    fmt::print("  --overspan bf16 writes the affected MoE layers as BF16 (exact, larger); --overspan requantize "
-               "requantizes only these modules (lossy, measured); `mx2nv inspect` shows both costs.\n");
+    out("  --overspan bf16 writes the affected MoE layers as BF16 (exact, larger); --overspan requantize "
+        "requantizes only these modules (lossy, measured); `{}` shows both costs.\n",
+        inspect);
     return finish(r, report_path, html, o.threads);
   }
-  fmt::print("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
+  out("mx2nv convert: ok, window {}, {:.2f} s\n", window_name(o.window), r.seconds);
   print_counts(r);
   print_overspan(r);
-  if (o.resume) fmt::print("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
+  if (o.resume) out("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
   if (r.marlin_zeroed_groups.value_or(0) > 0) {
-    fmt::print("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
-               r.marlin_zeroed_groups);
+    out("  warning  {} active groups have block scales below 2^-6: exact on disk, zeroed by vLLM's Marlin path\n",
+        r.marlin_zeroed_groups);
   }
-  fmt::print("  next     mx2nv verify {} {}\n", printable(o.source.string()), printable(o.target.string()));
+  // Runnable as printed: quoted, and under the window this conversion used
+  // (verify takes the --overspan choice from DST's records).
+  out("  next     mx2nv verify --window {} {} {}\n", window_name(o.window), shell_path(o.source.string()),
+      shell_path(o.target.string()));
   return finish(r, report_path, html, o.threads);
 }
 
@@ -59,11 +68,10 @@ class ConvertCommand final : public Subcommand {
     window_opt_ = add_window(app_, window_);
     add_threads(app_, threads_);
     report_opt_ = add_report(app_, report_path_);
-    app_->add_option("--copy", copy_,
-                     "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
-                     "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy "
-                     "(read and write every byte, never share)")
-        ->check(CLI::IsMember({"auto", "reflink", "copy"}));
+    add_choice(app_, "--copy", copy_, {"auto", "reflink", "copy"},
+               "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
+               "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy (read "
+               "and write every byte, never share)");
     overspan_opt_ = add_overspan(app_, overspan_);
     app_->add_flag("--resume", resume_,
                    "continue an interrupted conversion into DST (finished shards whose records still match are "

@@ -1,5 +1,6 @@
 // mx2nv demo: a small K3-shaped MXFP4 checkpoint written, converted and
 // verified in one directory, with the reports a real run writes.
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "common/error.hpp"
@@ -43,19 +44,19 @@ int run_demo(const fs::path& dir, unsigned threads) {
   spec.intermediate = 256;
   spec.shards = 4;
   write_fixture(dir / "mxfp4", spec);
-  fmt::print("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", printable((dir / "mxfp4").string()));
+  out("mx2nv demo: wrote a K3-shaped MXFP4 checkpoint to {}\n\n", printable((dir / "mxfp4").string()));
 
   const ConvertOptions c{dir / "mxfp4", dir / "nvfp4", Window::Marlin, threads, false};
   const int rc = run_convert(c, ReportFile(dir / "convert-report.json", {c.source, c.target}),
                              ReportFile(dir / "convert-report.html", {c.source, c.target}, "--html"));
   if (rc != kExitOk) return rc;
-  fmt::print("\n");
+  out("\n");
   const int vrc =
       run_verify({c.source, c.target, Window::Marlin, threads, std::nullopt},
                  ReportFile(dir / "verify-report.json", {c.source, c.target}));
   if (vrc == kExitOk) {
-    fmt::print("\nmx2nv demo: done. Reports: {}, {}, {}\n", printable((dir / "convert-report.json").string()),
-               printable((dir / "convert-report.html").string()), printable((dir / "verify-report.json").string()));
+    out("\nmx2nv demo: done. Reports: {}, {}, {}\n", printable((dir / "convert-report.json").string()),
+        printable((dir / "convert-report.html").string()), printable((dir / "verify-report.json").string()));
   }
   return vrc;
 }

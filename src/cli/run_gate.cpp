@@ -1,5 +1,6 @@
 // mx2nv gate: go/no-go, will vLLM / SGLang run this NVFP4A16 checkpoint
 // exactly? gate's rule table, and the installed runtimes' own selectors.
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "common/error.hpp"
@@ -30,20 +31,20 @@ std::string said(const RuntimeOpinion& op) {
 // What the runtimes' own selectors said, one line each (gate --ask-runtimes).
 void print_runtime_checks(const GateResult& r) {
   if (!r.not_asked.empty()) {
-    fmt::print("  runtimes' own selectors: not asked ({})\n", printable(r.not_asked));
+    out("  runtimes' own selectors: not asked ({})\n", printable(r.not_asked));
     return;
   }
-  fmt::print("  runtimes' own selectors (asked in {}{}, layer {}):\n", printable(r.asked.python),
-             r.asked.python_version.empty() ? "" : fmt::format(", Python {}", printable(r.asked.python_version)),
-             printable(r.expert_layer));
+  out("  runtimes' own selectors (asked in {}{}, layer {}):\n", printable(r.asked.python),
+      r.asked.python_version.empty() ? "" : fmt::format(", Python {}", printable(r.asked.python_version)),
+      printable(r.expert_layer));
   for (const auto& c : r.checks) {
     const RuntimeOpinion& op = c.opinion;
     std::string who = op.runtime + (op.version.empty() ? "" : " " + op.version);
     if (op.version_differs()) who += fmt::format(" (gate's rules were read from {})", op.pinned);
-    fmt::print("    {:<22} {}\n", printable(who), printable(said(op)));
+    out("    {:<22} {}\n", printable(who), printable(said(op)));
     if (c.agreement != Agreement::NoOpinion) {
-      fmt::print("    {:<22} {} with gate's scheme rule ({} the NVFP4A16 MoE method)\n", "",
-                 agreement_name(c.agreement), c.gate_selects ? "which selects" : "which does not select");
+      out("    {:<22} {} with gate's scheme rule ({} the NVFP4A16 MoE method)\n", "",
+          agreement_name(c.agreement), c.gate_selects ? "which selects" : "which does not select");
     }
   }
 }
@@ -51,28 +52,28 @@ void print_runtime_checks(const GateResult& r) {
 int gate_and_print(const GateOptions& o, bool json) {
   const GateResult r = run_gate(o);
   if (json) {
-    fmt::print("{}\n", dump_json(gate_to_json(r)));
+    out("{}\n", dump_json(gate_to_json(r)));
     return r.exit_code();
   }
-  fmt::print("mx2nv gate: {} ({}, hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}{}\n",
-             printable(r.checkpoint), r.architecture.empty() ? "no architectures" : printable(r.architecture),
-             r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp,
-             o.ep > 1 ? fmt::format(", EP {}", o.ep) : "");
+  out("mx2nv gate: {} ({}, hidden {}, intermediate {}, {} experts x {} MoE layers), TP {}{}\n",
+      printable(r.checkpoint), r.architecture.empty() ? "no architectures" : printable(r.architecture),
+      r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp,
+      o.ep > 1 ? fmt::format(", EP {}", o.ep) : "");
   for (const auto& v : r.verdicts) {
-    fmt::print("  {:<7} {:<8} {:<10} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
-               v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
-    for (const auto& why : v.reasons) fmt::print("      - {}\n", printable(why));
+    out("  {:<7} {:<8} {:<10} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
+        v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
+    for (const auto& why : v.reasons) out("      - {}\n", printable(why));
   }
   // What one GPU holds, per runtime (the same for every backend and dtype of it).
   std::string_view shown;
   for (const auto& v : r.verdicts) {
     if (v.backend->runtime == shown || v.share.problem) continue;
     shown = v.backend->runtime;
-    fmt::print("  per GPU on {}: {} of {} experts a layer, inner dimension {}{}, {:.4g} GB of routed-expert "
-               "weights\n", v.backend->runtime, v.share.experts, r.dims.experts, v.share.intermediate,
-               v.share.padded_intermediate != v.share.intermediate
-                   ? fmt::format(" (padded to {})", v.share.padded_intermediate) : "",
-               v.share.bytes / 1e9);
+    out("  per GPU on {}: {} of {} experts a layer, inner dimension {}{}, {:.4g} GB of routed-expert weights\n",
+        v.backend->runtime, v.share.experts, r.dims.experts, v.share.intermediate,
+        v.share.padded_intermediate != v.share.intermediate
+            ? fmt::format(" (padded to {})", v.share.padded_intermediate) : "",
+        v.share.bytes / 1e9);
   }
   print_runtime_checks(r);
   return r.exit_code();
@@ -83,30 +84,32 @@ class GateCommand final : public Subcommand {
   explicit GateCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Gate, "go/no-go: will vLLM / SGLang run this NVFP4A16 checkpoint exactly?") {
     app_->add_option("CHECKPOINT", options_.checkpoint, "compressed-tensors NVFP4 checkpoint directory")->required();
-    app_->add_option("--runtime", options_.runtime, "vllm, sglang or all (default)")
-        ->check(CLI::IsMember({"vllm", "sglang", "all"}));
-    app_->add_option("--tp", options_.tp, "tensor-parallel degree (default 1)")->check(CLI::Range(1u, 1024u));
+    add_choice(app_, "--runtime", options_.runtime, {"vllm", "sglang", "all"}, "runtimes to judge");
+    app_->add_option("--tp", options_.tp, "tensor-parallel degree, 1-1024")
+        ->type_name("N")
+        ->check(CLI::Range(1u, 1024u).description(""));
     app_->add_option("--ep", options_.ep,
-                     "expert-parallel degree (default 1: none); vLLM: its EP size (TP x DP with "
+                     "expert-parallel degree, 1-1024 (1: none); vLLM: its EP size (TP x DP with "
                      "--enable-expert-parallel), SGLang: --ep-size")
-        ->check(CLI::Range(1u, 1024u));
-    app_->add_option("--dtype", dtype_, "activation dtype: fp16, bf16 or both (default)")
-        ->check(CLI::IsMember({"fp16", "bf16", "both"}));
+        ->type_name("N")
+        ->check(CLI::Range(1u, 1024u).description(""));
+    add_choice(app_, "--dtype", dtype_, {"fp16", "bf16", "both"}, "activation dtype");
     add_threads(app_, threads_);
     app_->add_flag("--json", json_, "print JSON instead of a summary");
     app_->add_flag("--quick", options_.quick,
                    "read only config, headers and globals, not the block scales: their rules are not checked "
                    "(verdicts UNVERIFIED where they apply)");
-    app_->add_option("--ask-runtimes", ask_,
-                     "auto (default): also ask the vLLM/SGLang installed in --python which scheme their own code "
-                     "selects; never: do not")
-        ->check(CLI::IsMember({"auto", "never"}));
+    add_choice(app_, "--ask-runtimes", ask_, {"auto", "never"},
+               "auto: also ask the vLLM/SGLang installed in --python which scheme their own code selects; never: do "
+               "not");
     python_ = app_->add_option("--python", options_.ask.python,
-                               "interpreter to ask the runtimes in (default python3 on PATH; not with "
-                               "--ask-runtimes never)");
+                               "interpreter to ask the runtimes in (not with --ask-runtimes never)")
+                   ->type_name("PATH")
+                   ->default_str("python3 on PATH");
     timeout_ = app_->add_option("--ask-timeout", ask_timeout_,
-                                "seconds the interpreter may take (default 120; not with --ask-runtimes never)")
-                   ->check(CLI::Range(1u, 3600u));
+                                "seconds the interpreter may take, 1-3600 (not with --ask-runtimes never)")
+                   ->type_name("S")
+                   ->check(CLI::Range(1u, 3600u).description(""));
   }
 
   int run(CommandRun&) override {

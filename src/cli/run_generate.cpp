@@ -1,5 +1,7 @@
 // mx2nv generate: write a deterministic MXFP4 checkpoint (fixture/fixture.hpp)
 // for tests and benchmarks.
+#include "cli/shared_options.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/subcommand.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -43,23 +45,21 @@ class GenerateCommand final : public Subcommand {
   explicit GenerateCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Generate, "write a deterministic MXFP4 checkpoint (tests, benchmarks)") {
     app_->add_option("DIR", dir_, "directory to create (absent or empty)")->required();
-    app_->add_option("--layout", layout_,
-                     "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)")
-        ->check(CLI::IsMember({"k3", "flat"}));
-    app_->add_option("--layers", spec_.layers, "decoder layers")->check(CLI::Range(1u, 4096u));
-    app_->add_option("--experts", spec_.experts, "routed experts per layer")->check(CLI::Range(1u, 4096u));
+    add_choice(app_, "--layout", layout_, {"k3", "flat"},
+               "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)");
+    app_->add_option("--layers", spec_.layers, "decoder layers, 1-4096")->type_name("N")->check(CLI::Range(1u, 4096u).description(""));
+    app_->add_option("--experts", spec_.experts, "routed experts per layer, 1-4096")->type_name("N")->check(CLI::Range(1u, 4096u).description(""));
     app_->add_option("--hidden", spec_.hidden, "hidden size (K of gate/up), multiple of 32");
     app_->add_option("--intermediate", spec_.intermediate, "expert intermediate size (K of down), multiple of 32");
-    app_->add_option("--shards", spec_.shards, "shard files (1 writes model.safetensors)")
-        ->check(CLI::Range(1u, 100000u));
+    app_->add_option("--shards", spec_.shards, "shard files (1 writes model.safetensors), 1-100000")
+        ->type_name("N")->check(CLI::Range(1u, 100000u).description(""));
     app_->add_option("--k-max", spec_.k_max, "exponent of each module's top active group");
-    app_->add_option("--span", spec_.span, "k_max - k_min of each module")->check(CLI::Range(0, 200));
-    app_->add_option("--zero-percent", spec_.zero_group_percent, "share of all-zero groups")
-        ->check(CLI::Range(0u, 100u));
+    app_->add_option("--span", spec_.span, "k_max - k_min of each module, 0-200")->type_name("N")->check(CLI::Range(0, 200).description(""));
+    app_->add_option("--zero-percent", spec_.zero_group_percent, "share of all-zero groups, 0-100")
+        ->type_name("N")->check(CLI::Range(0u, 100u).description(""));
     app_->add_option("--seed", spec_.seed, "generator seed");
-    app_->add_option("--extreme-zero-scales", extreme_,
-                     "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)")
-        ->check(CLI::IsMember({"on", "off"}));
+    add_choice(app_, "--extreme-zero-scales", extreme_, {"on", "off"},
+               "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)");
     app_->add_option("--set-span", set_span_, "MODULE=SPAN for one module");
     app_->add_option("--set-k-max", set_kmax_, "MODULE=K for one module");
     app_->add_option("--all-zero", all_zero_, "MODULE whose codes are all +-0");
@@ -82,7 +82,7 @@ class GenerateCommand final : public Subcommand {
     for (const auto& m : nan_scale_) spec_.overrides[m].nan_scale = true;
     check_generate_dir(dir_);
     write_fixture(dir_, spec_);
-    fmt::print("mx2nv generate: wrote {}\n", printable(dir_));
+    out("mx2nv generate: wrote {}\n", printable(dir_));
     return kExitOk;
   }
 

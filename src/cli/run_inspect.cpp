@@ -1,6 +1,7 @@
 // mx2nv inspect: the dry run. Spans, the predicted outcome under both
 // windows, what each --overspan choice would cost, sizes, the TP degrees the
 // runtimes would take.
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
@@ -16,45 +17,45 @@ namespace {
 
 void print_window_outcomes(const Inspection& in, Window selected) {
   for (const auto& o : in.outcomes) {
-    fmt::print("  window {:<6} {}{}", window_name(o.window), o.refused ? "REFUSED" : "ok",
-               o.window == selected ? "  (selected)" : "");
-    fmt::print(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
+    out("  window {:<6} {}{}", window_name(o.window), o.refused ? "REFUSED" : "ok",
+        o.window == selected ? "  (selected)" : "");
+    out(", {} zero-group scales -> 0x00", o.canonicalised_zero_groups);
     if (o.marlin_zeroed_groups) {
-      fmt::print(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
+      out(", {} active groups below 2^-6 (Marlin zeroes them)", o.marlin_zeroed_groups);
     }
     if (o.raised_globals) {
-      fmt::print(", {} globals raised above k_max - 8 (fp16 room for routing weights)", o.raised_globals);
+      out(", {} globals raised above k_max - 8 (fp16 room for routing weights)", o.raised_globals);
     }
-    fmt::print("\n");
-    print_over_span(o.over_span, stdout);
+    out("\n");
+    print_over_span(o.over_span);
     print_global_conflicts(o.global_conflicts, o.unrepresentable_globals);
   }
 }
 
 // The selected window refuses: what each --overspan choice would cost.
 void print_overspan_costs(const Inspection::OverSpanCost& c) {
-  fmt::print("  --overspan fail        refused, nothing written\n");
-  fmt::print("  --overspan bf16        exact; {} MoE layers as BF16, size {:+} bytes\n", c.bf16_layers.size(),
-             c.bf16_size_change);
-  for (const auto& l : c.bf16_layers) fmt::print("    {}: {} modules\n", printable(l.layer), l.modules.size());
-  fmt::print("  --overspan requantize  LOSSY, same size; {} modules requantized:\n", c.requantized.size());
+  out("  --overspan fail        refused, nothing written\n");
+  out("  --overspan bf16        exact; {} MoE layers as BF16, size {:+} bytes\n", c.bf16_layers.size(),
+      c.bf16_size_change);
+  for (const auto& l : c.bf16_layers) out("    {}: {} modules\n", printable(l.layer), l.modules.size());
+  out("  --overspan requantize  LOSSY, same size; {} modules requantized:\n", c.requantized.size());
   for (const auto& m : c.requantized) {
-    fmt::print("    {}: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}\n", printable(m.module),
-               m.relative_rmse, m.cosine, m.max_abs_error);
+    out("    {}: relative RMSE {:.6g}, cosine {:.9f}, max abs error {:.6g}\n", printable(m.module),
+        m.relative_rmse, m.cosine, m.max_abs_error);
   }
 }
 
 // Per TP degree, the runtime backends that would take the converted checkpoint.
 void print_tp_table(const MoeDims& dims) {
-  fmt::print("  TP       after conversion (hidden {}, intermediate {}):", dims.hidden, dims.intermediate);
+  out("  TP       after conversion (hidden {}, intermediate {}):", dims.hidden, dims.intermediate);
   for (const unsigned tp : tp_degrees()) {
     std::string ok;
     for (const auto& b : runtime_backends()) {
       if (!dims_problem(b, dims, tp)) ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", b.runtime, b.backend);
     }
-    fmt::print(" {}:{}", tp, ok.empty() ? "none" : ok);
+    out(" {}:{}", tp, ok.empty() ? "none" : ok);
   }
-  fmt::print("\n");
+  out("\n");
 }
 
 int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
@@ -62,14 +63,14 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
   const Inspection in = inspect_checkpoint(src, window, threads);
   write_html(html, in.report, &in, threads);
   if (json) {
-    fmt::print("{}\n", dump_json(inspection_to_json(in)));
+    out("{}\n", dump_json(inspection_to_json(in)));
     return in.report.exit_code();
   }
   const Report& r = in.report;
-  fmt::print("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", printable(r.provenance.source),
-             in.probes, in.fully_scanned_modules);
+  out("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", printable(r.provenance.source),
+      in.probes, in.fully_scanned_modules);
   print_counts(r);
-  fmt::print("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
+  out("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
   print_window_outcomes(in, window);
   if (in.overspan) print_overspan_costs(*in.overspan);
   if (in.moe_dims) print_tp_table(*in.moe_dims);

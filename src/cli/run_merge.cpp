@@ -7,6 +7,7 @@
 // are, before anything is printed or written. A failed merge writes its error
 // report only where every part's SRC and DST are known, so the same check can
 // be made.
+#include "cli/standard_output.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
 #include "common/error.hpp"
@@ -56,33 +57,33 @@ void write_merge_error(const Error& e, const VerifyReportMerger& merger, ReportF
     named.source = merger.source();
     named.target = merger.target();
     const Report r = failed_report(Command::Verify, *merger.window(), std::move(named), e);
-    std::fflush(stdout);
+    flush_out();
     file.write_pieces([&](const ReportFile::PieceSink& sink) {
       write_report_json(r, sink);
       sink("\n");
     });
   } catch (...) {
     const Error again = current_exception_as_error();
-    fmt::print(stderr, "mx2nv: no report written: {}\n", printable(again.what()));
+    err("mx2nv: no report written: {}\n", printable(again.what()));
   }
 }
 
 void print_merged(const Json& merged, std::size_t parts) {
   const std::string result = merged["result"].get<std::string>();
   const bool lossy = merged.contains("requantized");
-  fmt::print("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts,
-             result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
+  out("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts,
+      result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
                                                "every other value identical"
                                              : "ok, every value identical")
-             : result == "mismatch" ? "MISMATCH"
+      : result == "mismatch" ? "MISMATCH"
                                     : "ERROR",
-             merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
-             merged["differences"].size());
+      merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
+      merged["differences"].size());
   if (result == "error") {
-    fmt::print(stderr, "mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
-               printable(merged["error"].get<std::string>()));
+    err("mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
+        printable(merged["error"].get<std::string>()));
   }
-  for (const auto& d : merged["differences"]) fmt::print(stderr, "mx2nv verify: {}\n", printable(d.get<std::string>()));
+  for (const auto& d : merged["differences"]) err("mx2nv verify: {}\n", printable(d.get<std::string>()));
 }
 
 }  // namespace
@@ -107,7 +108,7 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
   if (file) check_merged_report_file(*file, merger, paths);
   print_merged(merged, parts.size());
   if (file) {
-    std::fflush(stdout);
+    flush_out();
     file->write(dump_json(merged) + "\n");
   }
   return merged["exit_code"].get<int>();

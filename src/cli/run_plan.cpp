@@ -1,5 +1,7 @@
 // mx2nv plan: plan a conversion once for many processes or machines; the
 // refusals happen here, the steps run with convert --plan.
+#include "cli/shell_words.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
@@ -16,21 +18,21 @@ int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path)
   fs::path written;
   const Report r = plan_checkpoint(o, written);
   if (r.result == Outcome::Refused) {
-    fmt::print("mx2nv plan: refused under window {}; no plan written\n", window_name(o.window));
-    print_over_span(r.over_span, stdout);
+    out("mx2nv plan: refused under window {}; no plan written\n", window_name(o.window));
+    print_over_span(r.over_span);
     return finish(r, report_path);
   }
   if (r.already_complete) {
-    fmt::print("mx2nv plan: already complete: {} holds this conversion of {}\n", printable(o.target.string()),
-               printable(o.source.string()));
+    out("mx2nv plan: already complete: {} holds this conversion of {}\n", printable(o.target.string()),
+        printable(o.source.string()));
     return finish(r, report_path);
   }
-  fmt::print("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
-             printable(written.string()));
+  out("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
+      printable(written.string()));
   print_overspan(r);
-  fmt::print("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
-             printable(written.string()));
-  fmt::print("  then     mx2nv convert --plan {} --finalize\n", printable(written.string()));
+  out("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
+      shell_path(written.string()));
+  out("  then     mx2nv convert --plan {} --finalize\n", shell_path(written.string()));
   return finish(r, report_path);
 }
 

@@ -1,5 +1,7 @@
 // mx2nv convert --plan P (--shard I | --shards I/N | --finalize): one step of
 // a plan made by `mx2nv plan`, anywhere, in any order.
+#include "cli/shell_words.hpp"
+#include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
@@ -14,12 +16,14 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
                 const std::optional<ReportFile>& report_path, const std::optional<ReportFile>& html) {
   const Report r = selection ? convert_planned_shards(o, *selection) : finalize_planned(o);
   if (r.already_complete) {
-    fmt::print("mx2nv convert: already complete: {} holds the finished conversion\n", printable(r.provenance.target));
+    out("mx2nv convert: already complete: {} holds the finished conversion\n", printable(r.provenance.target));
   } else if (selection) {
-    fmt::print("mx2nv convert: ok, {} shards ({} already done), {:.2f} s\n", r.shards, r.resumed_shards, r.seconds);
+    out("mx2nv convert: ok, {} shards ({} already done), {:.2f} s\n", r.shards, r.resumed_shards, r.seconds);
   } else {
-    fmt::print("mx2nv convert: finalized, {:.2f} s\n", r.seconds);
+    out("mx2nv convert: finalized, {:.2f} s\n", r.seconds);
     print_counts(r);
+    out("  next     mx2nv verify --window {} {} {}\n", window_name(r.window), shell_path(r.provenance.source),
+        shell_path(r.provenance.target));
   }
   return finish(r, report_path, html, o.threads);
 }

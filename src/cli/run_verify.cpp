@@ -1,11 +1,13 @@
 // mx2nv verify: prove every value of DST equals the value in SRC, whole or
 // in parts (--shards I/N) that --merge joins (cli/run_merge.cpp).
+#include "cli/standard_output.hpp"
 #include "cli/progress_line.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
+#include "destination/destination.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -17,18 +19,18 @@ int run_verify(const VerifyOptions& o, const std::optional<ReportFile>& report_p
   const Report r = verify_checkpoint(o);
   if (r.result == Outcome::Ok) {
     if (r.requantized.empty()) {
-      fmt::print("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
-                 r.values_compared, window_name(o.window), r.seconds);
+      out("mx2nv verify: ok, every value identical ({} values, max abs error 0), window {}, {:.2f} s\n",
+          r.values_compared, window_name(o.window), r.seconds);
     } else {
-      fmt::print("mx2nv verify: ok, LOSSY modules equal the documented requantization bit for bit, every other value "
-                 "identical ({} values), window {}, {:.2f} s\n",
-                 r.values_compared, window_name(o.window), r.seconds);
+      out("mx2nv verify: ok, LOSSY modules equal the documented requantization bit for bit, every other value "
+          "identical ({} values), window {}, {:.2f} s\n",
+          r.values_compared, window_name(o.window), r.seconds);
     }
     print_counts(r);
     print_overspan(r);
   } else {
-    fmt::print("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
-    for (const auto& d : r.differences) fmt::print(stderr, "mx2nv verify: {}\n", printable(d));
+    out("mx2nv verify: MISMATCH: {} value mismatches, {} differences\n", r.mismatches, r.differences.size());
+    for (const auto& d : r.differences) err("mx2nv verify: {}\n", printable(d));
   }
   return finish(r, report_path, html, o.threads);
 }
@@ -46,7 +48,7 @@ class VerifyCommand final : public Subcommand {
     app_->add_option("--merge", merge_parts_, "join the partial reports of verify --shards I/N into one")
         ->excludes(shards)
         ->expected(1, -1);
-    add_window(app_, window_);
+    window_opt_ = add_window(app_, window_)->default_str("the one DST records, else marlin");
     add_threads(app_, threads_);
     report_opt_ = add_report(app_, report_path_);
     html_opt_ = add_html(app_, html_path_);
@@ -56,6 +58,7 @@ class VerifyCommand final : public Subcommand {
   int run(CommandRun& state) override {
     refuse_empty_paths({{report_opt_, &report_path_}, {html_opt_, &html_path_}});
     if (!merge_parts_.empty()) return merge();
+    if (!dst_.empty()) choose_window();
     state.window = window_;
     state.threads = threads_;
     state.source = src_;
@@ -88,11 +91,36 @@ class VerifyCommand final : public Subcommand {
     return run_merge(merge_parts_, report_path_);
   }
 
+  // The window DST records (.mx2nv/finished.json, written by convert) unless
+  // --window was given; a --window that differs from it, or a DST that
+  // records none, is said on stderr, so a MISMATCH is never a silent choice
+  // of window.
+  void choose_window() {
+    std::optional<std::string> recorded;
+    try {
+      if (const auto finished = Destination::finished_record(dst_)) recorded = finished->window;
+    } catch (...) {  // unreadable: verify itself says what is wrong with DST
+    }
+    const std::string mode = recorded.value_or("");
+    const std::optional<Window> dst_window = parse_window(mode.substr(0, mode.find('+')));
+    if (window_opt_->count() == 0) {
+      if (dst_window) {
+        window_ = *dst_window;
+      } else if (mode != "requantize") {
+        err("mx2nv verify: DST records no window; verifying under window {} (the default; --window chooses)\n",
+            window_name(window_));
+      }
+    } else if (dst_window && *dst_window != window_) {
+      err("mx2nv verify: note: DST was converted under window {}; verifying under --window {} as asked\n",
+          window_name(*dst_window), window_name(window_));
+    }
+  }
+
   std::string src_, dst_, shards_, report_path_, html_path_, progress_ = "auto";
   std::vector<std::string> merge_parts_;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();
-  CLI::Option *report_opt_ = nullptr, *html_opt_ = nullptr;
+  CLI::Option *report_opt_ = nullptr, *html_opt_ = nullptr, *window_opt_ = nullptr;
 };
 
 }  // namespace

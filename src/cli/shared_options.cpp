@@ -3,28 +3,105 @@
 #include "common/error.hpp"
 
 #include <CLI/CLI.hpp>
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
+#include <string_view>
+#include <vector>
 #include <thread>
 
 namespace mx2nv::cli {
 
 unsigned all_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::vector<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  // Close enough to be a slip: a third of the word's length, at least 2.
+  const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+  std::size_t best = limit + 1;
+  std::vector<std::string> out;
+  for (const auto& c : candidates) {
+    std::size_t d = edit_distance(word, c);
+    // A prefix of a candidate (--win for --window) is a likely slip too.
+    if (word.size() >= 3 && c.size() > word.size() && c.compare(0, word.size(), word) == 0) d = std::min(d, limit);
+    if (d > limit || d > best) continue;
+    if (d < best) out.clear();
+    best = d;
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  const auto near = nearest(word, candidates);
+  if (near.empty()) return {};
+  std::string out = " (did you mean " + near.front();
+  for (std::size_t i = 1; i < near.size(); ++i) out += (i + 1 == near.size() ? " or " : ", ") + near[i];
+  return out + "?)";
+}
+
+CLI::Option* add_choice(CLI::App* sub, const std::string& name, std::string& value,
+                        const std::vector<std::string>& choices, const std::string& help) {
+  std::string shown = "{";
+  for (const auto& c : choices) shown += (shown.size() > 1 ? "," : "") + c;
+  shown += "}";
+  CLI::Validator exact(
+      [choices, shown](std::string& given) -> std::string {
+        if (std::find(choices.begin(), choices.end(), given) != choices.end()) return {};
+        return fmt::format("\"{}\" is not one of {}{}", given, shown, did_you_mean(given, choices));
+      },
+      "", "choice");
+  return sub->add_option(name, value, help)->type_name(shown)->default_str(value)->check(exact);
+}
+
 CLI::Option* add_window(CLI::App* sub, Window& window) {
-  std::map<std::string, Window> names;
+  std::vector<std::string> names;
   std::string help = "block-scale window:";
   for (const auto& w : windows()) {
-    names.emplace(std::string(w.name), w.window);
+    names.emplace_back(w.name);
     help += fmt::format(" {}: {};", w.name, w.summary);
   }
-  return sub->add_option("--window", window, help)->transform(CLI::CheckedTransformer(names, CLI::ignore_case));
+  help.pop_back();
+  std::string shown = "{";
+  for (const auto& n : names) shown += (shown.size() > 1 ? "," : "") + n;
+  shown += "}";
+  CLI::Validator exact(
+      [names, shown](std::string& given) -> std::string {
+        if (parse_window(given)) return {};
+        return fmt::format("\"{}\" is not one of {}{}", given, shown, did_you_mean(given, names));
+      },
+      "", "choice");
+  return sub
+      ->add_option_function<std::string>(
+          "--window", [&window](const std::string& name) { window = *parse_window(name); }, help)
+      ->type_name(shown)
+      ->default_str(std::string(window_name(window)))
+      ->check(exact);
 }
 
 void add_threads(CLI::App* sub, unsigned& threads) {
-  sub->add_option("--threads", threads, "worker threads (default: all cores)")->check(CLI::Range(1u, 1024u));
+  sub->add_option("--threads", threads, "worker threads, 1-1024")
+      ->type_name("N")
+      ->default_str("all cores")
+      ->check(CLI::Range(1u, 1024u).description(""));
 }
 
 CLI::Option* add_report(CLI::App* sub, std::string& path) {
@@ -41,21 +118,18 @@ CLI::Option* add_html(CLI::App* sub, std::string& path) {
 }
 
 void add_progress(CLI::App* sub, std::string& mode) {
-  sub->add_option("--progress", mode,
-                  "auto: a live line on stderr when it is a terminal (default); always; never; json: one JSON "
-                  "object per update on stderr")
-      ->check(CLI::IsMember({"auto", "always", "never", "json"}));
+  add_choice(sub, "--progress", mode, {"auto", "always", "never", "json"},
+             "auto: a live line on stderr when it is a terminal; always; never; json: one JSON object per update "
+             "on stderr");
 }
 
 CLI::Option* add_overspan(CLI::App* sub, std::string& choice) {
-  return sub
-      ->add_option("--overspan", choice,
-                   "scale groups the window refuses: fail (default: refuse, write nothing), bf16 (every expert of "
-                   "an affected MoE layer written as an exact BF16 weight and listed in the config's ignore; "
-                   "larger) or requantize (LOSSY: only those modules, a gate/up pair together, requantized from "
-                   "decoded values as compressed-tensors would; per-module error in the report); with --plan: "
-                   "checked against the plan's")
-      ->check(CLI::IsMember({"fail", "bf16", "requantize"}));
+  return add_choice(sub, "--overspan", choice, {"fail", "bf16", "requantize"},
+                    "scale groups the window refuses: fail (refuse, write nothing), bf16 (every expert of an "
+                    "affected MoE layer written as an exact BF16 weight and listed in the config's ignore; larger) "
+                    "or requantize (LOSSY: only those modules, a gate/up pair together, requantized from decoded "
+                    "values as compressed-tensors would; per-module error in the report); with --plan: checked "
+                    "against the plan's");
 }
 
 void refuse_empty_paths(std::initializer_list<std::pair<const CLI::Option*, const std::string*>> paths) {

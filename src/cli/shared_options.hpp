@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -20,7 +21,20 @@ namespace mx2nv::cli {
 // The default of --threads: every core.
 unsigned all_cores();
 
-// --window: names, values and help text all come from the one window table.
+// An option whose value is one of `choices`, spelled exactly as listed: a
+// number, a prefix or another case is refused (exit 2), never mapped onto a
+// choice. --help shows `{a,b,c} [default]`, the default being `value` as
+// given here.
+CLI::Option* add_choice(CLI::App* sub, const std::string& name, std::string& value,
+                        const std::vector<std::string>& choices, const std::string& help);
+// The candidates nearest to `word` by edit distance (none when none is close
+// enough to be a likely misspelling), for "did you mean ...".
+std::vector<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates);
+// " (did you mean X?)", " (did you mean X or Y?)" or "".
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
+// --window: names, values and help text all come from the one window table;
+// an exact name only (add_choice).
 CLI::Option* add_window(CLI::App* sub, Window& window);
 void add_threads(CLI::App* sub, unsigned& threads);
 CLI::Option* add_report(CLI::App* sub, std::string& path);

@@ -3,9 +3,34 @@
 #include <CLI/CLI.hpp>
 
 namespace mx2nv::cli {
+namespace {
+
+// The example each command's --help ends with.
+std::string example(Command command) {
+  switch (command) {
+    case Command::Convert: return "mx2nv convert ./kimi-k3 ./kimi-k3-nvfp4 --window e4m3 --report convert.json";
+    case Command::Verify: return "mx2nv verify ./kimi-k3 ./kimi-k3-nvfp4 --report verify.json";
+    case Command::Plan: return "mx2nv plan ./kimi-k3 /shared/kimi-k3-nvfp4 && mx2nv convert --plan /shared/kimi-k3-nvfp4/.mx2nv/plan.json --shards 0/8";
+    case Command::Requantize: return "mx2nv requantize ./kimi-k3 ./kimi-k3-nvfp4-requantized --report requantize.json";
+    case Command::Inspect: return "mx2nv inspect ./kimi-k3 --window e4m3";
+    case Command::Gate: return "mx2nv gate ./kimi-k3-nvfp4 --runtime vllm --tp 8";
+    case Command::Generate: return "mx2nv generate ./tiny-mxfp4 --layers 2 --experts 8 --shards 4";
+    case Command::Demo: return "mx2nv demo ./mx2nv-demo";
+    case Command::Card: return "mx2nv card ./kimi-k3 ./kimi-k3-nvfp4 --verify-report verify.json";
+    case Command::Compare: return "mx2nv compare ./kimi-k3 ./kimi-k3-nvfp4 --json > compare.json";
+  }
+  return "mx2nv --help";
+}
+
+}  // namespace
 
 Subcommand::Subcommand(CLI::App& mx2nv, Command command, const std::string& description)
-    : command_(command), app_(mx2nv.add_subcommand(std::string(command_name(command)), description)) {}
+    : command_(command), app_(mx2nv.add_subcommand(std::string(command_name(command)), description)) {
+  // Every option's default is shown in --help (an option without one shows none).
+  app_->option_defaults()->always_capture_default();
+  app_->set_help_flag("-h,--help", "print this help and exit");
+  app_->footer("Example:\n  " + example(command));
+}
 
 bool Subcommand::chosen() const { return app_->parsed(); }
 

@@ -17,7 +17,7 @@ namespace mx2nv::cli {
 // How a failed command is told on stderr (the one format of every error).
 void print_error(const Error& e);
 
-void print_over_span(const std::vector<OverSpan>& over, std::FILE* stream);
+void print_over_span(const std::vector<OverSpan>& over);
 void print_global_conflicts(const std::vector<GlobalConflict>& conflicts, const std::vector<std::string>& names);
 // source, target, modules, copied, groups, size, output: the lines every summary of a conversion starts with.
 void print_counts(const Report& r);

@@ -22,9 +22,16 @@ void clear_stop() noexcept { g_signal.store(0); }
 void throw_if_stopped() {
   const int s = g_signal.load(std::memory_order_relaxed);
   if (s == 0) return;
-  const char* name = s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a stop request";
-  fail(ErrorKind::Io, "interrupted by {}; temporary files removed, finished shards kept (continue with --resume)",
-       name);
+  // What was left behind, and how to go on, depends on the command: its
+  // front end says so (the CLI: cli/main.cpp; Python raises KeyboardInterrupt).
+  fail(ErrorKind::Io, "interrupted by {}", stop_signal_name());
+}
+
+int stop_signal() noexcept { return g_signal.load(std::memory_order_relaxed); }
+
+const char* stop_signal_name() noexcept {
+  const int s = stop_signal();
+  return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a stop request";
 }
 
 }  // namespace mx2nv
