@@ -248,19 +248,39 @@ def segments(path: Path) -> list[tuple[int, str]]:
     except UnicodeDecodeError:
         return []
     if path.suffix != ".md":
-        return list(enumerate(text.split("\n"), start=1))
-    out, fence = [], None
+        return joined(list(enumerate(text.split("\n"), start=1)))
+    out, fence, code = [], None, []
     for number, line in enumerate(text.split("\n"), start=1):
         m = FENCE.match(line)
         if m:
             fence = None if fence is not None and m.group(1)[0] == fence[0] else (fence or m.group(1))
+            if fence is None:
+                out.extend(joined(code))
+                code = []
             continue
         if fence is not None:
-            out.append((number, line))
+            code.append((number, line))
             continue
         for span in CODE_SPAN.finditer(line):
             out.append((number, span.group(2)))
         out.extend((number, piece) for piece in re.split(r"\s\|\s|^\||\|$", CODE_SPAN.sub(" ", line)))
+    return out
+
+
+def joined(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Shell lines continued with a trailing backslash joined into one (numbered by their first line)."""
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, line in lines:
+        if pending is not None:
+            number, line = pending[0], pending[1] + " " + line
+        if line.rstrip().endswith("\\"):
+            pending = (number, line.rstrip()[:-1])
+            continue
+        pending = None
+        out.append((number, line))
+    if pending is not None:
+        out.append(pending)
     return out
 
 
@@ -436,6 +456,8 @@ def test_invocations_with_unknown_options_fail(tmp_path: Path) -> None:
         "Run `mx2nv verify SRC DST --threads 2 | jq` or `mx2nv verify --merge A B`.",
         "```sh",
         "mx2nv convert src dst --window=e4m3 --copy auto && mx2nv verify src dst  # --not-checked",
+        "mx2nv verify src dst \\",
+        "    --threads 2 --gone",
         "```",
         "mx2nv 0.1.0 and mx2nv.convert(x, threads=2) are not command lines; `mx2nv frobnicate --x` is no command.",
         ""]), encoding="utf-8")
@@ -445,4 +467,5 @@ def test_invocations_with_unknown_options_fail(tmp_path: Path) -> None:
         "`mx2nv convert` has no option -t1",
         "`mx2nv verify` has no option --merge",
         "`mx2nv convert` has no option --copy",
+        "`mx2nv verify` has no option --gone",
     ], found
