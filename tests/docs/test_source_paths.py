@@ -3,9 +3,10 @@
 Scanned: README.md, docs/**/*.md, examples/** and scripts/* (their comments and messages cite paths too).
 A citation is a path that starts with one of the repository's top-level folders (`src/`, `tests/`,
 `scripts/`, `bench/`, `python/`, `examples/`, `docs/`, `cmake/`), optionally followed by `:LINE` or
-`:FIRST-LAST`; a `*` in it is a glob that must match at least one file. docs/architecture.md names
-sources relative to `src/` (`common/error.hpp`): there, a backticked path whose first folder is one of
-`src/`'s folders is checked under `src/`.
+`:FIRST-LAST`; a `*` in it is a glob that must match at least one file. The pages also name sources
+relative to `src/` (`common/error.hpp`, `sys/heap.hpp`): in Markdown, a backticked path whose first folder
+is one of `src/`'s folders is checked under `src/`. In docs/architecture.md's table of folders, the bare
+file names a folder's row gives (`error.hpp`, `expert_table.cpp`) must be files of that folder.
 
 Paths inside the runtimes' released wheels (`vllm/...`, `sglang/...`, `compressed_tensors/...`) start
 with no folder of this repository and are not checked. Citations of other projects' source trees whose
@@ -39,7 +40,9 @@ EXTERNAL = {
 # Not preceded by a path or word character (a URL's tail, `!!python/object`, `$PWD/src/...` are not ours).
 CITATION = re.compile(
     r"(?<![\w./!~$@<>{}-])((?:%s)/[\w.*+/-]*)(?::(\d+)(?:-(\d+))?)?" % "|".join(TOP_FOLDERS))
-ARCHITECTURE_CODE = re.compile(r"`([a-z_]+/[\w./*-]*)(?::(\d+)(?:-(\d+))?)?`")
+SRC_RELATIVE = re.compile(r"`([a-z_]+/[\w./*-]*)(?::(\d+)(?:-(\d+))?)?`")
+FOLDER_ROW = re.compile(r"^\|\s*`([a-z_]+)/`\s*\|")
+BARE_SOURCE = re.compile(r"`([\w-]+\.(?:cpp|hpp|h|py|cmake))`")
 
 
 def scanned_files(root: Path = REPO) -> list[Path]:
@@ -60,16 +63,21 @@ def is_text(path: Path) -> bool:
 def citations(path: Path, root: Path = REPO) -> list[tuple[int, str, int | None, int | None]]:
     """(line number, path, first, last) of every repository path `path` cites."""
     src_folders = {p.name for p in (root / "src").iterdir() if p.is_dir()} if (root / "src").is_dir() else set()
+    markdown = path.suffix == ".md"
     architecture = path == root / "docs" / "architecture.md"
     out = []
     for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
         for m in CITATION.finditer(line):
             out.append((number, m.group(1), m.group(2), m.group(3)))
-        if architecture:
-            for m in ARCHITECTURE_CODE.finditer(line):
+        if markdown:
+            for m in SRC_RELATIVE.finditer(line):
                 first = m.group(1).split("/", 1)[0]
                 if first in src_folders and first not in TOP_FOLDERS:
                     out.append((number, "src/" + m.group(1), m.group(2), m.group(3)))
+        row = FOLDER_ROW.match(line) if architecture else None
+        if row and row.group(1) in src_folders:
+            for name in BARE_SOURCE.findall(line):
+                out.append((number, f"src/{row.group(1)}/{name}", None, None))
     cleaned = []
     for number, cited, first, last in out:
         cited = cited.rstrip(".,;:)")
@@ -170,11 +178,21 @@ def test_broken_citations_fail(tmp_path: Path, text: str, why: str) -> None:
     assert len(found) == 1 and why in found[0], found
 
 
-def test_architecture_names_sources_relative_to_src(tmp_path: Path) -> None:
+def test_sources_named_relative_to_src(tmp_path: Path) -> None:
     small_repo(tmp_path)
-    page = write(tmp_path, "docs/architecture.md", "`common/error.hpp` `common/gone.hpp` `utils/x.py:3`\n")
+    page = write(tmp_path, "docs/performance.md", "`common/error.hpp` `common/gone.hpp` `utils/x.py:3` `common/error.hpp:9`\n")
     found = problems(page, tmp_path)
-    assert len(found) == 1 and "src/common/gone.hpp" in found[0], found
+    assert len(found) == 2 and "src/common/gone.hpp" in found[0] and "outside" in found[1], found
+
+
+def test_architecture_rows_name_files_of_their_folder(tmp_path: Path) -> None:
+    small_repo(tmp_path)
+    page = write(tmp_path, "docs/architecture.md", "\n".join([
+        "| folder | what | start |", "|---|---|---|",
+        "| `common/` | the error type (`error.hpp`), hashing (`hash.cpp`) | `error.hpp` |",
+        "| `vllm/` | not ours (`x.py`) | |", ""]))
+    found = problems(page, tmp_path)
+    assert len(found) == 1 and "src/common/hash.cpp" in found[0], found
 
 
 def test_scripts_are_scanned(tmp_path: Path) -> None:
