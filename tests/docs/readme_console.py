@@ -9,7 +9,7 @@ start of the DST/README.md that command wrote.
 Volatile parts are normalised in the real output before comparing: the temporary folder's path becomes
 `…`, a duration `0.12 s` becomes `… s`, and gate's `Python 3.x.y` becomes `Python …`. In the README, `…`
 (or `[...]` in the markdown block) inside a line stands for any text, and a line holding only `…` stands
-for any number of lines.
+for any number of lines. Every command must exit 0, unless its line ends with a comment `# exit N`.
 
     python tests/docs/readme_console.py            # check; exit 1 and a diff when the README is stale
     python tests/docs/readme_console.py --update   # rewrite the blocks from the real output
@@ -55,6 +55,11 @@ class Command:
     expected: list[str]
     output: list[str] = field(default_factory=list)
     returncode: int | None = None
+
+    @property
+    def expected_exit(self) -> int:
+        m = re.search(r"#\s*exit\s+(\d+)\s*$", self.text)
+        return int(m.group(1)) if m else 0
 
 
 def blocks(text: str) -> list[Block]:

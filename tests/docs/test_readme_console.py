@@ -33,7 +33,8 @@ def test_every_console_block_is_the_real_output(walkthrough) -> None:
 
 def test_every_walkthrough_command_succeeds(walkthrough) -> None:
     _, run = walkthrough
-    failed = [f"$ {c.text}: exit {c.returncode}" for c in run.commands if c.returncode != 0]
+    failed = [f"$ {c.text}: exit {c.returncode}, expected {c.expected_exit}" for c in run.commands
+              if c.returncode != c.expected_exit]
     assert not failed, "\n".join(failed)
 
 
@@ -87,6 +88,11 @@ def test_matching_output_passes() -> None:
 def test_differences_fail(outputs, card, where) -> None:
     found = rc.problems(README_TEXT, fake_run(outputs, card))
     assert len(found) == 1 and where in found[0], found
+
+
+def test_a_declared_exit_code() -> None:
+    assert rc.Command(0, 0, "mx2nv inspect x  # exit 1", []).expected_exit == 1
+    assert rc.Command(0, 0, "mx2nv inspect x", []).expected_exit == 0
 
 
 def test_elisions() -> None:
