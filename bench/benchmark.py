@@ -125,10 +125,10 @@ def bench(work: Path, reps: int, experts: int) -> None:
             "cp -r --reflink=never": lambda o: ["cp", "-r", "--reflink=never", str(src), str(o)],
             # mx2nv fsyncs every file before it reports success; cp does not.
             "cp -r + sync (durable)": lambda o: ["sh", "-c", f"cp -r --reflink=never '{src}' '{o}' && sync"],
-            "mx2nv convert -t1": lambda o: [str(MX2NV), "convert", "--threads", "1", str(src), str(o)],
-            "mx2nv convert -t2": lambda o: [str(MX2NV), "convert", "--threads", "2", str(src), str(o)],
-            "mx2nv verify -t1": lambda o: [str(MX2NV), "verify", "--threads", "1", str(src), str(reference)],
-            "mx2nv verify -t2": lambda o: [str(MX2NV), "verify", "--threads", "2", str(src), str(reference)],
+            "mx2nv convert --threads 1": lambda o: [str(MX2NV), "convert", "--threads", "1", str(src), str(o)],
+            "mx2nv convert --threads 2": lambda o: [str(MX2NV), "convert", "--threads", "2", str(src), str(o)],
+            "mx2nv verify --threads 1": lambda o: [str(MX2NV), "verify", "--threads", "1", str(src), str(reference)],
+            "mx2nv verify --threads 2": lambda o: [str(MX2NV), "verify", "--threads", "2", str(src), str(reference)],
             "mx2nv inspect": lambda o: [str(MX2NV), "inspect", str(src)],
             "naive torch transcoder": lambda o: [python, str(NAIVE), str(src), str(o)],
         }
@@ -166,10 +166,10 @@ def report(rows) -> None:
         size = next(r[5] for r in rows if r[0] == label)
         cp = t["cp -r --reflink=never"]
         durable = t["cp -r + sync (durable)"]
-        best_convert = min(t["mx2nv convert -t1"], t["mx2nv convert -t2"])
-        best_verify = min(t["mx2nv verify -t1"], t["mx2nv verify -t2"])
-        print(f"  {label}: convert/cp {best_convert / cp:.2f} (t1 {t['mx2nv convert -t1'] / cp:.2f}, "
-              f"t2 {t['mx2nv convert -t2'] / cp:.2f}); convert/(cp+sync) {best_convert / durable:.2f}; "
+        best_convert = min(t["mx2nv convert --threads 1"], t["mx2nv convert --threads 2"])
+        best_verify = min(t["mx2nv verify --threads 1"], t["mx2nv verify --threads 2"])
+        print(f"  {label}: convert/cp {best_convert / cp:.2f} (--threads 1: {t['mx2nv convert --threads 1'] / cp:.2f}, "
+              f"--threads 2: {t['mx2nv convert --threads 2'] / cp:.2f}); convert/(cp+sync) {best_convert / durable:.2f}; "
               f"verify/cp {best_verify / cp:.2f}; inspect/cp {t['mx2nv inspect'] / cp:.3f}; "
               f"naive/convert {t['naive torch transcoder'] / best_convert:.1f}; source {size / 2**30:.2f} GiB")
 
