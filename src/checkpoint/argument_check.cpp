@@ -67,7 +67,9 @@ std::string read_small(const fs::path& p) {
 
 std::optional<QuantizationLook> look_in(const fs::path& dir) {
   const fs::path config = dir / std::string(kConfigFileName);
-  if (!is_file(config)) return std::nullopt;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(config, ec))) return std::nullopt;
+  if (!is_file(config)) return QuantizationLook{};  // a folder, a device, a dangling link: the reader says which
   const std::string text = read_small(config);
   const fs::path hf = dir / std::string(kModelOptConfigName);
   return look_at_quantization(text, is_file(hf) ? read_small(hf) : std::string());
