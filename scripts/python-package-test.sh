@@ -38,7 +38,11 @@ if [[ ! -x build/wheel-tools-venv/bin/auditwheel || $(cat "$tool_stamp" 2>/dev/n
   build/wheel-tools-venv/bin/python -m pip install -q "${TOOL_REQUIREMENTS[@]}"
   echo "${TOOL_REQUIREMENTS[*]}" > "$tool_stamp"
 fi
-PATH="$PWD/build/wheel-tools-venv/bin:$PATH" auditwheel -q repair build/wheel-linux/mx2nv-*.whl -w build/wheel
+if ! PATH="$PWD/build/wheel-tools-venv/bin:$PATH" auditwheel repair build/wheel-linux/mx2nv-*.whl -w build/wheel \
+     >build/wheel-repair.log 2>&1; then
+  cat build/wheel-repair.log >&2
+  exit 1
+fi
 wheel=$(ls build/wheel/mx2nv-*.whl)
 PATH="$PWD/build/wheel-tools-venv/bin:$PATH" scripts/wheel-check.sh "$wheel"
 

@@ -286,9 +286,11 @@ void check_converted_argument(const CommandPaths& paths) {
     }
     return;  // the strict reader names what is missing
   }
-  const std::string_view wants = paths.command == Command::Compare ? "compare measures an NVFP4 checkpoint"
-                                 : gate                            ? "gate checks an NVFP4 checkpoint"
-                                                                   : "it must be the NVFP4 checkpoint mx2nv wrote";
+  const std::string wants =
+      paths.command == Command::Compare
+          ? fmt::format("compare measures an NVFP4 checkpoint (compressed-tensors {} or ModelOpt NVFP4)", kTargetFormat)
+      : gate ? fmt::format("gate checks an NVFP4 checkpoint (compressed-tensors {})", kTargetFormat)
+             : fmt::format("it must be the NVFP4 checkpoint ({}) mx2nv wrote", kTargetFormat);
   switch (look->kind) {
     case QuantizationKind::CompressedMxfp4:
       if (gate) {
