@@ -343,12 +343,14 @@ void check_new_destination(const CommandPaths& paths) {
   if (parent.empty()) return;  // the current folder
   const fs::file_status pst = fs::status(parent, ec);
   if (!fs::exists(pst)) {
-    fail(ErrorKind::Usage, "DST {}: its parent folder {} does not exist; create it first: `mkdir -p {}`", q(p),
-         q(parent), q(parent));
+    fail(ErrorKind::Io, "DST {}: its parent folder {} does not exist, so DST cannot be created there; create it "
+         "first: `mkdir -p {}`",
+         q(p), q(parent), q(parent));
   }
   if (!fs::is_directory(pst)) {
-    fail(ErrorKind::Usage, "DST {}: its parent {} is a file, not a folder; choose a DST inside a folder", q(p),
-         q(parent));
+    fail(ErrorKind::Io, "DST {}: its parent {} is a file, not a folder, so DST cannot be created there; choose "
+         "another: `{}`",
+         q(p), q(parent), command_line(paths.command, paths.source, fs::path(suggested_target(paths.source))));
   }
 }
 

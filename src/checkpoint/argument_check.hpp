@@ -7,7 +7,10 @@
 //                     expected or a folder where a file is expected;
 //   InvalidInput (3)  a folder that holds the wrong kind of checkpoint:
 //                     already NVFP4, gpt-oss's mxfp4 layout, unquantized,
-//                     MXFP4 where NVFP4 is expected, an unfinished conversion.
+//                     MXFP4 where NVFP4 is expected, an unfinished conversion;
+//   Io (4)            a new DST whose parent is missing or a file: creating
+//                     it is what the system refuses (as it did before these
+//                     checks, with a plainer message now).
 // What passes is read by the strict readers afterwards as before; these
 // checks only look at the folder, config.json and hf_quant_config.json.
 #pragma once
@@ -40,7 +43,8 @@ void check_source_argument(const CommandPaths& paths);
 // an MXFP4 one and not a conversion still under way or interrupted.
 void check_converted_argument(const CommandPaths& paths);
 
-// DST of convert, plan and requantize: absent or a folder, in a folder that exists.
+// DST of convert, plan and requantize: absent or a folder, in a folder that
+// exists (DST itself is created, its parents are not).
 void check_new_destination(const CommandPaths& paths);
 
 // A file a command reads (card's --verify-report / --requantize-report /

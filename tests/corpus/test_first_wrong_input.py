@@ -1,6 +1,7 @@
 """The first wrong input a new user gives gets plain words, the path concerned
 (shell-quoted, as they would type it) and the command to run next, with the
-documented exit code (2 usage, 3 invalid input), for every command that takes a
+documented exit code (2 usage, 3 invalid input; 4 where the system refuses
+to create DST), for every command that takes a
 checkpoint: convert, inspect, plan, requantize, verify, compare, card, gate.
 
 Every case is a class of inputs, written here from scratch: an NVFP4 checkpoint
@@ -29,7 +30,7 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 MX2NV = Path(os.environ.get("MX2NV", REPO / "build" / "mx2nv")).absolute()
 
-USAGE, INVALID = 2, 3
+USAGE, INVALID, IO = 2, 3, 4
 SOURCE_COMMANDS = ["convert", "inspect", "plan", "requantize", "verify", "compare", "card"]
 CONVERTING = ["convert", "inspect", "plan", "requantize"]  # read SRC to write (or plan) its NVFP4 form
 TARGET_COMMANDS = ["verify", "compare", "card", "gate"]     # read a converted checkpoint
@@ -330,7 +331,8 @@ def test_a_missing_dst(command, mxfp4, place, report) -> None:
 def test_a_missing_parent_of_dst(command, mxfp4, place, report) -> None:
     parent = place / "no such folder"
     dst = parent / "nvfp4"
-    message = check(run(*argv(command, mxfp4, dst, report)), USAGE, dst, "does not exist")
+    # Exit 4: creating DST is what the system refuses (tests/e2e/safety_test.cpp).
+    message = check(run(*argv(command, mxfp4, dst, report)), IO, dst, "does not exist")
     assert ["mkdir", "-p", str(parent)] in suggested(message), message
     assert not parent.exists()
 

@@ -56,10 +56,10 @@ def test_an_mxfp4_checkpoint_given_to_gate_says_convert_first(demo_src: Path) ->
     assert f"`mx2nv convert {demo_src} {demo_src}-nvfp4`" in caught.value.message
 
 
-def test_missing_paths_and_files_for_folders_are_usage_errors(demo_src: Path, demo_dst: Path, tmp_path: Path) -> None:
+def test_missing_paths_and_files_for_folders(demo_src: Path, demo_dst: Path, tmp_path: Path) -> None:
     with pytest.raises(mx2nv.UsageError, match="does not exist"):
         mx2nv.verify(demo_src, tmp_path / "not converted")
     with pytest.raises(mx2nv.UsageError, match="is a file, not a folder"):
         mx2nv.inspect(demo_src / "config.json")
-    with pytest.raises(mx2nv.UsageError, match="mkdir -p"):
+    with pytest.raises(mx2nv.MxIOError, match="mkdir -p"):
         mx2nv.convert(demo_src, tmp_path / "no such folder" / "out")
