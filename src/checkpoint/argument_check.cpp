@@ -2,6 +2,7 @@
 
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
+#include "json/strict_json.hpp"
 #include "model/quant_config.hpp"
 #include "plan/plan_file.hpp"
 #include "safetensors/file_names.hpp"
@@ -9,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <span>
 #include <vector>
 
 namespace mx2nv {
@@ -65,6 +68,50 @@ std::string read_small(const fs::path& p) {
   }
 }
 
+// What the tensor names say, for a checkpoint whose config names no
+// quantization: the index's names, or the single file's header, when small
+// enough to read twice (the reader reads them again, strictly).
+enum class NamesSay { Nothing, Packed, StackedExpertBlocks };
+NamesSay names_say(const fs::path& dir) {
+  constexpr std::uint64_t kLookedAtBytes = 32 << 20;
+  std::vector<std::string> names;
+  try {
+    const fs::path index = dir / std::string(kIndexFileName);
+    const fs::path single = dir / std::string(kSingleShardName);
+    if (is_file(index)) {
+      const Json j = parse_strict_json(read_text_file(index, kLookedAtBytes), "index").value;
+      if (j.is_object() && j.contains("weight_map") && j["weight_map"].is_object()) {
+        for (const auto& [name, _] : j["weight_map"].items()) names.push_back(name);
+      }
+    } else if (is_file(single)) {
+      const File f = File::open_read(single);
+      std::byte prefix[8] = {};
+      if (f.size() < 8) return NamesSay::Nothing;
+      f.read_at(0, prefix);
+      std::uint64_t n = 0;
+      for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(prefix[i]);
+      if (n > kLookedAtBytes || n > f.size() - 8) return NamesSay::Nothing;
+      std::string header(static_cast<std::size_t>(n), '\0');
+      f.read_at(8, std::as_writable_bytes(std::span(header)));
+      const Json j = parse_strict_json(header, "header").value;
+      if (j.is_object()) {
+        for (const auto& [name, _] : j.items()) names.push_back(name);
+      }
+    }
+  } catch (const Error&) {
+    return NamesSay::Nothing;  // the reader reports what is wrong with them
+  }
+  bool packed = false;
+  for (const auto& name : names) {
+    if (name.find("experts.") != std::string::npos &&
+        (name.ends_with("_proj_blocks") || name.ends_with("_proj_scales"))) {
+      return NamesSay::StackedExpertBlocks;
+    }
+    packed = packed || name.ends_with("weight_packed") || name.ends_with("weight_scale");
+  }
+  return packed ? NamesSay::Packed : NamesSay::Nothing;
+}
+
 std::optional<QuantizationLook> look_in(const fs::path& dir) {
   const fs::path config = dir / std::string(kConfigFileName);
   std::error_code ec;
@@ -72,7 +119,20 @@ std::optional<QuantizationLook> look_in(const fs::path& dir) {
   if (!is_file(config)) return QuantizationLook{};  // a folder, a device, a dangling link: the reader says which
   const std::string text = read_small(config);
   const fs::path hf = dir / std::string(kModelOptConfigName);
-  return look_at_quantization(text, is_file(hf) ? read_small(hf) : std::string());
+  QuantizationLook look = look_at_quantization(text, is_file(hf) ? read_small(hf) : std::string());
+  if (look.kind == QuantizationKind::Unquantized) {
+    // Quantized tensors under a config that names no quantization: not an
+    // unquantized model. gpt-oss's stacked blocks are named as such; packed
+    // compressed-tensors modules are left to the reader ("no quantization_config").
+    switch (names_say(dir)) {
+      case NamesSay::StackedExpertBlocks:
+        look.kind = QuantizationKind::GptOssMxfp4;  // look.method stays empty: the names said so
+        break;
+      case NamesSay::Packed: look.kind = QuantizationKind::Unknown; break;
+      case NamesSay::Nothing: break;
+    }
+  }
+  return look;
 }
 
 // A folder one or two levels below `dir` that holds config.json (a Hugging
@@ -137,13 +197,16 @@ void require_folder(const CommandPaths& paths, bool target) {
 }
 
 [[noreturn]] void fail_gpt_oss(std::string_view label, const fs::path& p, const QuantizationLook& look) {
+  const std::string evidence = look.method.empty()
+                                   ? std::string("no quantization_config, but tensors named experts.*_blocks and _scales")
+                                   : fmt::format("{}.quant_method \"{}\"", look.where, look.method);
   fail_input(
-      "{} {} is gpt-oss's MXFP4 layout ({}.quant_method \"{}\": each layer's experts stacked in 3-D tensors such as "
+      "{} {} is gpt-oss's MXFP4 layout ({}: each layer's experts stacked in 3-D tensors such as "
       "model.layers.0.mlp.experts.gate_up_proj_blocks and _scales), which mx2nv does not support: it reads "
       "compressed-tensors {} checkpoints, a 2-D weight_packed and weight_scale per expert projection, and no "
       "runtime loads an NVFP4 form of this stacked layout that mx2nv could write (vLLM and SGLang load gpt-oss from "
       "this mxfp4 layout as it is). Serve it as it is, e.g. `vllm serve {}`",
-      label, q(p), look.where, look.method, kSourceFormat, q(p));
+      label, q(p), evidence, kSourceFormat, q(p));
 }
 
 [[noreturn]] void fail_unquantized(std::string_view label, const fs::path& p, std::string_view expected,

@@ -101,7 +101,7 @@ def write_sharded(root: Path, shards: list[dict]) -> None:
     write_json(root / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map})
 
 
-def gpt_oss(root: Path, sharded: bool) -> Path:
+def gpt_oss(root: Path, sharded: bool, quant_config: bool = True) -> Path:
     """gpt-oss's layout: per layer, the experts stacked in 3-D tensors
     `experts.gate_up_proj_blocks` [E, 2I, H/32, 16] and `_scales` [E, 2I, H/32]
     (U8), `down_proj_*` likewise, BF16 biases; config quant_method "mxfp4"."""
@@ -127,14 +127,17 @@ def gpt_oss(root: Path, sharded: bool) -> Path:
         write_sharded(root, layers)
     else:
         save(root / "model.safetensors", {k: v for shard in layers for k, v in shard.items()})
-    write_json(root / "config.json", {
+    config = {
         "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": hidden,
         "intermediate_size": inter, "num_hidden_layers": 2, "num_local_experts": experts,
         "num_experts_per_tok": 2, "experts_per_token": 2,
         "quantization_config": {
             "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
                                        "model.embed_tokens", "lm_head"],
-            "quant_method": "mxfp4"}})
+            "quant_method": "mxfp4"}}
+    if not quant_config:  # the blocks alone say what it is
+        del config["quantization_config"]
+    write_json(root / "config.json", config)
     return root
 
 
@@ -214,6 +217,7 @@ def wrong(place, nvfp4) -> dict[str, Path]:
         "nvfp4 modelopt hf_quant_config only": modelopt(place / "modelopt bare", in_config=False),
         "gpt-oss": gpt_oss(place / "gpt-oss", sharded=False),
         "gpt-oss sharded": gpt_oss(place / "gpt-oss sharded", sharded=True),
+        "gpt-oss without its quantization_config": gpt_oss(place / "gpt-oss bare", sharded=False, quant_config=False),
         "unquantized": unquantized(place / "bf16", nested=False),
         "unquantized nested": unquantized(place / "bf16 nested", nested=True),
     }
@@ -243,7 +247,7 @@ def test_swapped_source_and_target_are_named(command, mxfp4, nvfp4, report) -> N
     assert any(c[1:4] == swapped for c in suggested(message)), message
 
 
-@pytest.mark.parametrize("kind", ["gpt-oss", "gpt-oss sharded"])
+@pytest.mark.parametrize("kind", ["gpt-oss", "gpt-oss sharded", "gpt-oss without its quantization_config"])
 @pytest.mark.parametrize("command", SOURCE_COMMANDS + ["gate"])
 def test_gpt_oss_mxfp4_is_not_supported_and_says_why(command, kind, wrong, nvfp4, place, report) -> None:
     src = wrong[kind]
@@ -251,7 +255,7 @@ def test_gpt_oss_mxfp4_is_not_supported_and_says_why(command, kind, wrong, nvfp4
     dst.parent.mkdir(exist_ok=True)
     message = check(run(*argv(command, src, nvfp4 if command in TARGET_COMMANDS else dst, report)), INVALID, src,
                     "gpt-oss", "does not support", "gate_up_proj_blocks", "mxfp4-pack-quantized",
-                    "quant_method \"mxfp4\"")
+                    "quant_method \"mxfp4\"" if "without" not in kind else "no quantization_config")
     assert not dst.exists()
     assert "Traceback" not in message
 
