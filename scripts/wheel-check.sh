@@ -10,8 +10,7 @@
 # wheel's own simdjson and RE2. Where mount namespaces are not allowed (an
 # unprivileged container), the same run without the hiding still checks
 # which copies the process maps.
-# Needs auditwheel on PATH, util-linux's unshare, and build/mx2nv (to
-# generate the checkpoint outside the namespace).
+# Needs auditwheel on PATH and util-linux's unshare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheel=$(realpath "$1")
@@ -28,7 +27,6 @@ case $tag in manylinux*) ;; *) echo "wheel-check: $tag is not a manylinux tag" >
 work=build/wheel-check
 rm -rf "$work" && mkdir -p "$work"
 work=$(realpath "$work")
-build/mx2nv generate "$work/ck" --layers 1 --experts 2 --hidden 64 --intermediate 64 >/dev/null
 
 # The fresh venv, the wheel alone in it, run from outside the source tree:
 # the simdjson and RE2 the process maps must be the wheel's own copies
@@ -39,6 +37,8 @@ run_from_wheel() {  # WORK WHEEL HIDDEN
   rm -rf "$work/venv"
   python3 -m venv "$work/venv"
   "$work/venv/bin/python" -m pip install -q --no-index --no-deps "$wheel"
+  rm -rf "$work/ck"
+  "$work/venv/bin/mx2nv" generate "$work/ck" --layers 1 --experts 2 --hidden 64 --intermediate 64 >/dev/null
   (cd "$work" && "$work/venv/bin/python" - "$work/ck" "$hidden" <<'PY'
 import sys
 

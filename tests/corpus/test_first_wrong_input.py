@@ -325,7 +325,7 @@ def test_a_missing_src(command, nvfp4, place, report) -> None:
     assert ["ls", str(place)] in suggested(message), message
 
 
-@pytest.mark.parametrize("command", ["verify", "compare", "card"])
+@pytest.mark.parametrize("command", ["verify", "compare"])  # card: its report's rules speak first
 def test_a_missing_dst(command, mxfp4, place, report) -> None:
     dst = place / "not converted yet"
     check(run(*argv(command, mxfp4, dst, report)), USAGE, dst, "does not exist")
