@@ -4,6 +4,7 @@
 # hostile-input corpus and the conformance suite against the instrumented CLI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/test-deps.sh  # the test-only tools, when sanitize.sh runs on its own
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_SANITIZE=ON \
       -DMX2NV_WERROR="${MX2NV_WERROR:-ON}" >/dev/null
 cmake --build build-asan

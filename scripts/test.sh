@@ -2,11 +2,12 @@
 # Every test: the C++ unit and end-to-end suites (ctest), then the Python
 # conformance suite that checks mx2nv's output with the ecosystem's own
 # libraries, then the Python package (wheel in a fresh venv). Builds first
-# if needed.
+# if needed, and installs the test-only tools on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ ! -x build/mx2nv ]]; then MX2NV_SKIP_DEMO=1 scripts/setup.sh; fi
+scripts/test-deps.sh  # the test-only tools (Slurm, XFS/btrfs, headless Chromium, ...), on first use
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 

@@ -6,6 +6,7 @@
 #include "card/sha256.hpp"
 #include "card/source_card.hpp"
 #include "checkpoint/fingerprint.hpp"
+#include "checkpoint/argument_check.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "destination/destination.hpp"
@@ -440,6 +441,18 @@ void write_card_files(const CardLock& lock, const fs::path& target, const Eviden
 
 CardResult run_card(const CardOptions& o) {
   check_options(o);
+  if (o.gpu_check) check_input_file("--gpu-check", *o.gpu_check, "the log `scripts/gpu-check.sh` prints");
+  if (!o.report_text) {
+    check_input_file(o.verify_report ? "--verify-report" : "--requantize-report",
+                     o.verify_report ? *o.verify_report : *o.requantize_report,
+                     o.verify_report ? "the JSON report `mx2nv verify SRC DST --report FILE` writes"
+                                     : "the JSON report `mx2nv requantize SRC DST --report FILE` writes");
+  }
+  check_source_argument({Command::Card, o.source, o.target});
+  // A DST that is not there is left to the report's rules (a report of another DST says so first).
+  if (std::error_code ec; fs::exists(fs::symlink_status(o.target, ec))) {
+    check_converted_argument({Command::Card, o.source, o.target});
+  }
   CardFacts facts;
   if (o.companion) parse_companion(*o.companion);  // rule 1, before the report is read
   if (o.gpu_check) read_gpu_log(*o.gpu_check);

@@ -1,5 +1,6 @@
 #include "compare/compare.hpp"
 
+#include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
@@ -153,6 +154,8 @@ std::vector<std::pair<std::size_t, std::size_t>> match_modules(const ModuleSet& 
 
 CompareResult compare_checkpoints(const CompareOptions& options) {
   const auto started = std::chrono::steady_clock::now();
+  check_source_argument({Command::Compare, options.source, options.other});
+  check_converted_argument({Command::Compare, options.source, options.other});
   const std::unique_ptr<const re2::RE2> filter = options.modules.empty() ? nullptr : module_filter(options.modules);
   const auto selected = [&](std::string_view name) {
     return !filter || re2::RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *filter);

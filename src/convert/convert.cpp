@@ -1,6 +1,7 @@
 #include "convert/convert.hpp"
 
 #include "checkpoint/reader.hpp"
+#include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
@@ -33,6 +34,8 @@ void refuse_planned_destination(const Destination& out) {
 
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
+  check_source_argument({Command::Convert, options.source, options.target});
+  check_new_destination({Command::Convert, options.source, options.target});
   Destination out(options.source, options.target, options.resume);
   Report report = start_report(Command::Convert, options.window, options.source, options.target);
   report.copy_mode = options.copy;

@@ -1,6 +1,7 @@
 #include "convert/plan_command.hpp"
 
 #include "checkpoint/reader.hpp"
+#include "checkpoint/argument_check.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
@@ -44,6 +45,8 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
 
 Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   const auto started = std::chrono::steady_clock::now();
+  check_source_argument({Command::Plan, options.source, options.target});
+  check_new_destination({Command::Plan, options.source, options.target});
   std::optional<ReportFile> plan_file_out;
   if (options.plan_out) {
     plan_file_out.emplace(*options.plan_out, std::vector<fs::path>{options.source, options.target}, "--plan-out");

@@ -1,6 +1,7 @@
 #include "convert/planned.hpp"
 
 #include "checkpoint/reader.hpp"
+#include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -113,6 +114,7 @@ std::vector<std::uint64_t> plan_hashes(const PlanFile& file) {
 
 std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
   std::error_code ec;
+  if (fs::is_directory(options.plan, ec)) check_input_file("--plan", options.plan, "the plan file `mx2nv plan` writes");
   if (!fs::exists(options.plan, ec)) return std::nullopt;
   LoadedPlan l;
   l.file = read_plan_file(options.plan);

@@ -2,6 +2,7 @@
 
 #include "checkpoint/fingerprint.hpp"
 
+#include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
@@ -105,6 +106,8 @@ std::uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(),
 
 Report requantize_checkpoint(const RequantizeOptions& options) {
   const auto started = std::chrono::steady_clock::now();
+  check_source_argument({Command::Requantize, options.source, options.target});
+  check_new_destination({Command::Requantize, options.source, options.target});
   Destination out(options.source, options.target, /*resume=*/false);
   Report report = start_report(Command::Requantize, Window::Marlin, options.source, options.target);
 

@@ -1,6 +1,7 @@
 #include "gate/gate.hpp"
 
 #include "checkpoint/reader.hpp"
+#include "checkpoint/argument_check.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
@@ -235,6 +236,7 @@ bool GateResult::blocked() const {
 GateResult run_gate(const GateOptions& o) {
   GateResult result;
   result.checkpoint = fs::absolute(o.checkpoint).lexically_normal().string();
+  check_converted_argument({Command::Gate, o.checkpoint, std::nullopt});
   // Only the expert modules' tensors are kept from each header as it streams
   // by, as fixed records: memory follows the module count, not the
   // checkpoint's size or every tensor's name.

@@ -1,5 +1,6 @@
 #include "inspect/inspect.hpp"
 
+#include "checkpoint/argument_check.hpp"
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -19,6 +20,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   Inspection in;
   in.report = start_report(Command::Inspect, window, path);
   Report& r = in.report;
+  check_source_argument({Command::Inspect, path, std::nullopt});
 
   // The index was checked on opening and is not used again.
   SourceCheckpoint source = open_source_checkpoint(path, threads, IndexNames::Drop);

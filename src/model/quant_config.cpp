@@ -303,3 +303,136 @@ std::string rewrite_config_text(std::string_view text, const SourceQuantConfig& 
 }
 
 }  // namespace mx2nv
+
+namespace mx2nv {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::string string_member(const Json& object, const char* key) {
+  if (!object.is_object()) return {};
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// compressed-tensors: each group's format (its own, else the top-level
+// one); a group with neither whose weights are 4-bit floats in groups of 16
+// is NVFP4 (compressed-tensors infers the format from the scheme). Any NVFP4
+// group makes the checkpoint NVFP4.
+QuantizationKind compressed_tensors_kind(const Json& qc, std::string& format) {
+  const std::string top = string_member(qc, "format");
+  std::vector<std::string> formats;
+  if (const auto groups = qc.find("config_groups"); groups != qc.end() && groups->is_object()) {
+    for (const auto& [name, scheme] : groups->items()) {
+      std::string f = string_member(scheme, "format");
+      if (f.empty()) f = top;
+      if (f.empty() && scheme.is_object() && scheme.contains("weights") && scheme["weights"].is_object()) {
+        const Json& w = scheme["weights"];
+        if (w.value("num_bits", Json()) == 4 && w.value("type", Json()) == "float" && w.value("group_size", Json()) == 16) {
+          f = std::string(kTargetFormat);
+        }
+      }
+      if (!f.empty()) formats.push_back(f);
+    }
+  }
+  if (formats.empty() && !top.empty()) formats.push_back(top);
+  for (const auto& f : formats) {
+    if (lower(f) == kTargetFormat) {
+      format = f;
+      return QuantizationKind::CompressedNvfp4;
+    }
+  }
+  for (const auto& f : formats) {
+    if (f != kSourceFormat) {
+      format = f;
+      return QuantizationKind::Other;
+    }
+  }
+  format = std::string(kSourceFormat);
+  return QuantizationKind::CompressedMxfp4;
+}
+
+bool names_nvfp4(std::string_view algo) { return lower(algo).find("nvfp4") != std::string::npos; }
+
+// ModelOpt's hf_quant_config.json: {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": ...}};
+// MIXED_PRECISION lists each layer's algorithm under quantized_layers.
+std::string modelopt_algo(const Json& hf) {
+  if (!hf.is_object()) return {};
+  const auto q = hf.find("quantization");
+  const Json& quant = q != hf.end() && q->is_object() ? *q : hf;
+  const std::string algo = string_member(quant, "quant_algo");
+  if (names_nvfp4(algo)) return algo;
+  if (const auto layers = quant.find("quantized_layers"); layers != quant.end() && layers->is_object()) {
+    for (const auto& [name, layer] : layers->items()) {
+      if (const std::string a = string_member(layer, "quant_algo"); names_nvfp4(a)) return a;
+    }
+  }
+  return algo;
+}
+
+}  // namespace
+
+QuantizationLook look_at_quantization(std::string_view config_text, std::string_view hf_quant_config_text) {
+  QuantizationLook look;
+  Json config;
+  try {
+    config = parse_strict_json(config_text, "config.json").value;
+  } catch (const Error&) {
+    return look;
+  }
+  if (!config.is_object()) return look;
+  std::vector<std::pair<std::string, const Json*>> found;
+  if (config.contains("quantization_config")) found.emplace_back("quantization_config", &config["quantization_config"]);
+  for (const auto& [key, value] : config.items()) {
+    if (value.is_object() && value.contains("quantization_config")) {
+      found.emplace_back(key + ".quantization_config", &value["quantization_config"]);
+    }
+  }
+  if (found.size() > 1) return look;
+  Json hf;
+  if (!hf_quant_config_text.empty()) {
+    try {
+      hf = parse_strict_json(hf_quant_config_text, "hf_quant_config.json").value;
+    } catch (const Error&) {
+    }
+  }
+  if (found.empty()) {
+    const std::string algo = modelopt_algo(hf);
+    if (names_nvfp4(algo)) {
+      look.kind = QuantizationKind::ModelOptNvfp4;
+      look.where = "hf_quant_config.json";
+      look.format = algo;
+    } else {
+      look.kind = algo.empty() ? QuantizationKind::Unquantized : QuantizationKind::Other;
+      look.format = algo;
+    }
+    return look;
+  }
+  look.where = found.front().first;
+  const Json& qc = *found.front().second;
+  look.method = string_member(qc, "quant_method");
+  const std::string method = lower(look.method);
+  if (!qc.is_object()) return look;
+  if (method == "mxfp4") {
+    look.kind = QuantizationKind::GptOssMxfp4;
+  } else if (method == "compressed-tensors") {
+    look.kind = compressed_tensors_kind(qc, look.format);
+  } else if (method.starts_with("modelopt")) {
+    std::string algo = string_member(qc, "quant_algo");
+    if (!names_nvfp4(algo)) algo = modelopt_algo(hf);
+    look.format = algo;
+    look.kind = names_nvfp4(algo) || method.find("fp4") != std::string::npos ? QuantizationKind::ModelOptNvfp4
+                                                                              : QuantizationKind::Other;
+  } else {
+    look.kind = QuantizationKind::Other;
+  }
+  return look;
+}
+
+}  // namespace mx2nv

@@ -50,3 +50,29 @@ bool is_known_quantization_args_key(std::string_view key);
 bool is_known_scheme_key(std::string_view key);
 
 }  // namespace mx2nv
+
+namespace mx2nv {
+
+// What config.json (and ModelOpt's hf_quant_config.json beside it) says a
+// checkpoint holds, read leniently: it only picks the plain-words message a
+// wrong input gets before the strict checks above run. Malformed or
+// ambiguous text is Unknown (the strict reader then names the problem).
+enum class QuantizationKind {
+  Unknown,          // unreadable, or several quantization_config objects
+  Unquantized,      // no quantization_config anywhere, no hf_quant_config.json
+  CompressedMxfp4,  // compressed-tensors mxfp4-pack-quantized: what mx2nv converts
+  CompressedNvfp4,  // compressed-tensors nvfp4-pack-quantized (an mx2nv output, llm-compressor's NVFP4)
+  ModelOptNvfp4,    // ModelOpt's NVFP4 export (quant_method modelopt*, or hf_quant_config.json)
+  GptOssMxfp4,      // transformers' quant_method "mxfp4" (gpt-oss): stacked 3-D expert blocks/scales
+  Other,            // some other quantization (fp8, gptq, awq, another compressed-tensors format ...)
+};
+struct QuantizationLook {
+  QuantizationKind kind = QuantizationKind::Unknown;
+  std::string where;   // "quantization_config" or "text_config.quantization_config" ("" if none)
+  std::string method;  // quant_method as written ("" if none)
+  std::string format;  // the format / quant_algo that decided the kind ("" if none)
+};
+// `hf_quant_config_text` is empty when the file is absent.
+QuantizationLook look_at_quantization(std::string_view config_text, std::string_view hf_quant_config_text = {});
+
+}  // namespace mx2nv

@@ -294,7 +294,12 @@ ReportFile::ReportFile(const fs::path& path, std::string_view option) : path_(pa
     }
     resolved_ = absent->resolved;
   } else if (S_ISDIR(st.st_mode)) {
-    fail(ErrorKind::Usage, "{} {}: is a directory", option, shown);
+    // The next step names a file in that folder, by what the option writes.
+    const std::string_view file = option.find("html") != std::string_view::npos   ? "report.html"
+                                  : option.find("plan") != std::string_view::npos ? "plan.json"
+                                                                                  : "report.json";
+    fail(ErrorKind::Usage, "{} {}: is a directory; {} takes a file's path, e.g. {} {}", option, shown, option, option,
+         (path / std::string(file)).string());
   } else if (S_ISBLK(st.st_mode)) {
     fail(ErrorKind::Usage, "{} {}: is a block device; refusing to write a report onto a disk", option, shown);
   } else if (!S_ISREG(st.st_mode)) {

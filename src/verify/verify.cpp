@@ -1,6 +1,7 @@
 #include "verify/verify.hpp"
 
 #include "checkpoint/fingerprint.hpp"
+#include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
@@ -26,6 +27,8 @@ Fingerprint fingerprints(const Checkpoint& target, const Checkpoint& source) {
 Report verify_checkpoint(const VerifyOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   Report report = start_report(Command::Verify, options.window, options.source, options.target);
+  check_source_argument({Command::Verify, options.source, options.target});
+  check_converted_argument({Command::Verify, options.source, options.target});
   ProgressTracker progress(Command::Verify, "modules", options.progress);
   progress.phase(ProgressPhase::Plan);
   Differences diff;

@@ -72,7 +72,7 @@ class Page:
 def browser() -> Iterator[str]:
     exe = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
     if exe is None:
-        pytest.skip("no Chromium found (scripts/setup.sh installs Debian's chromium-headless-shell)")
+        pytest.skip("no Chromium found (scripts/test.sh installs Debian's chromium-headless-shell: scripts/test-deps.sh)")
     profile = tempfile.mkdtemp(prefix="report-browser-")
     proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                              "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={profile}",
