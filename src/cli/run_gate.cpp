@@ -69,11 +69,11 @@ int gate_and_print(const GateOptions& o, bool json) {
   for (const auto& v : r.verdicts) {
     if (v.backend->runtime == shown || v.share.problem) continue;
     shown = v.backend->runtime;
-    out("  per GPU on {}: {} of {} experts a layer, inner dimension {}{}, {:.4g} GB of routed-expert weights\n",
+    out("  per GPU on {}: {} of {} experts a layer, inner dimension {}{}, {} of routed-expert weights\n",
         v.backend->runtime, v.share.experts, r.dims.experts, v.share.intermediate,
         v.share.padded_intermediate != v.share.intermediate
             ? fmt::format(" (padded to {})", v.share.padded_intermediate) : "",
-        v.share.bytes / 1e9);
+        human_bytes(static_cast<std::uint64_t>(v.share.bytes)));
   }
   print_runtime_checks(r);
   return r.exit_code();

@@ -13,14 +13,12 @@ constexpr std::string_view kVllmDeepseekLoader =
     "vllm/model_executor/models/deepseek_v2.py:1594 (DeepseekV2Model.load_weights): checkpoint names map onto "
     "the NVFP4 MoE method's `w13_weight_packed` / `w2_weight_packed`";
 constexpr std::string_view kSglangK3Loader =
-    "sglang/srt/models/kimi_k3.py:3207-3210 renames every `weight_packed` to `weight` (meant for MXFP4); the "
-    "compressed-tensors NVFP4 MoE (CompressedTensorsW4A16Nvfp4MoE.create_weights) registers `w13_weight_packed` "
-    "/ `w2_weight_packed`, so `experts.E.w1.weight` maps to `experts.w13_weight`, which is no parameter, and "
-    ":3288 skips it without a word: the packed FP4 codes are never loaded (scales and globals are)";
+    "sglang/srt/models/kimi_k3.py:3207-3210 renames every `weight_packed` to `weight` (meant for MXFP4), but the "
+    "NVFP4 MoE's parameters are `w13_weight_packed` / `w2_weight_packed`, so :3288 skips the packed codes without "
+    "a word";
 constexpr std::string_view kSglangK3Unblock =
-    "SGLang renaming only when no `w13_weight_packed` parameter exists (as vLLM 0.34.0 does, "
-    "vllm/models/kimi_k3/nvidia/model.py:1401-1415), or a checkpoint format this loader reads (ModelOpt "
-    "W4A16_NVFP4 names: weight, weight_scale, weight_scale_2)";
+    "an SGLang that renames only when no `w13_weight_packed` parameter exists (as vLLM 0.34.0 does, "
+    "vllm/models/kimi_k3/nvidia/model.py:1401-1415), or a layout this loader reads (ModelOpt W4A16_NVFP4)";
 constexpr std::string_view kSglangDeepseekLoader =
     "sglang/srt/models/deepseek_v2.py:3436 (load_weights): no `weight_packed` rename off NPU, so the names "
     "map onto `w13_weight_packed` / `w2_weight_packed`";
@@ -34,11 +32,11 @@ const std::vector<ModelClassRule>& rules() {
       {"vllm", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM", "vllm/model_executor/models/registry.py:94", true,
        kVllmDeepseekLoader, ""},
       {"sglang", "KimiK3ForConditionalGeneration", "KimiK3ForConditionalGeneration",
-       "sglang/srt/models/kimi_k3.py:3876 (EntryClass)", false, kSglangK3Loader, kSglangK3Unblock},
+       "EntryClass, sglang/srt/models/kimi_k3.py:3876", false, kSglangK3Loader, kSglangK3Unblock},
       {"sglang", "KimiK3LinearForCausalLM", "KimiK3LinearForCausalLM",
-       "sglang/srt/models/kimi_k3.py:3876 (EntryClass)", false, kSglangK3Loader, kSglangK3Unblock},
+       "EntryClass, sglang/srt/models/kimi_k3.py:3876", false, kSglangK3Loader, kSglangK3Unblock},
       {"sglang", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM",
-       "sglang/srt/models/deepseek_v2.py:3595 (EntryClass)", true, kSglangDeepseekLoader, ""},
+       "EntryClass, sglang/srt/models/deepseek_v2.py:3595", true, kSglangDeepseekLoader, ""},
   };
   return all;
 }

@@ -125,7 +125,7 @@ void judge_model_class(Verdict& v, const RuntimeBackend& b, std::string_view arc
     return;
   }
   v.kind = Verdict::Blocked;
-  v.reasons.push_back(fmt::format("model class {} ({}) does not load the packed experts: {}; would run with {}",
+  v.reasons.push_back(fmt::format("model class {} ({}) never loads the packed experts: {}; runs with {}",
                                   rule->model_class, rule->registry, rule->loader, rule->unblock));
 }
 
