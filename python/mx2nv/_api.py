@@ -102,15 +102,22 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     return _finish(outcome, Report)
 
 
-def verify(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
+def verify(src: PathLike, dst: PathLike, *, window: Optional[str] = None, threads: Optional[int] = None,
            progress: ProgressArg = None, report: Optional[PathLike] = None,
            html: Optional[PathLike] = None) -> Report:
     """Prove every value of ``dst`` equals the value in ``src``. Raises
     ``MismatchError`` (a ``RefusedError``, exit code 1) with the report when
-    anything differs; otherwise as ``convert``."""
+    anything differs; otherwise as ``convert``. ``window`` None: the window
+    ``dst`` records (convert's), else marlin, as the CLI's verify."""
+    if window is not None and not isinstance(window, str):
+        raise TypeError(f"window must be a str or None, not {type(window).__name__}")
+    if window == "":
+        from ._errors import UsageError
+        raise UsageError("window: empty value; give marlin or e4m3, or None for the window dst records")
     sink = make_progress(progress)
     try:
-        outcome = _core.verify(os.fspath(src), os.fspath(dst), window, _threads(threads), sink, _path(report),
+        outcome = _core.verify(os.fspath(src), os.fspath(dst), "" if window is None else window, _threads(threads),
+                               sink, _path(report),
                                _path(html))
     finally:
         if sink is not None:

@@ -27,14 +27,17 @@ class GateVerdict:
     gpus: str
     dtype: str
     tp: int
-    verdict: str  # "RUN" | "BLOCKED" | "UNVERIFIED"
+    verdict: str  # "RUN" | "BLOCKED" | "UNVERIFIED" | "UNKNOWN" (no loader rule for the architecture)
     reasons: Tuple[str, ...]
     notes: Tuple[str, ...]
+    ep: int = 1
+    model_class: Optional[str] = None  # the class the release builds for the architecture; None: unknown
+    per_rank: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # experts, dims and bytes one GPU holds
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "GateVerdict":
         return cls(d["runtime"], d["version"], d["backend"], d["gpus"], d["dtype"], d["tp"], d["verdict"],
-                   tuple(d["reasons"]), tuple(d["notes"]))
+                   tuple(d["reasons"]), tuple(d["notes"]), d["ep"], d["model_class"], dict(d["per_rank"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +65,8 @@ class RuntimeSelection:
 @dataclasses.dataclass(frozen=True)
 class GateResult:
     """``mx2nv gate --json`` as objects. ``result`` is gate's own verdict
-    ("RUN" or "BLOCKED"); ``disagreement``: a runtime's own selector
+    ("BLOCKED" if any verdict is, "RUN" if every one is, else "UNKNOWN" or
+    "UNVERIFIED"); ``disagreement``: a runtime's own selector
     disagrees with gate's scheme rule; ``exit_code`` as the CLI's (1 when
     blocked or disagreeing)."""
 
@@ -81,11 +85,13 @@ class GateResult:
     selections: Tuple[RuntimeSelection, ...]
     tp_table: Tuple[Mapping[str, Any], ...]
     quick: bool = False  # gate --quick: the block-scale counts in ``scales`` are None (not read)
+    architecture: Optional[str] = None  # config.json's architectures[0]
 
     @property
     def runs(self) -> bool:
-        """Every backend RUNs and no runtime's own selector disagrees."""
-        return self.exit_code == 0
+        """Every verdict is RUN and no runtime's own selector disagrees
+        (UNKNOWN and UNVERIFIED verdicts exit 0 but do not run for sure)."""
+        return self.result == "RUN" and not self.disagreement
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "GateResult":
@@ -94,10 +100,10 @@ class GateResult:
                    tuple(GateVerdict.from_json(v) for v in d["verdicts"]), a["asked"], a["not_asked"], a["python"],
                    a["python_version"], a["layer"], a["disagreement"],
                    tuple(RuntimeSelection.from_json(r) for r in a["runtimes"]), tuple(d["tp_table"]),
-                   bool(d.get("quick", False)))
+                   bool(d.get("quick", False)), d.get("architecture"))
 
 
-def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int = 1, dtype: str = "both",
+def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int = 1, ep: int = 1, dtype: str = "both",
          threads: Optional[int] = None, ask_runtimes: bool = True, python: Optional[str] = None,
          ask_timeout: Optional[int] = None, quick: bool = False) -> GateResult:
     """``mx2nv gate``: will vLLM / SGLang run this compressed-tensors NVFP4A16
@@ -124,6 +130,8 @@ def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int 
         raise UsageError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 1024:
         raise UsageError(f"tp must be an integer in [1, 1024], got {tp!r}")
+    if isinstance(ep, bool) or not isinstance(ep, int) or not 1 <= ep <= 1024:
+        raise UsageError(f"ep must be an integer in [1, 1024], got {ep!r}")
     if not isinstance(quick, bool):
         raise UsageError(f"quick must be True or False, got {quick!r}")
     if not ask_runtimes:
@@ -137,7 +145,7 @@ def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int 
     interpreter = (python or sys.executable) if ask_runtimes else None
     if ask_runtimes and not interpreter:
         raise UsageError("ask_runtimes needs an interpreter: sys.executable is empty, pass python=")
-    code, text, _ = _core.gate(os.fspath(checkpoint), runtime, tp, dtype, _threads(threads), interpreter,
+    code, text, _ = _core.gate(os.fspath(checkpoint), runtime, tp, ep, dtype, _threads(threads), interpreter,
                                ask_timeout, quick)
     data = json.loads(text)
     if data["result"] == "error":

@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
     int rc = kExitUsage;
     std::optional<Error> failure;
     try {
+      subcommand->refuse_empty_values();
       rc = subcommand->run(state);
       flush_out();
     } catch (...) {

@@ -102,7 +102,7 @@ class VerifyCommand final : public Subcommand {
     } catch (...) {  // unreadable: verify itself says what is wrong with DST
     }
     const std::string mode = recorded.value_or("");
-    const std::optional<Window> dst_window = parse_window(mode.substr(0, mode.find('+')));
+    const std::optional<Window> dst_window = Destination::recorded_window(dst_);
     if (window_opt_->count() == 0) {
       if (dst_window) {
         window_ = *dst_window;

@@ -1,5 +1,7 @@
 #include "cli/subcommand.hpp"
 
+#include "common/error.hpp"
+
 #include <CLI/CLI.hpp>
 
 namespace mx2nv::cli {
@@ -33,5 +35,17 @@ Subcommand::Subcommand(CLI::App& mx2nv, Command command, const std::string& desc
 }
 
 bool Subcommand::chosen() const { return app_->parsed(); }
+
+void Subcommand::refuse_empty_values() const {
+  for (const CLI::Option* option : app_->get_options()) {
+    if (option->count() == 0 || option->get_type_size() == 0) continue;  // not given, or a flag
+    for (const std::string& value : option->results()) {
+      if (value.empty()) {
+        fail(ErrorKind::Usage, "{}: empty value (an unset shell variable?); give a value or leave the option out",
+             option->get_name());
+      }
+    }
+  }
+}
 
 }  // namespace mx2nv::cli

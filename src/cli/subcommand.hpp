@@ -47,6 +47,9 @@ class Subcommand {
   // Runs the chosen subcommand: its exit code; throws on failure, with
   // `state` holding what its error report needs.
   virtual int run(CommandRun& state) = 0;
+  // An option or argument given an empty value is a usage error, never "not
+  // given": an unset shell variable must not silently change what runs.
+  void refuse_empty_values() const;
 
  protected:
   // Registers the subcommand (named by command_name) on `mx2nv`.

@@ -261,6 +261,17 @@ std::optional<FinishedRecord> Destination::finished_record(const fs::path& root)
   return finished_record_at(fd, root);
 }
 
+std::optional<Window> Destination::recorded_window(const fs::path& root) {
+  try {
+    const auto finished = finished_record(root);
+    if (!finished) return std::nullopt;
+    const std::string& mode = finished->window;
+    return parse_window(mode.substr(0, mode.find('+')));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 void Destination::tidy_finished() {
   if (state_ == DestinationState::Finished && root_fd_) tidy_finished_at(root_fd_.get(), root_);
 }

@@ -65,6 +65,10 @@ class Destination {
   // conversion (without the checks of a Destination: for a step whose plan
   // and SRC are gone); exit 2 for an unreadable record.
   static std::optional<FinishedRecord> finished_record(const fs::path& root);
+  // The window a finished DST was converted under ("marlin" of
+  // "marlin+bf16"); nullopt when DST records none (requantize's output, no
+  // record) or its record cannot be read (verify then says what is wrong).
+  static std::optional<Window> recorded_window(const fs::path& root);
 
   // A finished DST keeps only .mx2nv/finished.json of mx2nv's: a finalize
   // killed after its commit point leaves its identity, records, locks and a

@@ -202,7 +202,8 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
         CommandOutputs outputs;
         try {
           outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
-          o.window = window_of(window);
+          // No window given: the one DST records (as the CLI's verify), else marlin.
+          o.window = window.empty() ? Destination::recorded_window(o.target).value_or(Window::Marlin) : window_of(window);
           const Report r = verify_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
@@ -369,8 +370,9 @@ CommandReturn finalize(const std::string& plan_path, const std::optional<std::st
 // mx2nv gate: (exit code, gate JSON, None); a failure: (its exit code,
 // {"result": "error", "error": message}, None). python: the interpreter to
 // ask the runtimes in, None not to ask.
-CommandReturn gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, const std::string& dtype,
-                   unsigned threads, const std::optional<std::string>& python, unsigned ask_timeout, bool quick) {
+CommandReturn gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, unsigned ep,
+                   const std::string& dtype, unsigned threads, const std::optional<std::string>& python,
+                   unsigned ask_timeout, bool quick) {
   ProgressMailbox mailbox;
   return run_released(
       [&]() -> CommandReturn {
@@ -382,11 +384,13 @@ CommandReturn gate(const std::string& checkpoint, const std::string& runtime, un
             fail(ErrorKind::Usage, "dtype must be fp16, bf16 or both, not \"{}\"", dtype);
           }
           if (tp < 1 || tp > 1024) fail(ErrorKind::Usage, "tp must be in [1, 1024], got {}", tp);
+          if (ep < 1 || ep > 1024) fail(ErrorKind::Usage, "ep must be in [1, 1024], got {}", ep);
           if (ask_timeout < 1 || ask_timeout > 3600) fail(ErrorKind::Usage, "ask_timeout must be in [1, 3600] s");
           GateOptions o;
           o.checkpoint = checkpoint;
           o.runtime = runtime;
           o.tp = tp;
+          o.ep = ep;
           o.threads = threads;
           o.quick = quick;
           if (dtype != "both") o.dtypes = {dtype == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
@@ -488,7 +492,8 @@ NB_MODULE(_core, m) {
   m.def("finalize", &finalize, nb::arg("plan"), nb::arg("src").none(), nb::arg("dst").none(), nb::arg("threads"),
         nb::arg("copy"), nb::arg("report").none(), nb::arg("html").none(),
         "Finalize a plan, as convert_shards; returns (exit code, report JSON, HTML page or None).");
-  m.def("gate", &gate, nb::arg("checkpoint"), nb::arg("runtime"), nb::arg("tp"), nb::arg("dtype"), nb::arg("threads"),
+  m.def("gate", &gate, nb::arg("checkpoint"), nb::arg("runtime"), nb::arg("tp"), nb::arg("ep"), nb::arg("dtype"),
+        nb::arg("threads"),
         nb::arg("python").none(), nb::arg("ask_timeout"), nb::arg("quick"),
         "Gate; returns (exit code, gate JSON or {result: error, error}, None).");
   m.def("card", &card, nb::arg("src"), nb::arg("dst"), nb::arg("kind"), nb::arg("report"),

@@ -614,3 +614,37 @@ TEST(Cli, VerifyDefaultsToTheWindowDstRecords) {
 
 }  // namespace
 }  // namespace mx2nv::e2e
+
+namespace mx2nv::e2e {
+namespace {
+
+// Every option of every command given an empty value (an unset shell
+// variable) is exit 2, never taken as "not given"; the positionals say
+// "empty value".
+TEST(Cli, AnEmptyValueIsAUsageErrorForEveryOption) {
+  const std::map<std::string, std::string> positionals = {
+      {"convert", "s d"}, {"verify", "s d"}, {"compare", "s o"}, {"plan", "s d"},    {"requantize", "s d"},
+      {"inspect", "s"},   {"gate", "c"},     {"generate", "g"},  {"demo", "dir"},    {"card", "s d"}};
+  const auto commands = listed_commands();
+  ASSERT_GE(commands.size(), 10u);
+  for (const auto& name : commands) {
+    ASSERT_TRUE(positionals.count(name)) << "a new command: give it positionals here: " << name;
+    const auto options = help_options(run_cli("help " + name).out);
+    for (const auto& o : options) {
+      if (o.name == "--help") continue;
+      SCOPED_TRACE(name + " " + o.name);
+      const CliResult r = run_cli(name + " " + positionals.at(name) + " " + o.name + " ''");
+      EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+      EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+      // Refused by the option's own rule (a range, a choice, an option it needs) or as an empty value.
+      EXPECT_NE(r.err.find("usage: "), std::string::npos) << r.err;
+    }
+    const std::string first = positionals.at(name).substr(positionals.at(name).find(' ') + 1);
+    const CliResult r = run_cli(name + " '' " + (first == positionals.at(name) ? "" : first));
+    EXPECT_EQ(r.exit_code, 2) << name << r.err;
+    EXPECT_NE(r.err.find("empty value"), std::string::npos) << name << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace mx2nv::e2e
