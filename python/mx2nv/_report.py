@@ -40,28 +40,33 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Counts:
-    shards: int
-    resumed_shards: int
-    modules: int
-    scale_groups: int
+    """Every figure is None where the command did not compute it (never 0
+    for "not computed"): a failed command's, verify's resumed_shards,
+    convert's groups when the packed bytes were shared or kernel-copied."""
+
+    shards: Optional[int]
+    resumed_shards: Optional[int]  # convert only
+    modules: Optional[int]
+    scale_groups: Optional[int]
     active_groups: Optional[int]  # None when the packed bytes were shared or kernel-copied, never seen
     zero_groups: Optional[int]
-    canonicalised_zero_groups: int
-    marlin_zeroed_groups: int
-    raised_globals: int  # scale groups whose global was raised so fp16 activations stay normal
+    canonicalised_zero_groups: Optional[int]  # convert and inspect: planned; verify: counted in the two trees
+    marlin_zeroed_groups: Optional[int]
+    raised_globals: Optional[int]  # scale groups whose global was raised so fp16 activations stay normal
     global_conflicts: int  # scale groups no global exponent serves (refused)
-    passthrough_tensors: int
-    companion_files: int
+    passthrough_tensors: Optional[int]
+    companion_files: Optional[int]
 
 
 @dataclass(frozen=True)
 class CopyAccount:
-    """convert: how the output bytes came to be (``--copy``)."""
+    """convert: how the output bytes came to be (``--copy``); None where
+    nothing was written (a refused convert)."""
 
     mode: str  # auto | reflink | copy
-    shared_bytes: int  # unchanged bytes shared with SRC (reflink)
-    copied_bytes: int  # unchanged bytes copied (copy_file_range or read/write)
-    written_bytes: int  # new bytes: headers, scales, globals, config, index
+    shared_bytes: Optional[int]  # unchanged bytes shared with SRC (reflink)
+    copied_bytes: Optional[int]  # unchanged bytes copied (copy_file_range or read/write)
+    written_bytes: Optional[int]  # new bytes: headers, scales, globals, config, index
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,9 @@ def _global_conflicts(items: Any) -> Tuple[GlobalConflict, ...]:
     return tuple(_build(GlobalConflict, c, {"needed": tuple, "allowed": tuple}) for c in items)
 
 
-def _float(value: Any) -> float:
+def _float(value: Any) -> Optional[float]:
+    if value is None:
+        return None  # not computed
     return math.inf if value == "inf" else float(value)
 
 
@@ -127,12 +134,12 @@ class Report:
     copy: Optional[CopyAccount]  # convert only
     shard_subset: Optional[str]  # verify --shards I/N: the part this report covers
     resolved: Optional[Dict[str, str]]  # verify --shards I/N: {"source", "target"} as they resolved then
-    source_tensor_bytes: int
-    target_tensor_bytes: int
-    size_change_percent: float
-    values_compared: int
-    mismatches: int
-    max_abs_error: float
+    source_tensor_bytes: Optional[int]
+    target_tensor_bytes: Optional[int]  # None: nothing written (a refused convert)
+    size_change_percent: Optional[float]
+    values_compared: Optional[int]  # None where no value was compared (convert, plan, inspect)
+    mismatches: Optional[int]
+    max_abs_error: Optional[float]
     over_span: Tuple[OverSpan, ...]
     # convert/plan overspan= (--overspan), read back by verify:
     # the JSON objects as the library writes them, None when absent.

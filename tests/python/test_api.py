@@ -88,6 +88,12 @@ def test_refused_carries_the_report_and_writes_nothing(tmp_path: Path) -> None:
     plan = mx2nv.inspect(src)
     assert plan.result == "refused" and plan.outcomes["e4m3"].result == "ok"
     assert mx2nv.convert(src, dst, window="e4m3").counts.marlin_zeroed_groups > 0
+    # verify without window= takes the window DST records (e4m3); under marlin the groups it zeroes differ.
+    assert mx2nv.verify(src, dst).window == "e4m3"
+    with pytest.raises(mx2nv.MismatchError):
+        mx2nv.verify(src, dst, window="marlin")
+    with pytest.raises(mx2nv.UsageError):
+        mx2nv.verify(src, dst, window="")
 
 
 def test_overspan_choices(tmp_path: Path) -> None:
