@@ -41,7 +41,7 @@ void Subcommand::refuse_empty_values() const {
     if (option->count() == 0 || option->get_type_size() == 0) continue;  // not given, or a flag
     for (const std::string& value : option->results()) {
       if (value.empty()) {
-        fail(ErrorKind::Usage, "{}: empty value (an unset shell variable?); give a value or leave the option out",
+        fail(ErrorKind::Usage, "{}: given an empty value (an unset shell variable?); give a value or leave it out",
              option->get_name());
       }
     }

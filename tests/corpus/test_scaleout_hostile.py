@@ -188,7 +188,7 @@ def test_an_empty_output_path_is_a_usage_error(w, args):
     assert run("plan", w.src, w.root / "dst").returncode == 0
     subst = {"PLAN": w.plan_in(w.root / "dst"), "SRC": w.src, "X": w.root / "x"}
     r = run(*[subst.get(a, a) for a in args])
-    assert r.returncode == 2 and b"empty path" in r.stderr, r.stderr
+    assert r.returncode == 2 and b"given an empty value" in r.stderr, r.stderr
     assert not (w.root / "x").exists()
 
 

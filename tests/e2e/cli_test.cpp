@@ -642,7 +642,7 @@ TEST(Cli, AnEmptyValueIsAUsageErrorForEveryOption) {
     const std::string first = positionals.at(name).substr(positionals.at(name).find(' ') + 1);
     const CliResult r = run_cli(name + " '' " + (first == positionals.at(name) ? "" : first));
     EXPECT_EQ(r.exit_code, 2) << name << r.err;
-    EXPECT_NE(r.err.find("empty value"), std::string::npos) << name << r.err;
+    EXPECT_NE(r.err.find("given an empty value"), std::string::npos) << name << r.err;
   }
 }
 

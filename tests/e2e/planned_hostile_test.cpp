@@ -300,7 +300,7 @@ TEST_F(PlannedHostile, APlanOutsideDstAndThePlanFileItselfAreProtectedToo) {
                                  "verify " + q(src()) + " " + q(d / "reference") + " --html ''"}) {
     r = cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << r.err;
-    EXPECT_NE(r.err.find("empty path"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("given an empty value"), std::string::npos) << r.err;
   }
   EXPECT_FALSE(fs::exists(d / "x"));
 }
