@@ -68,6 +68,9 @@ void write_merge_error(const Error& e, const VerifyReportMerger& merger, ReportF
   }
 }
 
+// A figure of the merged report: "not computed" where a part did not compute it.
+std::string figure_text(const Json& v) { return v.is_null() ? std::string("not computed") : v.dump(); }
+
 void print_merged(const Json& merged, std::size_t parts) {
   const std::string result = merged["result"].get<std::string>();
   const bool lossy = merged.contains("requantized");
@@ -77,8 +80,7 @@ void print_merged(const Json& merged, std::size_t parts) {
                                              : "ok, every value identical")
       : result == "mismatch" ? "MISMATCH"
                                     : "ERROR",
-      merged["values_compared"].get<std::uint64_t>(), merged["mismatches"].get<std::uint64_t>(),
-      merged["differences"].size());
+      figure_text(merged["values_compared"]), figure_text(merged["mismatches"]), merged["differences"].size());
   if (result == "error") {
     err("mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
         printable(merged["error"].get<std::string>()));

@@ -136,7 +136,7 @@ def test_gate_json_keeps_paths_that_differ_in_bytes_apart(converted, tmp_path):
     for raw in (b"\xff", b"\xfe", b"\xef\xbf\xbd"):  # the last is U+FFFD itself, valid UTF-8
         ck = Path(os.fsdecode(bytes(tmp_path) + b"/ck" + raw))
         os.symlink(converted / "dst", ck)
-        r = run("gate", ck, "--json", "--ask-runtimes", "never")
+        r = run("gate", ck, "--json", "--ask-runtimes", "never", "--runtime", "vllm")
         assert r.returncode == 0, r.stderr
         checkpoint = json.loads(r.stdout)["checkpoint"]
         seen.add(checkpoint)

@@ -24,7 +24,7 @@ Json part(std::uint64_t i, std::uint64_t n) {
     "command": "verify", "result": "ok", "window": "marlin",
     "provenance": {"tool": "mx2nv", "tool_version": ")" MX2NV_VERSION R"(", "source": "/data/src",
                    "revision": null, "target": "/data/dst"},
-    "counts": {"shards": 3, "resumed_shards": 0, "modules": 24, "scale_groups": 16, "active_groups": 100,
+    "counts": {"shards": 3, "resumed_shards": null, "modules": 24, "scale_groups": 16, "active_groups": 100,
                "zero_groups": 7, "canonicalised_zero_groups": 0, "marlin_zeroed_groups": 0, "raised_globals": 0,
                "global_conflicts": 1, "passthrough_tensors": 8, "companion_files": 4},
     "source_tensor_bytes": 184608, "target_tensor_bytes": 187776, "size_change_percent": 1.7161,
