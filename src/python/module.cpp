@@ -15,6 +15,7 @@
 #include "common/progress.hpp"
 #include "compare/compare.hpp"
 #include "compare/compare_json.hpp"
+#include "destination/destination.hpp"
 #include "convert/convert.hpp"
 #include "convert/plan_command.hpp"
 #include "convert/planned.hpp"
