@@ -102,7 +102,7 @@ class VerifyCommand final : public Subcommand {
     } catch (...) {  // unreadable: verify itself says what is wrong with DST
     }
     const std::string mode = recorded.value_or("");
-    const std::optional<Window> dst_window = Destination::recorded_window(dst_);
+    const std::optional<Window> dst_window = Destination::window_of_mode(mode);
     if (window_opt_->count() == 0) {
       if (dst_window) {
         window_ = *dst_window;

@@ -265,11 +265,14 @@ std::optional<Window> Destination::recorded_window(const fs::path& root) {
   try {
     const auto finished = finished_record(root);
     if (!finished) return std::nullopt;
-    const std::string& mode = finished->window;
-    return parse_window(mode.substr(0, mode.find('+')));
+    return window_of_mode(finished->window);
   } catch (const Error&) {
     return std::nullopt;
   }
+}
+
+std::optional<Window> Destination::window_of_mode(std::string_view mode) {
+  return parse_window(mode.substr(0, mode.find('+')));
 }
 
 void Destination::tidy_finished() {

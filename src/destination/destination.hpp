@@ -69,6 +69,9 @@ class Destination {
   // "marlin+bf16"); nullopt when DST records none (requantize's output, no
   // record) or its record cannot be read (verify then says what is wrong).
   static std::optional<Window> recorded_window(const fs::path& root);
+  // The window of a recorded mode ("marlin+bf16" -> marlin); nullopt for one
+  // without a window ("requantize").
+  static std::optional<Window> window_of_mode(std::string_view mode);
 
   // A finished DST keeps only .mx2nv/finished.json of mx2nv's: a finalize
   // killed after its commit point leaves its identity, records, locks and a

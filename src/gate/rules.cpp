@@ -281,8 +281,8 @@ RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, con
   }
   r.intermediate = d.intermediate / split;
   r.padded_intermediate = r.intermediate;
-  const bool vllm_k3 = b.runtime == "vllm" && (architecture == "KimiK3ForConditionalGeneration" ||
-                                              architecture == "KimiK31ForConditionalGeneration");
+  const ModelClassRule* rule = model_class_rule(b.runtime, architecture);
+  const bool vllm_k3 = b.runtime == "vllm" && rule != nullptr && rule->model_class == "KimiK3ForConditionalGeneration";
   if (vllm_k3 && ep == 1 && tp > 1 && r.intermediate < 256) {
     // Padded with zeros, so the values are unchanged (model.py:579-590).
     r.padded_intermediate = 256;
