@@ -16,8 +16,8 @@ from ._progress import ProgressArg, make_progress
 from ._report import Inspection, Report
 
 PathLike = Union[str, "os.PathLike[str]"]
-WINDOWS = ("marlin", "e4m3")
-COPY_MODES = ("auto", "reflink", "copy")
+# The names each choice accepts, from the library's choice tables (one spelling).
+WINDOWS = _core.CHOICES["window"]
 
 
 def _threads(threads: Optional[int]) -> int:

@@ -500,7 +500,7 @@ CardResult run_card(const CardOptions& o) {
   g.checkpoint = o.target;
   g.tp = o.tp;
   g.threads = o.threads;
-  g.ask.enabled = false;
+  g.ask.when = AskRuntimes::Never;
   const Json gate = gate_to_json(run_gate(g));
   facts.gate = &gate;
   add_facts(facts, o, e, dst);

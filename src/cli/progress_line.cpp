@@ -47,12 +47,18 @@ std::optional<double> eta(const Progress& p, double phase_seconds) {
 
 }  // namespace
 
-std::optional<ProgressMode> parse_progress_mode(const std::string& text) {
-  if (text == "auto") return ProgressMode::Auto;
-  if (text == "always") return ProgressMode::Always;
-  if (text == "never") return ProgressMode::Never;
-  if (text == "json") return ProgressMode::JsonLines;
-  return std::nullopt;
+namespace {
+constexpr Choice<ProgressMode> kProgressModes[] = {
+    {ProgressMode::Auto, "auto", "a live line when stderr is a terminal"},
+    {ProgressMode::Always, "always", "a live line"},
+    {ProgressMode::Never, "never", "nothing"},
+    {ProgressMode::JsonLines, "json", "one JSON object per update"},
+};
+}  // namespace
+
+template <>
+std::span<const Choice<ProgressMode>> choices<ProgressMode>() {
+  return kProgressModes;
 }
 
 std::string format_progress_line(const Progress& p, double phase_seconds) {

@@ -3,6 +3,7 @@
 // prints; this is the only place that draws progress.
 #pragma once
 
+#include "common/choice.hpp"
 #include "common/progress.hpp"
 
 #include <chrono>
@@ -13,7 +14,8 @@
 namespace mx2nv {
 
 enum class ProgressMode { Auto, Always, Never, JsonLines };
-std::optional<ProgressMode> parse_progress_mode(const std::string& text);
+template <>
+std::span<const Choice<ProgressMode>> choices<ProgressMode>();  // --progress
 
 class ProgressLine {
  public:

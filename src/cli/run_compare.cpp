@@ -87,7 +87,7 @@ class CompareCommand final : public Subcommand {
     state.threads = threads_;
     state.source = src_;
     state.target = other_;
-    ProgressLine progress(parse_progress_mode(progress_).value_or(ProgressMode::Auto), stderr);
+    ProgressLine progress(progress_, stderr);
     state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, other_});
     if (src_.empty() || other_.empty()) fail(ErrorKind::Usage, "SRC and OTHER are required");
     const CompareResult r = compare_checkpoints({src_, other_, threads_, modules_, progress.callback()});
@@ -105,7 +105,8 @@ class CompareCommand final : public Subcommand {
   }
 
  private:
-  std::string src_, other_, modules_, report_path_, html_path_, progress_ = "auto";
+  std::string src_, other_, modules_, report_path_, html_path_;
+  ProgressMode progress_ = ProgressMode::Auto;
   bool json_ = false;
   unsigned threads_ = all_cores();
   CLI::Option *report_opt_ = nullptr, *html_opt_ = nullptr;

@@ -68,10 +68,7 @@ class ConvertCommand final : public Subcommand {
     window_opt_ = add_window(app_, window_);
     add_threads(app_, threads_);
     report_opt_ = add_report(app_, report_path_);
-    add_choice(app_, "--copy", copy_, {"auto", "reflink", "copy"},
-               "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
-               "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy (read "
-               "and write every byte, never share)");
+    add_copy(app_, copy_);
     overspan_opt_ = add_overspan(app_, overspan_);
     app_->add_flag("--resume", resume_,
                    "continue an interrupted conversion into DST (finished shards whose records still match are "
@@ -88,13 +85,13 @@ class ConvertCommand final : public Subcommand {
     state.threads = threads_;
     state.source = src_;
     state.target = dst_;
-    ProgressLine progress(parse_progress_mode(progress_).value_or(ProgressMode::Auto), stderr);
+    ProgressLine progress(progress_, stderr);
     if (plan_opt_->count() > 0) return run_planned_step(planned_step(progress), state);
     // Where the reports go is checked before any work.
     state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
     if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
-    return run_convert({src_, dst_, window_, threads_, resume_, parse_copy_mode(copy_).value_or(CopyMode::Auto),
-                        parse_overspan(overspan_).value_or(OverSpanChoice::Fail), progress.callback()},
+    return run_convert({src_, dst_, window_, threads_, resume_, copy_,
+                        overspan_, progress.callback()},
                        state.outputs.report, state.outputs.html);
   }
 
@@ -128,19 +125,21 @@ class ConvertCommand final : public Subcommand {
     PlannedStep step;
     if (!shards_.empty()) step.selection = parse_shard_selection(shards_);
     if (!shard_.empty()) step.selection = parse_shard_index(shard_);
-    step.options = {plan_path_, std::nullopt, std::nullopt, threads_, parse_copy_mode(copy_).value_or(CopyMode::Auto),
+    step.options = {plan_path_, std::nullopt, std::nullopt, threads_, copy_,
                     progress.callback(), std::nullopt, std::nullopt};
     if (!src_.empty()) step.options.source = src_;
     if (!dst_.empty()) step.options.target = dst_;
     if (window_opt_->count() > 0) step.options.window = window_;
-    if (overspan_opt_->count() > 0) step.options.overspan = parse_overspan(overspan_);
+    if (overspan_opt_->count() > 0) step.options.overspan = overspan_;
     step.report_path = report_path_;
     step.html_path = html_path_;
     return step;
   }
 
   std::string src_, dst_, report_path_, html_path_, plan_path_, shard_, shards_;
-  std::string copy_ = "auto", overspan_ = "fail", progress_ = "auto";
+  CopyMode copy_ = CopyMode::Auto;
+  OverSpanChoice overspan_ = OverSpanChoice::Fail;
+  ProgressMode progress_ = ProgressMode::Auto;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();
   bool resume_ = false, finalize_ = false;

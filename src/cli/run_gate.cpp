@@ -39,7 +39,7 @@ void print_runtime_checks(const GateResult& r) {
       printable(r.expert_layer));
   for (const auto& c : r.checks) {
     const RuntimeOpinion& op = c.opinion;
-    std::string who = op.runtime + (op.version.empty() ? "" : " " + op.version);
+    std::string who = std::string(choice_name(op.runtime)) + (op.version.empty() ? "" : " " + op.version);
     if (op.version_differs()) who += fmt::format(" (gate's rules were read from {})", op.pinned);
     out("    {:<22} {}\n", printable(who), printable(said(op)));
     if (c.agreement != Agreement::NoOpinion) {
@@ -60,17 +60,17 @@ int gate_and_print(const GateOptions& o, bool json) {
       r.dims.hidden, r.dims.intermediate, r.dims.experts, r.dims.layers, o.tp,
       o.ep > 1 ? fmt::format(", EP {}", o.ep) : "");
   for (const auto& v : r.verdicts) {
-    out("  {:<7} {:<8} {:<10} {}  {}\n", fmt::format("{} {}", v.backend->runtime, v.backend->version),
-        v.backend->backend, verdict_name(v.kind), activation_dtype_name(v.dtype), v.backend->gpus);
+    out("  {:<7} {:<8} {:<10} {}  {}\n", fmt::format("{} {}", choice_name(v.backend->runtime), v.backend->version),
+        choice_name(v.backend->backend), verdict_name(v.kind), choice_name(v.dtype), v.backend->gpus);
     for (const auto& why : v.reasons) out("      - {}\n", printable(why));
   }
   // What one GPU holds, per runtime (the same for every backend and dtype of it).
-  std::string_view shown;
+  std::optional<Runtime> shown;
   for (const auto& v : r.verdicts) {
     if (v.backend->runtime == shown || v.share.problem) continue;
     shown = v.backend->runtime;
     out("  per GPU on {}: {} of {} experts a layer, inner dimension {}{}, {} of routed-expert weights\n",
-        v.backend->runtime, v.share.experts, r.dims.experts, v.share.intermediate,
+        choice_name(v.backend->runtime), v.share.experts, r.dims.experts, v.share.intermediate,
         v.share.padded_intermediate != v.share.intermediate
             ? fmt::format(" (padded to {})", v.share.padded_intermediate) : "",
         human_bytes(static_cast<std::uint64_t>(v.share.bytes)));
@@ -84,7 +84,7 @@ class GateCommand final : public Subcommand {
   explicit GateCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Gate, "go/no-go: will vLLM / SGLang run this NVFP4A16 checkpoint exactly?") {
     app_->add_option("CHECKPOINT", options_.checkpoint, "compressed-tensors NVFP4 checkpoint directory")->required();
-    add_choice(app_, "--runtime", options_.runtime, {"vllm", "sglang", "all"}, "runtimes to judge");
+    add_choice_or_every(app_, "--runtime", options_.runtime, kEveryRuntime, "runtimes to judge");
     app_->add_option("--tp", options_.tp, "tensor-parallel degree, 1-1024")
         ->type_name("N")
         ->check(CLI::Range(1u, 1024u).description(""));
@@ -93,15 +93,13 @@ class GateCommand final : public Subcommand {
                      "--enable-expert-parallel), SGLang: --ep-size")
         ->type_name("N")
         ->check(CLI::Range(1u, 1024u).description(""));
-    add_choice(app_, "--dtype", dtype_, {"fp16", "bf16", "both"}, "activation dtype");
+    add_choice_or_every(app_, "--dtype", dtype_, kEveryDtype, "activation dtype");
     add_threads(app_, threads_);
     app_->add_flag("--json", json_, "print JSON instead of a summary");
     app_->add_flag("--quick", options_.quick,
                    "read only config, headers and globals, not the block scales: their rules are not checked "
                    "(verdicts UNVERIFIED where they apply)");
-    add_choice(app_, "--ask-runtimes", ask_, {"auto", "never"},
-               "auto: also ask the vLLM/SGLang installed in --python which scheme their own code selects; never: do "
-               "not");
+    add_choice(app_, "--ask-runtimes", options_.ask.when, "the runtimes' own selectors");
     python_ = app_->add_option("--python", options_.ask.python,
                                "interpreter to ask the runtimes in (not with --ask-runtimes never)")
                    ->type_name("PATH")
@@ -115,7 +113,7 @@ class GateCommand final : public Subcommand {
   int run(CommandRun&) override {
     // Options for asking the runtimes, given with --ask-runtimes never, could
     // only be ignored: refused instead.
-    if (ask_ == "never") {
+    if (options_.ask.when == AskRuntimes::Never) {
       for (const CLI::Option* o : {python_, timeout_}) {
         if (o->count() > 0) {
           fail(ErrorKind::Usage, "gate {}: does not apply with --ask-runtimes never (nothing is asked)", o->get_name());
@@ -123,15 +121,14 @@ class GateCommand final : public Subcommand {
       }
     }
     options_.threads = threads_;
-    options_.ask.enabled = ask_ == "auto";
     options_.ask.timeout = std::chrono::seconds(ask_timeout_);
-    if (dtype_ != "both") options_.dtypes = {dtype_ == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
+    if (dtype_) options_.dtypes = {*dtype_};
     return gate_and_print(options_, json_);
   }
 
  private:
   GateOptions options_;
-  std::string dtype_ = "both", ask_ = "auto";
+  std::optional<ActivationDtype> dtype_;  // nullopt: both
   unsigned threads_ = all_cores(), ask_timeout_ = 120;
   bool json_ = false;
   CLI::Option* python_ = nullptr;

@@ -45,8 +45,7 @@ class GenerateCommand final : public Subcommand {
   explicit GenerateCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Generate, "write a deterministic MXFP4 checkpoint (tests, benchmarks)") {
     app_->add_option("DIR", dir_, "directory to create (absent or empty)")->required();
-    add_choice(app_, "--layout", layout_, {"k3", "flat"},
-               "k3 (block_sparse_moe w1/w2/w3, text_config) or flat (mlp gate/up/down_proj)");
+    add_choice(app_, "--layout", spec_.layout, "checkpoint layout");
     app_->add_option("--layers", spec_.layers, "decoder layers, 1-4096")->type_name("N")->check(CLI::Range(1u, 4096u).description(""));
     app_->add_option("--experts", spec_.experts, "routed experts per layer, 1-4096")->type_name("N")->check(CLI::Range(1u, 4096u).description(""));
     app_->add_option("--hidden", spec_.hidden, "hidden size (K of gate/up), multiple of 32");
@@ -58,8 +57,9 @@ class GenerateCommand final : public Subcommand {
     app_->add_option("--zero-percent", spec_.zero_group_percent, "share of all-zero groups, 0-100")
         ->type_name("N")->check(CLI::Range(0u, 100u).description(""));
     app_->add_option("--seed", spec_.seed, "generator seed");
-    add_choice(app_, "--extreme-zero-scales", extreme_, {"on", "off"},
-               "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)");
+    add_named_choice(app_, "--extreme-zero-scales", {"on", "off"}, "on",
+                     "on: a quarter of the all-zero groups carry scales far outside the window (byte 0 or k_max+20)",
+                     [this](const std::string& given) { spec_.out_of_window_zero_groups = given == "on"; });
     app_->add_option("--set-span", set_span_, "MODULE=SPAN for one module");
     app_->add_option("--set-k-max", set_kmax_, "MODULE=K for one module");
     app_->add_option("--all-zero", all_zero_, "MODULE whose codes are all +-0");
@@ -67,8 +67,6 @@ class GenerateCommand final : public Subcommand {
   }
 
   int run(CommandRun&) override {
-    spec_.layout = layout_ == "flat" ? FixtureLayout::Flat : FixtureLayout::K3;
-    spec_.out_of_window_zero_groups = extreme_ == "on";
     for (const auto& kv : set_span_) {
       const auto [module, value] = module_value(kv, "--set-span");
       if (value < 0 || value > 200) fail(ErrorKind::Usage, "--set-span: {} is outside [0, 200]", value);
@@ -88,7 +86,7 @@ class GenerateCommand final : public Subcommand {
 
  private:
   FixtureSpec spec_;
-  std::string dir_, layout_ = "k3", extreme_ = "on";
+  std::string dir_;
   std::vector<std::string> set_span_, set_kmax_, all_zero_, nan_scale_;
 };
 

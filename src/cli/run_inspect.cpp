@@ -51,7 +51,7 @@ void print_tp_table(const MoeDims& dims) {
   for (const unsigned tp : tp_degrees()) {
     std::string ok;
     for (const auto& b : runtime_backends()) {
-      if (!dims_problem(b, dims, tp)) ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", b.runtime, b.backend);
+      if (!dims_problem(b, dims, tp)) ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", choice_name(b.runtime), choice_name(b.backend));
     }
     out(" {}:{}", tp, ok.empty() ? "none" : ok);
   }

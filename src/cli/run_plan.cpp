@@ -66,12 +66,13 @@ class PlanCommand final : public Subcommand {
     o.target = dst_;
     o.window = window_;
     o.threads = threads_;
-    o.overspan = parse_overspan(overspan_).value_or(OverSpanChoice::Fail);
+    o.overspan = overspan_;
     return run_plan(o, state.outputs.report);
   }
 
  private:
-  std::string src_, dst_, plan_out_, report_path_, overspan_ = "fail";
+  std::string src_, dst_, plan_out_, report_path_;
+  OverSpanChoice overspan_ = OverSpanChoice::Fail;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();
   CLI::Option *plan_out_opt_ = nullptr, *report_opt_ = nullptr;

@@ -63,7 +63,7 @@ class VerifyCommand final : public Subcommand {
     state.threads = threads_;
     state.source = src_;
     state.target = dst_;
-    ProgressLine progress(parse_progress_mode(progress_).value_or(ProgressMode::Auto), stderr);
+    ProgressLine progress(progress_, stderr);
     // Where the reports go is checked before any work.
     state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
     if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
@@ -116,7 +116,8 @@ class VerifyCommand final : public Subcommand {
     }
   }
 
-  std::string src_, dst_, shards_, report_path_, html_path_, progress_ = "auto";
+  std::string src_, dst_, shards_, report_path_, html_path_;
+  ProgressMode progress_ = ProgressMode::Auto;
   std::vector<std::string> merge_parts_;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();

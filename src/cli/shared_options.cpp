@@ -58,44 +58,25 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   return out + "?)";
 }
 
-CLI::Option* add_choice(CLI::App* sub, const std::string& name, std::string& value,
-                        const std::vector<std::string>& choices, const std::string& help) {
-  std::string shown = "{";
-  for (const auto& c : choices) shown += (shown.size() > 1 ? "," : "") + c;
-  shown += "}";
-  CLI::Validator exact(
-      [choices, shown](std::string& given) -> std::string {
-        if (std::find(choices.begin(), choices.end(), given) != choices.end()) return {};
-        return fmt::format("\"{}\" is not one of {}{}", given, shown, did_you_mean(given, choices));
-      },
-      "", "choice");
-  return sub->add_option(name, value, help)->type_name(shown)->default_str(value)->check(exact);
-}
-
-CLI::Option* add_window(CLI::App* sub, Window& window) {
-  std::vector<std::string> names;
-  std::string help = "block-scale window:";
-  for (const auto& w : windows()) {
-    names.emplace_back(w.name);
-    help += fmt::format(" {}: {};", w.name, w.summary);
-  }
-  help.pop_back();
+CLI::Option* add_named_choice(CLI::App* sub, const std::string& name, const std::vector<std::string>& names,
+                              const std::string& default_name, const std::string& help,
+                              std::function<void(const std::string&)> set) {
   std::string shown = "{";
   for (const auto& n : names) shown += (shown.size() > 1 ? "," : "") + n;
   shown += "}";
   CLI::Validator exact(
       [names, shown](std::string& given) -> std::string {
-        if (parse_window(given)) return {};
+        if (std::find(names.begin(), names.end(), given) != names.end()) return {};
         return fmt::format("\"{}\" is not one of {}{}", given, shown, did_you_mean(given, names));
       },
       "", "choice");
-  return sub
-      ->add_option_function<std::string>(
-          "--window", [&window](const std::string& name) { window = *parse_window(name); }, help)
+  return sub->add_option_function<std::string>(name, std::move(set), help)
       ->type_name(shown)
-      ->default_str(std::string(window_name(window)))
+      ->default_str(default_name)
       ->check(exact);
 }
+
+CLI::Option* add_window(CLI::App* sub, Window& window) { return add_choice(sub, "--window", window, "block-scale window"); }
 
 void add_threads(CLI::App* sub, unsigned& threads) {
   sub->add_option("--threads", threads, "worker threads, 1-1024")
@@ -117,19 +98,15 @@ CLI::Option* add_html(CLI::App* sub, std::string& path) {
                          "(the same rules as --report)");
 }
 
-void add_progress(CLI::App* sub, std::string& mode) {
-  add_choice(sub, "--progress", mode, {"auto", "always", "never", "json"},
-             "auto: a live line on stderr when it is a terminal; always; never; json: one JSON object per update "
-             "on stderr");
+void add_progress(CLI::App* sub, ProgressMode& mode) { add_choice(sub, "--progress", mode, "progress on stderr"); }
+
+CLI::Option* add_overspan(CLI::App* sub, OverSpanChoice& choice) {
+  return add_choice(sub, "--overspan", choice,
+                    "scale groups the window refuses (with --plan: checked against the plan's)");
 }
 
-CLI::Option* add_overspan(CLI::App* sub, std::string& choice) {
-  return add_choice(sub, "--overspan", choice, {"fail", "bf16", "requantize"},
-                    "scale groups the window refuses: fail (refuse, write nothing), bf16 (every expert of an "
-                    "affected MoE layer written as an exact BF16 weight and listed in the config's ignore; larger) "
-                    "or requantize (LOSSY: only those modules, a gate/up pair together, requantized from decoded "
-                    "values as compressed-tensors would; per-module error in the report); with --plan: checked "
-                    "against the plan's");
+CLI::Option* add_copy(CLI::App* sub, CopyMode& mode) {
+  return add_choice(sub, "--copy", mode, "how unchanged bytes reach DST");
 }
 
 void refuse_empty_paths(std::initializer_list<std::pair<const CLI::Option*, const std::string*>> paths) {

@@ -54,7 +54,7 @@ void print_counts(const Report& r) {
   }
   if (r.copy_mode && r.written_bytes) {
     out("  output   {} shared with SRC, {} copied, {} written (--copy {})\n", bytes(r.shared_bytes),
-               bytes(r.copied_bytes), bytes(r.written_bytes), copy_mode_name(*r.copy_mode));
+               bytes(r.copied_bytes), bytes(r.written_bytes), choice_name(*r.copy_mode));
   }
 }
 

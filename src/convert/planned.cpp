@@ -57,7 +57,7 @@ void check_expected_options(const PlannedOptions& options, Window window, OverSp
   if (options.overspan && *options.overspan != choice) {
     fail(ErrorKind::Usage, "--overspan {}: the plan was made with --overspan {} (a step follows its plan; leave "
                            "--overspan out, or plan again)",
-         overspan_name(*options.overspan), overspan_name(choice));
+         choice_name(*options.overspan), choice_name(choice));
   }
 }
 

@@ -44,7 +44,7 @@ std::optional<std::string> finished_mismatch(const Destination& dst, const Check
   if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", printable(f.tool_version));
   if (!mode_matches(f.window, window, choice)) {
     return fmt::format("it was converted under window {}, not {}{}", printable(f.window), window_name(window),
-                       choice == OverSpanChoice::Fail ? "" : fmt::format(" with --overspan {}", overspan_name(choice)));
+                       choice == OverSpanChoice::Fail ? "" : fmt::format(" with --overspan {}", choice_name(choice)));
   }
   if (f.shards.size() != ck.shards.size()) return "its shards differ from SRC's";
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {

@@ -27,16 +27,30 @@ std::string last_line(const std::string& err) {
 
 }  // namespace
 
+namespace {
+constexpr Choice<AskRuntimes> kAskRuntimes[] = {
+    {AskRuntimes::Auto, "auto", "also ask the vLLM/SGLang installed in --python which scheme their own code selects"},
+    {AskRuntimes::Never, "never", "do not"},
+};
+}  // namespace
+
+template <>
+std::span<const Choice<AskRuntimes>> choices<AskRuntimes>() {
+  return kAskRuntimes;
+}
+
 std::string_view runtime_probe_source() { return {kRuntimeProbeSource, sizeof(kRuntimeProbeSource) - 1}; }
 
 AskResult ask_runtimes(const AskOptions& options, const Json& quantization_config, const std::string& layer,
-                       const std::array<std::string, 3>& projections, const std::vector<std::string>& runtimes) {
+                       const std::array<std::string, 3>& projections, const std::vector<Runtime>& runtimes) {
   AskResult result;
   result.python = options.python;
+  Json names = Json::array();
+  for (const Runtime r : runtimes) names.push_back(choice_name(r));
   const Json request = {{"quantization_config", quantization_config},
                         {"layer", layer},
                         {"projections", Json::array({projections[0], projections[1], projections[2]})},
-                        {"runtimes", runtimes}};
+                        {"runtimes", std::move(names)}};
   SubprocessLimits limits;
   limits.timeout = options.timeout;
   const SubprocessResult run = run_subprocess(

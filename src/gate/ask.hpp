@@ -17,8 +17,13 @@
 
 namespace mx2nv {
 
+// gate --ask-runtimes: also ask the installed runtimes' own selectors?
+enum class AskRuntimes { Auto, Never };
+template <>
+std::span<const Choice<AskRuntimes>> choices<AskRuntimes>();
+
 struct AskOptions {
-  bool enabled = true;
+  AskRuntimes when = AskRuntimes::Auto;
   std::string python = "python3";  // looked up on PATH when it has no '/'
   std::chrono::seconds timeout{120};  // importing vLLM alone takes seconds to tens of seconds
 };
@@ -33,7 +38,7 @@ struct AskResult {
 // projections: the checkpoint's gate, up and down projection names (w1, w3,
 // w2 or gate_proj, up_proj, down_proj); layer: the experts' prefix.
 AskResult ask_runtimes(const AskOptions& options, const Json& quantization_config, const std::string& layer,
-                       const std::array<std::string, 3>& projections, const std::vector<std::string>& runtimes);
+                       const std::array<std::string, 3>& projections, const std::vector<Runtime>& runtimes);
 
 // The probe's source text, as compiled in (for tests and `--print-probe`-like uses).
 std::string_view runtime_probe_source();

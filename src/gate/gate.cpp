@@ -91,7 +91,7 @@ double bank_scale_factor(double max_scale) {
 // The runtimes' own selectors on the first MoE layer (every layer has the
 // same scheme in the checkpoints gate judges: one shape, one config group).
 void ask_own_selectors(const GateOptions& o, const Json& config, const std::vector<ExpertLayer>& layers, GateResult& r) {
-  if (!o.ask.enabled) {
+  if (o.ask.when == AskRuntimes::Never) {
     r.not_asked = "asking the runtimes was turned off";
     return;
   }
@@ -99,10 +99,11 @@ void ask_own_selectors(const GateOptions& o, const Json& config, const std::vect
     r.not_asked = "no routed experts to ask about";
     return;
   }
-  std::vector<std::string> runtimes;
+  std::vector<Runtime> runtimes;
   for (const auto& v : r.verdicts) {
-    const std::string name(v.backend->runtime);
-    if (std::find(runtimes.begin(), runtimes.end(), name) == runtimes.end()) runtimes.push_back(name);
+    if (std::find(runtimes.begin(), runtimes.end(), v.backend->runtime) == runtimes.end()) {
+      runtimes.push_back(v.backend->runtime);
+    }
   }
   r.expert_layer = layers.front().prefix;
   r.asked = ask_runtimes(o.ask, *quantization_config_of(config), r.expert_layer, layers.front().names, runtimes);
@@ -269,7 +270,7 @@ GateResult run_gate(const GateOptions& o) {
   if (!o.quick) add_small_scale_facts(experts, io, o.threads, s);
 
   for (const auto& b : runtime_backends()) {
-    if (o.runtime != "all" && o.runtime != b.runtime) continue;
+    if (o.runtime && *o.runtime != b.runtime) continue;
     for (const ActivationDtype d : o.dtypes) {
       result.verdicts.push_back(judge_backend(b, d, {o.tp, o.ep}, result.architecture, schemes, result.dims, s));
     }
@@ -315,11 +316,11 @@ Json gate_to_json(const GateResult& r) {
   }
   j["verdicts"] = Json::array();
   for (const auto& v : r.verdicts) {
-    j["verdicts"].push_back({{"runtime", v.backend->runtime},
+    j["verdicts"].push_back({{"runtime", choice_name(v.backend->runtime)},
                              {"version", v.backend->version},
-                             {"backend", v.backend->backend},
+                             {"backend", choice_name(v.backend->backend)},
                              {"gpus", v.backend->gpus},
-                             {"dtype", activation_dtype_name(v.dtype)},
+                             {"dtype", choice_name(v.dtype)},
                              {"tp", v.tp},
                              {"ep", v.ep},
                              {"model_class", v.model_class.empty() ? Json(nullptr) : Json(v.model_class)},
@@ -338,7 +339,7 @@ Json gate_to_json(const GateResult& r) {
                 {"runtimes", Json::array()}};
   for (const auto& c : r.checks) {
     const RuntimeOpinion& op = c.opinion;
-    asked["runtimes"].push_back({{"runtime", json_text(op.runtime)},
+    asked["runtimes"].push_back({{"runtime", choice_name(op.runtime)},
                                  {"outcome", answer_name(op.answer)},
                                  {"version", json_text(op.version)},
                                  {"pinned", json_text(op.pinned)},

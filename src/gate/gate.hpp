@@ -11,6 +11,7 @@
 #include "gate/rules.hpp"
 #include "sys/file.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@ namespace mx2nv {
 
 struct GateOptions {
   fs::path checkpoint;
-  std::string runtime = "all";             // vllm | sglang | all
+  std::optional<Runtime> runtime;  // nullopt: every runtime
   unsigned tp = 1;
   unsigned ep = 1;  // expert-parallel degree (1: none)
   std::vector<ActivationDtype> dtypes = {ActivationDtype::Fp16, ActivationDtype::Bf16};

@@ -25,17 +25,17 @@ constexpr std::string_view kSglangDeepseekLoader =
 
 const std::vector<ModelClassRule>& rules() {
   static const std::vector<ModelClassRule> all = {
-      {"vllm", "KimiK3ForConditionalGeneration", "KimiK3ForConditionalGeneration",
+      {Runtime::Vllm, "KimiK3ForConditionalGeneration", "KimiK3ForConditionalGeneration",
        "vllm/model_executor/models/registry.py:489-492", true, kVllmK3Loader, ""},
-      {"vllm", "KimiK31ForConditionalGeneration", "KimiK3ForConditionalGeneration",
+      {Runtime::Vllm, "KimiK31ForConditionalGeneration", "KimiK3ForConditionalGeneration",
        "vllm/model_executor/models/registry.py:493-496", true, kVllmK3Loader, ""},
-      {"vllm", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM", "vllm/model_executor/models/registry.py:94", true,
+      {Runtime::Vllm, "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM", "vllm/model_executor/models/registry.py:94", true,
        kVllmDeepseekLoader, ""},
-      {"sglang", "KimiK3ForConditionalGeneration", "KimiK3ForConditionalGeneration",
+      {Runtime::Sglang, "KimiK3ForConditionalGeneration", "KimiK3ForConditionalGeneration",
        "EntryClass, sglang/srt/models/kimi_k3.py:3876", false, kSglangK3Loader, kSglangK3Unblock},
-      {"sglang", "KimiK3LinearForCausalLM", "KimiK3LinearForCausalLM",
+      {Runtime::Sglang, "KimiK3LinearForCausalLM", "KimiK3LinearForCausalLM",
        "EntryClass, sglang/srt/models/kimi_k3.py:3876", false, kSglangK3Loader, kSglangK3Unblock},
-      {"sglang", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM",
+      {Runtime::Sglang, "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM",
        "EntryClass, sglang/srt/models/deepseek_v2.py:3595", true, kSglangDeepseekLoader, ""},
   };
   return all;
@@ -45,7 +45,7 @@ const std::vector<ModelClassRule>& rules() {
 
 const std::vector<ModelClassRule>& model_class_rules() { return rules(); }
 
-const ModelClassRule* model_class_rule(std::string_view runtime, std::string_view architecture) {
+const ModelClassRule* model_class_rule(Runtime runtime, std::string_view architecture) {
   const auto& all = rules();
   const auto it = std::find_if(all.begin(), all.end(), [&](const ModelClassRule& r) {
     return r.runtime == runtime && r.architecture == architecture;

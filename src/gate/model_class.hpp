@@ -10,13 +10,15 @@
 // never RUN.
 #pragma once
 
+#include "gate/runtime.hpp"
+
 #include <string_view>
 #include <vector>
 
 namespace mx2nv {
 
 struct ModelClassRule {
-  std::string_view runtime;       // "vllm" | "sglang"
+  Runtime runtime;
   std::string_view architecture;  // config.json "architectures"[0]
   std::string_view model_class;   // the class the release's registry builds
   std::string_view registry;      // where the release maps the architecture to it (file:line in the wheel)
@@ -26,7 +28,7 @@ struct ModelClassRule {
 };
 
 // The rule for (runtime, architecture); nullptr when gate has none.
-const ModelClassRule* model_class_rule(std::string_view runtime, std::string_view architecture);
+const ModelClassRule* model_class_rule(Runtime runtime, std::string_view architecture);
 const std::vector<ModelClassRule>& model_class_rules();
 
 }  // namespace mx2nv

@@ -1,5 +1,7 @@
 #include "gate/opinion.hpp"
 
+#include "gate/rules.hpp"
+
 #include "common/error.hpp"
 #include "common/printable.hpp"
 
@@ -14,11 +16,10 @@ constexpr int kProtocol = 1;           // python/mx2nv/runtime_probe.py PROTOCOL
 constexpr std::size_t kMaxText = 2000;  // characters kept of any string the probe sends
 constexpr std::size_t kMaxArgs = 16;
 
-const char* const kPinned[][2] = {{"vllm", "0.34.0"}, {"sglang", "0.5.23"}};
-
-std::string pinned_of(std::string_view runtime) {
-  for (const auto& [name, version] : kPinned) {
-    if (runtime == name) return version;
+// The release gate's rules were read from (gate/rules.cpp's backend table).
+std::string pinned_of(Runtime runtime) {
+  for (const RuntimeBackend& b : runtime_backends()) {
+    if (b.runtime == runtime) return std::string(b.version);
   }
   return {};
 }
@@ -77,27 +78,24 @@ std::string_view agreement_name(Agreement a) {
   return "NO OPINION";
 }
 
-bool selects_nvfp4a16(std::string_view runtime, std::string_view cls, const Json& args) {
+bool selects_nvfp4a16(Runtime runtime, std::string_view cls, const Json& args) {
   const auto flag = [&](const char* key, bool absent) {
     const auto it = args.find(key);
     return it == args.end() ? absent : (it->is_boolean() && it->get<bool>());
   };
-  if (runtime == "vllm") {
+  if (runtime == Runtime::Vllm) {
     // vLLM 0.34.0 compressed_tensors_moe.py:145-160: NVFP4 weights select
     // CompressedTensorsW4A4Nvfp4MoEMethod, weight-only when use_a16=True
     // (input_quant is None); use_a16=False is W4A4.
     return cls == "CompressedTensorsW4A4Nvfp4MoEMethod" && flag("use_a16", false);
   }
-  if (runtime == "sglang") {
-    // SGLang 0.5.23 compressed_tensors.py:959-961; :975 builds the same
-    // scheme with has_input_global_scale=True to serve a W4A4 checkpoint
-    // weight-only below sm100: not the checkpoint's own scheme.
-    return cls == "CompressedTensorsW4A16Nvfp4MoE" && !flag("has_input_global_scale", false);
-  }
-  return false;
+  // SGLang 0.5.23 compressed_tensors.py:959-961; :975 builds the same
+  // scheme with has_input_global_scale=True to serve a W4A4 checkpoint
+  // weight-only below sm100: not the checkpoint's own scheme.
+  return cls == "CompressedTensorsW4A16Nvfp4MoE" && !flag("has_input_global_scale", false);
 }
 
-std::vector<RuntimeOpinion> could_not_ask(const std::vector<std::string>& asked, const std::string& reason) {
+std::vector<RuntimeOpinion> could_not_ask(const std::vector<Runtime>& asked, const std::string& reason) {
   std::vector<RuntimeOpinion> out;
   for (const auto& r : asked) {
     RuntimeOpinion o;
@@ -109,7 +107,7 @@ std::vector<RuntimeOpinion> could_not_ask(const std::vector<std::string>& asked,
   return out;
 }
 
-ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<std::string>& asked) {
+ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<Runtime>& asked) {
   const Json doc = parse_strict_json(text, "runtime probe answer").value;
   if (!doc.is_object()) fail_input("runtime probe answer: not a JSON object");
   if (member(doc, "probe", Json::value_t::number_integer, "the answer") != kProtocol) {
@@ -118,19 +116,21 @@ ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<std::str
   ProbeAnswer answer;
   answer.python_version = string_member(doc, "python", "the answer");
   const Json& runtimes = member(doc, "runtimes", Json::value_t::array, "the answer");
-  std::vector<std::string> seen;
+  std::vector<Runtime> seen;
   for (const Json& r : runtimes) {
     if (!r.is_object()) fail_input("runtime probe answer: a runtime entry is not an object");
     RuntimeOpinion o;
-    o.runtime = string_member(r, "runtime", "a runtime entry");
-    if (std::find(asked.begin(), asked.end(), o.runtime) == asked.end()) {
-      fail_input("runtime probe answer: runtime \"{}\" was not asked", printable(o.runtime));
+    const std::string name = string_member(r, "runtime", "a runtime entry");
+    const auto runtime = parse_choice<Runtime>(name);
+    if (!runtime || std::find(asked.begin(), asked.end(), *runtime) == asked.end()) {
+      fail_input("runtime probe answer: runtime \"{}\" was not asked", printable(name));
     }
+    o.runtime = *runtime;
     if (std::find(seen.begin(), seen.end(), o.runtime) != seen.end()) {
-      fail_input("runtime probe answer: runtime \"{}\" answered twice", o.runtime);
+      fail_input("runtime probe answer: runtime \"{}\" answered twice", name);
     }
     seen.push_back(o.runtime);
-    const std::string where = fmt::format("runtime \"{}\"", o.runtime);
+    const std::string where = fmt::format("runtime \"{}\"", name);
     o.pinned = pinned_of(o.runtime);
     o.version = string_member(r, "version", where);
     o.reason = string_member(r, "reason", where);

@@ -5,6 +5,7 @@
 // another program: parsed strictly, every string capped.
 #pragma once
 
+#include "gate/runtime.hpp"
 #include "json/strict_json.hpp"
 
 #include <optional>
@@ -15,7 +16,7 @@
 namespace mx2nv {
 
 struct RuntimeOpinion {
-  std::string runtime;  // "vllm" | "sglang"
+  Runtime runtime = Runtime::Vllm;
   enum class Answer {
     NotInstalled,  // not importable in that interpreter: no opinion
     Selected,      // its selector chose `selected`
@@ -41,15 +42,15 @@ struct ProbeAnswer {
 // when the answer lacks it). Throws Error(InvalidInput) when the text is
 // not the probe's protocol: not JSON, wrong types, an unknown runtime or
 // outcome, a runtime twice.
-ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<std::string>& asked);
+ProbeAnswer parse_probe_answer(std::string_view text, const std::vector<Runtime>& asked);
 
 // Every runtime in `asked`, CouldNotAsk with `reason` (interpreter missing,
 // probe crashed or timed out).
-std::vector<RuntimeOpinion> could_not_ask(const std::vector<std::string>& asked, const std::string& reason);
+std::vector<RuntimeOpinion> could_not_ask(const std::vector<Runtime>& asked, const std::string& reason);
 
 // Whether the class a runtime's selector constructed (with its recorded
 // keyword arguments) is its NVFP4 weight-only MoE method.
-bool selects_nvfp4a16(std::string_view runtime, std::string_view cls, const Json& args);
+bool selects_nvfp4a16(Runtime runtime, std::string_view cls, const Json& args);
 
 enum class Agreement { NoOpinion, Agrees, Disagrees };
 std::string_view agreement_name(Agreement a);

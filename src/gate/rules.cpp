@@ -22,11 +22,11 @@ constexpr std::string_view kSglangSelect =
     ":959-961 (CompressedTensorsW4A16Nvfp4MoE)";
 
 const RuntimeBackend kBackends[] = {
-    {"vllm", "0.34.0", "marlin", "GPUs from sm75 without a native FP4 A16 path, and sm100+ (W4A4 kernels reject A16); "
+    {Runtime::Vllm, "0.34.0", Backend::Marlin, "GPUs from sm75 without a native FP4 A16 path, and sm100+ (W4A4 kernels reject A16); "
                                  "--moe-backend marlin anywhere", true},
-    {"vllm", "0.34.0", "humming", "sm90 (H100/H200): utils/humming/priority.py:11 puts it ahead of Marlin "
+    {Runtime::Vllm, "0.34.0", Backend::Humming, "sm90 (H100/H200): utils/humming/priority.py:11 puts it ahead of Marlin "
                                   "(humming-kernels 0.1.19)", true},
-    {"sglang", "0.5.23", "marlin", "sm80+ (compressed_tensors_w4a16_nvfp4_moe.py:52-55)", true},
+    {Runtime::Sglang, "0.5.23", Backend::Marlin, "sm80+ (compressed_tensors_w4a16_nvfp4_moe.py:52-55)", true},
 };
 
 bool is_nvfp4a16(const SchemeFacts& s) {
@@ -54,7 +54,7 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
     v.kind = Verdict::Blocked;
     v.reasons.push_back(std::move(reason));
   };
-  const std::string_view dt = fp16 ? "fp16" : "bf16";
+  const std::string_view dt = choice_name(fp16 ? ActivationDtype::Fp16 : ActivationDtype::Bf16);
   v.notes.push_back("assumes vLLM's default VLLM_HUMMING_USE_F16_ACCUM=0 (envs.py:1651-1652): with 1 the global "
                     "is applied in the activation dtype (humming arith/epilogue_arith.cuh:155-161), not judged");
   v.notes.push_back("block scales: converted by the hardware (humming datatype/dequant_native.cuh:92, dequant.cuh:"
@@ -115,7 +115,7 @@ void judge_model_class(Verdict& v, const RuntimeBackend& b, std::string_view arc
   if (rule == nullptr) {
     v.reasons.push_back(fmt::format("architecture {}: mx2nv has not run {} {}'s loader for it, so whether its "
                                     "model class loads every routed-expert tensor of this format is unknown",
-                                    architecture, b.runtime, b.version));
+                                    architecture, choice_name(b.runtime), b.version));
     return;
   }
   v.model_class = std::string(rule->model_class);
@@ -147,8 +147,6 @@ std::string describe(const SchemeFacts& s) {
 }
 
 }  // namespace
-
-std::string_view activation_dtype_name(ActivationDtype d) { return d == ActivationDtype::Fp16 ? "fp16" : "bf16"; }
 
 std::string_view verdict_name(Verdict::Kind k) {
   switch (k) {
@@ -215,13 +213,13 @@ std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& 
     return fmt::format("intermediate size {} is not divisible by TP {}", d.intermediate, tp);
   }
   const std::uint64_t n = d.intermediate / tp;
-  if (b.runtime == "sglang") {
+  if (b.runtime == Runtime::Sglang) {
     // compressed_tensors_w4a16_nvfp4_moe.py:220-229
     if (d.hidden % 128 != 0) return fmt::format("hidden size {} % 128 != 0 (scheme :220-224)", d.hidden);
     if (n % 64 != 0) return fmt::format("intermediate per partition {} % 64 != 0 (scheme :225-229)", n);
     return std::nullopt;
   }
-  if (b.backend == "marlin") {
+  if (b.backend == Backend::Marlin) {
     // marlin_utils_fp4.py:317-322: K must fit Marlin's tiles; N is padded.
     if (d.hidden % 64 != 0) return fmt::format("hidden size {} % 64 != 0 (marlin_utils_fp4.py:320)", d.hidden);
   }
@@ -248,7 +246,7 @@ RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, con
   }
   // How far the experts' inner dimension is split across ranks.
   unsigned split = tp;
-  if (ep > 1 && b.runtime == "sglang") {
+  if (ep > 1 && b.runtime == Runtime::Sglang) {
     // MoE TP size = TP / EP (sglang/srt/distributed/parallel_state.py:2860-2923); every rank holds an equal
     // share of the routed experts (srt/layers/moe/fused_moe_triton/layer.py:413, an assert).
     if (tp % ep != 0) {
@@ -282,7 +280,7 @@ RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, con
   r.intermediate = d.intermediate / split;
   r.padded_intermediate = r.intermediate;
   const ModelClassRule* rule = model_class_rule(b.runtime, architecture);
-  const bool vllm_k3 = b.runtime == "vllm" && rule != nullptr && rule->model_class == "KimiK3ForConditionalGeneration";
+  const bool vllm_k3 = b.runtime == Runtime::Vllm && rule != nullptr && rule->model_class == "KimiK3ForConditionalGeneration";
   if (vllm_k3 && ep == 1 && tp > 1 && r.intermediate < 256) {
     // Padded with zeros, so the values are unchanged (model.py:579-590).
     r.padded_intermediate = 256;
@@ -327,15 +325,15 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
       block(fmt::format("scheme: quantization_config group is not NVFP4A16 ({}); {} selects the NVFP4 weight-only "
                         "MoE method only for tensor_group/float/4-bit/group 16/symmetric weights without input "
                         "quantization ({})",
-                        describe(sc), b.runtime, b.runtime == "vllm" ? kVllmSelect : kSglangSelect));
+                        describe(sc), choice_name(b.runtime), b.runtime == Runtime::Vllm ? kVllmSelect : kSglangSelect));
     }
   }
   v.scheme_selected = selected;
   if (selected) {
     v.notes.push_back(fmt::format("scheme: {} ({})",
-                                  b.runtime == "vllm" ? "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)"
+                                  b.runtime == Runtime::Vllm ? "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)"
                                                       : "CompressedTensorsW4A16Nvfp4MoE",
-                                  b.runtime == "vllm" ? kVllmSelect : kSglangSelect));
+                                  b.runtime == Runtime::Vllm ? kVllmSelect : kSglangSelect));
   }
   if (dims.layers == 0) block("no MoE expert modules (…experts.E.w1/w2/w3 or gate/up/down_proj) found");
   v.share = rank_share(b, architecture, dims, deployment);
@@ -352,17 +350,17 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
 
   if (s.gate_up_differ != 0) {
     const std::string first = s.gate_up_differ_first.empty() ? std::string() : s.gate_up_differ_first.front();
-    if (b.runtime == "sglang") {
+    if (b.runtime == Runtime::Sglang) {
       block(fmt::format("gate/up globals differ for {} experts (first: {}): SGLang raises ValueError "
                         "(compressed_tensors_w4a16_nvfp4_moe.py:191-201)", s.gate_up_differ, first));
-    } else if (b.backend == "marlin") {
+    } else if (b.backend == Backend::Marlin) {
       block(fmt::format("gate/up globals differ for {} experts (first: {}): vLLM applies w1's global to w3's "
                         "half too, so the up projection is wrong (compressed_tensors_moe_w4a4_nvfp4.py:232-240)",
                         s.gate_up_differ, first));
     }
   }
 
-  if (b.backend == "humming") {
+  if (b.backend == Backend::Humming) {
     judge_humming(v, fp16, s);
     return settle(v);
   }
@@ -379,7 +377,7 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
                                            "(marlin_utils_fp4.py:83-89)", s.negative_scales));
   const std::uint64_t small = fp16 ? s.active_below_fp16 : s.active_below_bf16;
   if (small) {
-    if (b.runtime == "vllm") {
+    if (b.runtime == Runtime::Vllm) {
       block(fmt::format("{} active blocks have block scales below 2^-6{}: vLLM's Marlin path sets them to zero "
                         "(marlin_utils_fp4.py:116-117{})", small, fp16 ? "" : " after the bf16 rescale",
                         fp16 ? "" : ", :36-55 and :375-377"));
@@ -397,11 +395,11 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
     if (s.min_multiplier < lo) {
       block(fmt::format("a global multiplier 1/weight_global_scale = {:g} is below {:g}: x 2^7 it is no normal {} "
                         "(vLLM marlin_utils_fp4.py:133-145, SGLang :47-59 after a cast at :519-520; the kernel folds w2's into the routing weight)",
-                        s.min_multiplier, lo, activation_dtype_name(dtype)));
+                        s.min_multiplier, lo, choice_name(dtype)));
     }
     if (s.max_multiplier > hi) {
       block(fmt::format("a global multiplier {:g} overflows {} after x 2^{} (vLLM marlin_utils_fp4.py:133-145, SGLang :47-59)",
-                        s.max_multiplier, activation_dtype_name(dtype), fp16 ? 7 : 119));
+                        s.max_multiplier, choice_name(dtype), fp16 ? 7 : 119));
     }
   }
   if (s.modules_not_pow2) {
@@ -409,8 +407,8 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
                                   "the global in {} (marlin_template.h global_scale_ptr is 16-bit{}), so it is "
                                   "rounded to {} significant bits",
                                   s.modules_not_pow2, s.multipliers_not_pow2.empty() ? "" : s.multipliers_not_pow2[0],
-                                  activation_dtype_name(dtype),
-                                  b.runtime == "sglang" ? "; SGLang casts it first, marlin_utils_fp4.py:519-520" : "",
+                                  choice_name(dtype),
+                                  b.runtime == Runtime::Sglang ? "; SGLang casts it first, marlin_utils_fp4.py:519-520" : "",
                                   fp16 ? 11 : 8));
   }
   return settle(v);
@@ -438,7 +436,7 @@ Json tp_table_json(const MoeDims& dims) {
     Json row = {{"tp", tp}};
     for (const auto& b : runtime_backends()) {
       const auto p = dims_problem(b, dims, tp);
-      row[fmt::format("{}-{}", b.runtime, b.backend)] = p ? Json(*p) : Json("ok");
+      row[fmt::format("{}-{}", choice_name(b.runtime), choice_name(b.backend))] = p ? Json(*p) : Json("ok");
     }
     rows.push_back(row);
   }

@@ -9,6 +9,7 @@
 // per rank, the post-load scale processing and the kernel's decode.
 #pragma once
 
+#include "gate/runtime.hpp"
 #include "json/strict_json.hpp"
 
 #include <cstdint>
@@ -19,13 +20,11 @@
 
 namespace mx2nv {
 
-enum class ActivationDtype { Fp16, Bf16 };
-std::string_view activation_dtype_name(ActivationDtype d);
 
 struct RuntimeBackend {
-  std::string_view runtime;  // "vllm" | "sglang"
+  Runtime runtime;
   std::string_view version;  // the pinned release the rules were read from
-  std::string_view backend;  // "marlin" | "humming"
+  Backend backend;
   std::string_view gpus;     // where it is selected
   bool verified;             // value-exact rules established (judged by tests/conformance)
 };

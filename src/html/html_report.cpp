@@ -455,8 +455,8 @@ std::string runtime_verdicts(const HtmlReportInput& input) {
     const char* color = v.kind == Verdict::Run ? "#15803d" : v.kind == Verdict::Blocked ? "#b91c1c" : "#b45309";
     std::string why;
     for (const auto& reason : v.reasons) why += (why.empty() ? "" : "<br>") + esc(reason);
-    html += row({esc(fmt::format("{} {}", v.backend->runtime, v.backend->version)), esc(v.backend->backend),
-                 esc(v.backend->gpus), esc(activation_dtype_name(v.dtype)),
+    html += row({esc(fmt::format("{} {}", choice_name(v.backend->runtime), v.backend->version)), esc(choice_name(v.backend->backend)),
+                 esc(v.backend->gpus), esc(choice_name(v.dtype)),
                  fmt::format("<b class=\"verdict\" style=\"color:{}\">{}</b>", color, esc(verdict_name(v.kind))), why});
   }
   return html + "</table>\n";

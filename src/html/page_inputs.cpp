@@ -26,7 +26,7 @@ std::string render_html_for(const Report& report, const Inspection* inspection, 
       GateOptions options;
       options.checkpoint = report.provenance.target;
       options.threads = threads;
-      options.ask.enabled = false;  // the page shows gate's verdicts; asking a runtime may take a minute
+      options.ask.when = AskRuntimes::Never;  // the page shows gate's verdicts; asking a runtime may take a minute
       gate = run_gate(options);
     } catch (const Error& e) {
       gate_unavailable = fmt::format("mx2nv gate could not judge {}: {}.", report.provenance.target, e.what());

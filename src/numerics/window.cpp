@@ -38,7 +38,19 @@ constexpr std::array<WindowInfo, 2> kWindows{{
      "readers that decode E4M3 and the FP32 global faithfully (compressed-tensors); not Marlin"},
 }};
 
+// The same rows, as the choice table the CLI binds.
+constexpr auto kWindowChoices = [] {
+  std::array<Choice<Window>, kWindows.size()> out{};
+  for (std::size_t i = 0; i < kWindows.size(); ++i) out[i] = {kWindows[i].window, kWindows[i].name, kWindows[i].summary};
+  return out;
+}();
+
 }  // namespace
+
+template <>
+std::span<const Choice<Window>> choices<Window>() {
+  return kWindowChoices;
+}
 
 std::span<const WindowInfo> windows() { return kWindows; }
 

@@ -12,6 +12,8 @@
 //     the kernel multiplies it with).
 #pragma once
 
+#include "common/choice.hpp"
+
 #include <optional>
 #include <span>
 #include <string_view>
@@ -50,6 +52,9 @@ const WindowInfo& window_spec(Window w);
 WindowLimits window_limits(Window w);
 std::string_view window_name(Window w);
 std::optional<Window> parse_window(std::string_view name);
+// The window table as a choice table (names and summaries), for the CLI's --window.
+template <>
+std::span<const Choice<Window>> choices<Window>();
 
 // Whether a global multiplier (1 / weight_global_scale, any positive float,
 // not only powers of two) lies in the window's global range: 2^global_min <=

@@ -9,20 +9,21 @@
 
 namespace mx2nv {
 
-std::optional<OverSpanChoice> parse_overspan(std::string_view name) {
-  if (name == "fail") return OverSpanChoice::Fail;
-  if (name == "bf16") return OverSpanChoice::Bf16;
-  if (name == "requantize") return OverSpanChoice::Requantize;
-  return std::nullopt;
-}
+namespace {
+constexpr Choice<OverSpanChoice> kOverSpanChoices[] = {
+    {OverSpanChoice::Fail, "fail", "refuse, write nothing"},
+    {OverSpanChoice::Bf16, "bf16",
+     "every expert of an affected MoE layer written as an exact BF16 weight and listed in the config's ignore; "
+     "larger"},
+    {OverSpanChoice::Requantize, "requantize",
+     "LOSSY: only those modules, a gate/up pair together, requantized from decoded values as compressed-tensors "
+     "would; per-module error in the report"},
+};
+}  // namespace
 
-std::string_view overspan_name(OverSpanChoice choice) {
-  switch (choice) {
-    case OverSpanChoice::Bf16: return "bf16";
-    case OverSpanChoice::Requantize: return "requantize";
-    case OverSpanChoice::Fail: break;
-  }
-  return "fail";
+template <>
+std::span<const Choice<OverSpanChoice>> choices<OverSpanChoice>() {
+  return kOverSpanChoices;
 }
 
 std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan) {
@@ -94,7 +95,7 @@ std::string plan_mode_name(const Plan& plan) {
 bool mode_matches(std::string_view recorded, Window window, OverSpanChoice choice) {
   const std::string exact(window_name(window));
   if (recorded == exact) return true;  // nothing needed the choice
-  return choice != OverSpanChoice::Fail && recorded == exact + "+" + std::string(overspan_name(choice));
+  return choice != OverSpanChoice::Fail && recorded == exact + "+" + std::string(choice_name(choice));
 }
 
 std::uint64_t bf16_weight_bytes(const QuantModule& m) {

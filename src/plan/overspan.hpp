@@ -22,9 +22,6 @@
 
 namespace mx2nv {
 
-std::optional<OverSpanChoice> parse_overspan(std::string_view name);
-std::string_view overspan_name(OverSpanChoice choice);
-
 // Scale groups the plan refuses, by index: a member over the span, or no
 // global for the group (plan.bad_globals). Ascending.
 std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& plan);

@@ -12,6 +12,8 @@
 // that minimum as far as the block scales allow.
 #pragma once
 
+#include "common/choice.hpp"
+
 #include "model/modules.hpp"
 #include "model/scale_scan.hpp"
 #include "numerics/formats.hpp"
@@ -89,7 +91,10 @@ using HistogramReader = std::function<SparseHistogram(std::size_t module)>;
 // the lossy requantization from decoded values (divisor = compressed-tensors'
 // global; m and zero_scales unused) or a BF16 `weight` (no NVFP4 tensors).
 enum class Treatment : std::uint8_t { Exact = 0, Requantized = 1, Bf16 = 2 };
+// convert --overspan: what to do with scale groups the window refuses (plan/overspan.hpp).
 enum class OverSpanChoice { Fail, Bf16, Requantize };
+template <>
+std::span<const Choice<OverSpanChoice>> choices<OverSpanChoice>();
 
 struct ModulePlan {
   Treatment treatment = Treatment::Exact;

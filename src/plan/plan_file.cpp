@@ -148,7 +148,7 @@ void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_
     out.raw("]");
   });
   key("overspan");
-  out.string(overspan_name(p.overspan));
+  out.string(choice_name(p.overspan));
   key("shards");
   list(p.shards.size(), [&](std::size_t i) {
     const PlannedShard& s = p.shards[i];
@@ -253,14 +253,14 @@ void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, 
           m.divisor <= 0 || !global_multiplier_fits(p.window, 1.0 / static_cast<double>(m.divisor))) {
         fail_input("{}: module \"{}\" is requantized with a global (divisor {}) or in a plan (--overspan {}) that does "
                    "not allow it",
-                   what, excerpt(name), m.divisor, overspan_name(p.overspan));
+                   what, excerpt(name), m.divisor, choice_name(p.overspan));
       }
       return;
     case Treatment::Bf16:
       if (p.overspan != OverSpanChoice::Bf16 || m.m != 0 || m.zero_scales ||
           std::bit_cast<std::uint32_t>(m.divisor) != std::bit_cast<std::uint32_t>(1.0f)) {
         fail_input("{}: module \"{}\" is BF16 in a plan (--overspan {}) that does not write it so", what,
-                   excerpt(name), overspan_name(p.overspan));
+                   excerpt(name), choice_name(p.overspan));
       }
       return;
   }
@@ -665,7 +665,7 @@ PlanFile PlanReader::finish() {
   const auto window = parse_window(*strings_[kWindow]);
   if (!window) fail_input("{}: unknown window \"{}\"", what(), excerpt(*strings_[kWindow]));
   p_.window = *window;
-  const auto overspan = parse_overspan(*strings_[kOverspan]);
+  const auto overspan = parse_choice<OverSpanChoice>(*strings_[kOverspan]);
   if (!overspan) fail_input("{}: unknown overspan choice \"{}\"", what(), excerpt(*strings_[kOverspan]));
   p_.overspan = *overspan;
   const std::string& source_text = *strings_[kSource];

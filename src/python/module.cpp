@@ -120,22 +120,41 @@ CommandReturn run_released(Work work, const nb::object& callback, ProgressMailbo
   return future.get();
 }
 
-Window window_of(const std::string& name) {
-  const auto w = parse_window(name);
-  if (!w) fail(ErrorKind::Usage, "unknown window \"{}\" (marlin or e4m3)", name);
-  return *w;
+// A name from E's choice table (common/choice.hpp); anything else is a UsageError.
+template <class E>
+E choice_arg(std::string_view what, const std::string& name) {
+  const auto value = parse_choice<E>(name);
+  if (!value) fail(ErrorKind::Usage, "{} must be {}, not \"{}\"", what, choice_list<E>(), name);
+  return *value;
 }
 
-OverSpanChoice overspan_of(const std::string& name) {
-  const auto choice = parse_overspan(name);
-  if (!choice) fail(ErrorKind::Usage, "unknown overspan choice \"{}\" (fail, bf16 or requantize)", name);
-  return *choice;
+// The same, or `every` (nullopt: every value).
+template <class E>
+std::optional<E> choice_or_every_arg(std::string_view what, const std::string& name, std::string_view every) {
+  if (name == every) return std::nullopt;
+  const auto value = parse_choice<E>(name);
+  if (!value) fail(ErrorKind::Usage, "{} must be {}, {}, not \"{}\"", what, every, choice_list<E>(), name);
+  return value;
 }
 
-CopyMode copy_of(const std::string& copy) {
-  const auto mode = parse_copy_mode(copy);
-  if (!mode) fail(ErrorKind::Usage, "unknown copy mode \"{}\" (auto, reflink or copy)", copy);
-  return *mode;
+// Every choice table by the keyword argument it validates: the Python
+// package's WINDOWS, COPY_MODES, ... are read from here, not spelled again.
+nb::dict choice_tables() {
+  nb::dict d;
+  const auto put = [&d](const char* key, std::vector<std::string> names) {
+    nb::list l;
+    for (auto& n : names) l.append(nb::str(n.c_str()));
+    d[key] = nb::tuple(l);
+  };
+  put("window", choice_names<Window>());
+  put("overspan", choice_names<OverSpanChoice>());
+  put("copy", choice_names<CopyMode>());
+  std::vector<std::string> runtimes{std::string(kEveryRuntime)}, dtypes{std::string(kEveryDtype)};
+  for (auto& n : choice_names<Runtime>()) runtimes.push_back(n);
+  for (auto& n : choice_names<ActivationDtype>()) dtypes.push_back(n);
+  put("runtime", runtimes);
+  put("dtype", dtypes);
+  return d;
 }
 
 std::optional<fs::path> path_of(const std::optional<std::string>& p) {
@@ -178,9 +197,9 @@ CommandReturn convert(const std::string& src, const std::string& dst, const std:
         CommandOutputs outputs;
         try {
           outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
-          o.window = window_of(window);
-          o.copy = copy_of(copy);
-          o.overspan = overspan_of(overspan);
+          o.window = choice_arg<Window>("window", window);
+          o.copy = choice_arg<CopyMode>("copy", copy);
+          o.overspan = choice_arg<OverSpanChoice>("overspan", overspan);
           const Report r = convert_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
@@ -204,7 +223,7 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
         try {
           outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
           // No window given: the one DST records (as the CLI's verify), else marlin.
-          o.window = window.empty() ? Destination::recorded_window(o.target).value_or(Window::Marlin) : window_of(window);
+          o.window = window.empty() ? Destination::recorded_window(o.target).value_or(Window::Marlin) : choice_arg<Window>("window", window);
           const Report r = verify_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
@@ -252,7 +271,7 @@ CommandReturn inspect(const std::string& src, const std::string& window, unsigne
         CommandOutputs outputs;
         try {
           outputs = check_command_outputs(std::nullopt, path_of(html), {fs::path(src)});
-          w = window_of(window);
+          w = choice_arg<Window>("window", window);
           const Inspection in = inspect_checkpoint(src, w, threads);
           std::optional<std::string> page;
           if (html) page = render_html_for(in.report, &in, threads);
@@ -275,8 +294,8 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
   return run_released(
       [&]() -> CommandReturn {
         try {
-          o.window = window_of(window);
-          o.overspan = overspan_of(overspan);
+          o.window = choice_arg<Window>("window", window);
+          o.overspan = choice_arg<OverSpanChoice>("overspan", overspan);
           fs::path written_to;
           const Report r = plan_checkpoint(o, written_to);
           std::optional<std::string> plan_path;
@@ -331,7 +350,7 @@ CommandReturn convert_shards(const std::string& plan_path, const std::string& se
         PlannedPaths paths{o.plan, o.source, o.target};
         CommandOutputs outputs;
         try {
-          o.copy = copy_of(copy);
+          o.copy = choice_arg<CopyMode>("copy", copy);
           const ShardSelection which = selection.find('/') == std::string::npos ? parse_shard_index(selection)
                                                                                  : parse_shard_selection(selection);
           outputs = planned_outputs(o, report, std::nullopt, paths);
@@ -355,7 +374,7 @@ CommandReturn finalize(const std::string& plan_path, const std::optional<std::st
         PlannedPaths paths{o.plan, o.source, o.target};
         CommandOutputs outputs;
         try {
-          o.copy = copy_of(copy);
+          o.copy = choice_arg<CopyMode>("copy", copy);
           outputs = planned_outputs(o, report, html, paths);
           const Report r = finalize_planned(o);
           std::optional<std::string> page;
@@ -378,24 +397,20 @@ CommandReturn gate(const std::string& checkpoint, const std::string& runtime, un
   return run_released(
       [&]() -> CommandReturn {
         try {
-          if (runtime != "vllm" && runtime != "sglang" && runtime != "all") {
-            fail(ErrorKind::Usage, "runtime must be vllm, sglang or all, not \"{}\"", runtime);
-          }
-          if (dtype != "fp16" && dtype != "bf16" && dtype != "both") {
-            fail(ErrorKind::Usage, "dtype must be fp16, bf16 or both, not \"{}\"", dtype);
-          }
+          const auto runtime_choice = choice_or_every_arg<Runtime>("runtime", runtime, kEveryRuntime);
+          const auto dtype_choice = choice_or_every_arg<ActivationDtype>("dtype", dtype, kEveryDtype);
           if (tp < 1 || tp > 1024) fail(ErrorKind::Usage, "tp must be in [1, 1024], got {}", tp);
           if (ep < 1 || ep > 1024) fail(ErrorKind::Usage, "ep must be in [1, 1024], got {}", ep);
           if (ask_timeout < 1 || ask_timeout > 3600) fail(ErrorKind::Usage, "ask_timeout must be in [1, 3600] s");
           GateOptions o;
           o.checkpoint = checkpoint;
-          o.runtime = runtime;
+          o.runtime = runtime_choice;
           o.tp = tp;
           o.ep = ep;
           o.threads = threads;
           o.quick = quick;
-          if (dtype != "both") o.dtypes = {dtype == "fp16" ? ActivationDtype::Fp16 : ActivationDtype::Bf16};
-          o.ask.enabled = python.has_value();
+          if (dtype_choice) o.dtypes = {*dtype_choice};
+          o.ask.when = python ? AskRuntimes::Auto : AskRuntimes::Never;
           if (python) o.ask.python = *python;
           o.ask.timeout = std::chrono::seconds(ask_timeout);
           const GateResult r = run_gate(o);
@@ -469,6 +484,7 @@ CommandReturn card(const std::string& src, const std::string& dst, const std::st
 NB_MODULE(_core, m) {
   m.doc() = "mx2nv's C++ library; use the mx2nv package, not this module.";
   m.def("version", [] { return std::string(MX2NV_VERSION); });
+  m.attr("CHOICES") = choice_tables();
   m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
         nb::arg("resume"), nb::arg("copy"), nb::arg("overspan"), nb::arg("progress").none(), nb::arg("report").none(),
         nb::arg("html").none(),

@@ -138,7 +138,7 @@ Json bf16_layers_to_json(const std::vector<Bf16Layer>& bf16_layers) {
 
 // convert --overspan bf16|requantize: the choice, the refusals it resolved, what it wrote.
 Json overspan_to_json(const Report& r) {
-  return {{"choice", overspan_name(r.overspan)},
+  return {{"choice", choice_name(r.overspan)},
           {"lossy", !r.requantized.empty()},
           {"resolved_over_span", over_span_to_json(r.resolved_over_span)},
           {"bf16_layers", bf16_layers_to_json(r.bf16_layers)},
@@ -174,7 +174,7 @@ Json report_document(const Report& r, bool rows) {
     j["resolved"] = {{"source", json_text(r.resolved_source)}, {"target", json_text(r.resolved_target)}};
   }
   if (r.copy_mode) {
-    j["copy"] = {{"mode", copy_mode_name(*r.copy_mode)},
+    j["copy"] = {{"mode", choice_name(*r.copy_mode)},
                  {"shared_bytes", figure(r.shared_bytes)},
                  {"copied_bytes", figure(r.copied_bytes)},
                  {"written_bytes", figure(r.written_bytes)}};

@@ -247,7 +247,7 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
       fail_input("the plan's row for module {} ({}) is not what SRC gives under window {} with --overspan {} ({}); "
                  "the plan was edited, or SRC's data changed since it was planned: run mx2nv plan again",
                  printable(set.modules[i].name), describe_row(have), window_name(plan.window),
-                 overspan_name(plan.overspan), describe_row(want));
+                 choice_name(plan.overspan), describe_row(want));
     }
   }
   if (derived.refused()) {
@@ -257,7 +257,7 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
                                                         : bad_global_name(set, derived.bad_globals.front());
     fail_input("SRC's {} is refused under window {} with --overspan {}, but the plan converts it; the plan was edited, "
                "or SRC's data changed since it was planned: run mx2nv plan again",
-               printable(what), window_name(plan.window), overspan_name(plan.overspan));
+               printable(what), window_name(plan.window), choice_name(plan.overspan));
   }
 }
 

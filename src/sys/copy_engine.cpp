@@ -50,20 +50,17 @@ int clone_range(int from_fd, std::uint64_t src_offset, std::uint64_t length, int
 
 }  // namespace
 
-std::optional<CopyMode> parse_copy_mode(std::string_view text) {
-  if (text == "auto") return CopyMode::Auto;
-  if (text == "reflink") return CopyMode::Reflink;
-  if (text == "copy") return CopyMode::Copy;
-  return std::nullopt;
-}
+namespace {
+constexpr Choice<CopyMode> kCopyModes[] = {
+    {CopyMode::Auto, "auto", "share with SRC where the file system can, else copy_file_range, else read/write"},
+    {CopyMode::Reflink, "reflink", "share or fail with exit 2 before writing"},
+    {CopyMode::Copy, "copy", "read and write every byte, never share"},
+};
+}  // namespace
 
-std::string_view copy_mode_name(CopyMode mode) {
-  switch (mode) {
-    case CopyMode::Auto: return "auto";
-    case CopyMode::Reflink: return "reflink";
-    case CopyMode::Copy: return "copy";
-  }
-  return "auto";
+template <>
+std::span<const Choice<CopyMode>> choices<CopyMode>() {
+  return kCopyModes;
 }
 
 std::uint64_t share_granularity(const File& file) { return granularity_of(file.fd()); }

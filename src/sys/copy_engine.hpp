@@ -10,6 +10,8 @@
 // the partial blocks at either end of a range are copied.
 #pragma once
 
+#include "common/choice.hpp"
+
 #include "sys/file.hpp"
 
 #include <atomic>
@@ -24,8 +26,8 @@ namespace mx2nv {
 // (exit 2, checked before anything is written); copy = read and write every
 // byte through mx2nv, never sharing (like `cp --reflink=never`).
 enum class CopyMode { Auto, Reflink, Copy };
-std::optional<CopyMode> parse_copy_mode(std::string_view text);
-std::string_view copy_mode_name(CopyMode mode);
+template <>
+std::span<const Choice<CopyMode>> choices<CopyMode>();  // --copy
 
 // The methods, best first. An engine starts at the best its mode allows and
 // falls back for good when the file system refuses one (Auto only).

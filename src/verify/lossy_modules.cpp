@@ -58,7 +58,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
   apply_overspan(ctx.source, plan, choice, ctx.options.threads);
   if (plan.refused()) {
     ctx.diff.add("SRC cannot be converted under the {} window even with --overspan {}", window_name(ctx.options.window),
-                 overspan_name(choice));
+                 choice_name(choice));
   }
   ctx.treatments.resize(modules.size());
   for (std::size_t i = 0; i < modules.size(); ++i) {
@@ -66,7 +66,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
     ctx.treatments[i] = expected;
     if (found[i] != expected) {
       ctx.diff.add("\"{}\" is {} in DST, but convert --overspan {} writes it {} under the {} window", modules[i].name,
-                   treatment_name(found[i]), overspan_name(choice), treatment_name(expected),
+                   treatment_name(found[i]), choice_name(choice), treatment_name(expected),
                    window_name(ctx.options.window));
       ctx.treatments[i] = found[i];  // check the values as what they are
     }

@@ -219,7 +219,7 @@ TEST(OverSpan, ACheckpointThatFitsIsConvertedLosslesslyWhateverTheChoice) {
   write_fixture(d / "src", spec);
   ASSERT_EQ(convert_checkpoint(options(d / "src", d / "fail", OverSpanChoice::Fail)).result, Outcome::Ok);
   for (const auto choice : {OverSpanChoice::Requantize, OverSpanChoice::Bf16}) {
-    const fs::path dst = d / std::string(overspan_name(choice));
+    const fs::path dst = d / std::string(choice_name(choice));
     const Report r = convert_checkpoint(options(d / "src", dst, choice));
     EXPECT_TRUE(r.requantized.empty());
     EXPECT_TRUE(r.bf16_layers.empty());

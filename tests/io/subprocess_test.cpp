@@ -125,7 +125,7 @@ AskResult ask(const std::string& python, std::chrono::seconds timeout = std::chr
   o.python = python;
   o.timeout = timeout;
   return ask_runtimes(o, Json{{"quant_method", "compressed-tensors"}}, "model.layers.0.mlp.experts",
-                      {"gate_proj", "up_proj", "down_proj"}, {"vllm", "sglang"});
+                      {"gate_proj", "up_proj", "down_proj"}, {Runtime::Vllm, Runtime::Sglang});
 }
 
 void expect_could_not_ask(const AskResult& r, const std::string& fragment) {

@@ -188,9 +188,9 @@ TEST(CopyEngine, ForcedCloneFailsClearlyWhereItCannotShare) {
 
 TEST(CopyEngine, ModeNamesRoundTrip) {
   for (const CopyMode m : {CopyMode::Auto, CopyMode::Reflink, CopyMode::Copy}) {
-    EXPECT_EQ(parse_copy_mode(copy_mode_name(m)), m);
+    EXPECT_EQ(parse_choice<CopyMode>(choice_name(m)), m);
   }
-  EXPECT_FALSE(parse_copy_mode("never").has_value());
+  EXPECT_FALSE(parse_choice<CopyMode>("never").has_value());
 }
 
 }  // namespace

@@ -45,10 +45,10 @@ Plan refused_plan(const ModuleSet& set) {
 
 TEST(OverSpanChoice, NamesRoundTrip) {
   for (const auto c : {OverSpanChoice::Fail, OverSpanChoice::Bf16, OverSpanChoice::Requantize}) {
-    EXPECT_EQ(parse_overspan(overspan_name(c)), c);
+    EXPECT_EQ(parse_choice<OverSpanChoice>(choice_name(c)), c);
   }
-  EXPECT_FALSE(parse_overspan("BF16").has_value());
-  EXPECT_FALSE(parse_overspan("").has_value());
+  EXPECT_FALSE(parse_choice<OverSpanChoice>("BF16").has_value());
+  EXPECT_FALSE(parse_choice<OverSpanChoice>("").has_value());
 }
 
 TEST(OverSpanChoice, MoeLayerIsTheExpertsList) {

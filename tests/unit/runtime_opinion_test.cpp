@@ -9,7 +9,7 @@
 namespace mx2nv {
 namespace {
 
-const std::vector<std::string> kBoth = {"vllm", "sglang"};
+const std::vector<Runtime> kBoth = {Runtime::Vllm, Runtime::Sglang};
 
 std::string answer(const std::string& runtimes) {
   return R"({"probe": 1, "python": "3.11.7", "layer": "m.experts", "projections": ["w1", "w3", "w2"], "runtimes": [)" +
@@ -30,7 +30,7 @@ TEST(RuntimeOpinion, ParsesEachOutcome) {
       kBoth);
   EXPECT_EQ(a.python_version, "3.11.7");
   ASSERT_EQ(a.runtimes.size(), 2u);
-  EXPECT_EQ(a.runtimes[0].runtime, "vllm");
+  EXPECT_EQ(a.runtimes[0].runtime, Runtime::Vllm);
   EXPECT_EQ(a.runtimes[0].answer, RuntimeOpinion::Answer::Selected);
   EXPECT_EQ(a.runtimes[0].selected, "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)");
   EXPECT_TRUE(a.runtimes[0].selects_nvfp4a16);
@@ -44,7 +44,7 @@ TEST(RuntimeOpinion, ParsesEachOutcome) {
 TEST(RuntimeOpinion, AnswersInTheOrderAskedAndFillsTheMissing) {
   const ProbeAnswer a = parse_probe_answer(answer(entry("sglang", "not-installed", "null", "")), kBoth);
   ASSERT_EQ(a.runtimes.size(), 2u);
-  EXPECT_EQ(a.runtimes[0].runtime, "vllm");
+  EXPECT_EQ(a.runtimes[0].runtime, Runtime::Vllm);
   EXPECT_EQ(a.runtimes[0].answer, RuntimeOpinion::Answer::CouldNotAsk);
   EXPECT_NE(a.runtimes[0].reason.find("no entry"), std::string::npos);
   EXPECT_EQ(a.runtimes[1].answer, RuntimeOpinion::Answer::NotInstalled);
@@ -95,7 +95,7 @@ TEST(RuntimeOpinion, CapsEveryString) {
   // A cap never splits a UTF-8 character (reports stay valid JSON).
   std::string utf8;
   for (int i = 0; i < 1500; ++i) utf8 += "\xc3\xa9";
-  const ProbeAnswer b = parse_probe_answer(answer(entry("vllm", "refused", "null", "1", utf8)), {"vllm"});
+  const ProbeAnswer b = parse_probe_answer(answer(entry("vllm", "refused", "null", "1", utf8)), {Runtime::Vllm});
   const std::string& r = b.runtimes[0].reason;
   EXPECT_EQ(r.substr(r.size() - 3), "...");
   EXPECT_EQ(static_cast<unsigned char>(r[r.size() - 4]), 0xa9);
@@ -103,18 +103,18 @@ TEST(RuntimeOpinion, CapsEveryString) {
 
 TEST(RuntimeOpinion, Nvfp4a16IsTheWeightOnlyMethodOnly) {
   const Json a16 = {{"use_a16", true}}, a4 = {{"use_a16", false}}, none = Json::object();
-  EXPECT_TRUE(selects_nvfp4a16("vllm", "CompressedTensorsW4A4Nvfp4MoEMethod", a16));
-  EXPECT_FALSE(selects_nvfp4a16("vllm", "CompressedTensorsW4A4Nvfp4MoEMethod", a4));
-  EXPECT_FALSE(selects_nvfp4a16("vllm", "CompressedTensorsW4A4Nvfp4MoEMethod", none));
-  EXPECT_FALSE(selects_nvfp4a16("vllm", "CompressedTensorsW4A4Nvfp4MoEMethod", Json{{"use_a16", "True"}}));
-  EXPECT_FALSE(selects_nvfp4a16("vllm", "UnquantizedFusedMoEMethod", none));
-  EXPECT_FALSE(selects_nvfp4a16("vllm", "CompressedTensorsW4A16Nvfp4MoE", none));
-  EXPECT_TRUE(selects_nvfp4a16("sglang", "CompressedTensorsW4A16Nvfp4MoE", none));
-  EXPECT_TRUE(selects_nvfp4a16("sglang", "CompressedTensorsW4A16Nvfp4MoE", Json{{"has_input_global_scale", false}}));
+  EXPECT_TRUE(selects_nvfp4a16(Runtime::Vllm, "CompressedTensorsW4A4Nvfp4MoEMethod", a16));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Vllm, "CompressedTensorsW4A4Nvfp4MoEMethod", a4));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Vllm, "CompressedTensorsW4A4Nvfp4MoEMethod", none));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Vllm, "CompressedTensorsW4A4Nvfp4MoEMethod", Json{{"use_a16", "True"}}));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Vllm, "UnquantizedFusedMoEMethod", none));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Vllm, "CompressedTensorsW4A16Nvfp4MoE", none));
+  EXPECT_TRUE(selects_nvfp4a16(Runtime::Sglang, "CompressedTensorsW4A16Nvfp4MoE", none));
+  EXPECT_TRUE(selects_nvfp4a16(Runtime::Sglang, "CompressedTensorsW4A16Nvfp4MoE", Json{{"has_input_global_scale", false}}));
   // A W4A4 checkpoint served weight-only below sm100 is not its own scheme.
-  EXPECT_FALSE(selects_nvfp4a16("sglang", "CompressedTensorsW4A16Nvfp4MoE", Json{{"has_input_global_scale", true}}));
-  EXPECT_FALSE(selects_nvfp4a16("sglang", "CompressedTensorsW4A4Nvfp4MoEMethod", a16));
-  EXPECT_FALSE(selects_nvfp4a16("trtllm", "CompressedTensorsW4A16Nvfp4MoE", none));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Sglang, "CompressedTensorsW4A16Nvfp4MoE", Json{{"has_input_global_scale", true}}));
+  EXPECT_FALSE(selects_nvfp4a16(Runtime::Sglang, "CompressedTensorsW4A4Nvfp4MoEMethod", a16));
+  EXPECT_FALSE(parse_choice<Runtime>("trtllm").has_value());  // no opinion can name another runtime
 }
 
 TEST(RuntimeOpinion, AgreementForEveryCombination) {

@@ -14,7 +14,7 @@ namespace {
 
 const RuntimeBackend& humming() {
   for (const auto& b : runtime_backends()) {
-    if (b.backend == "humming") return b;
+    if (b.backend == Backend::Humming) return b;
   }
   throw std::logic_error("no humming backend");
 }
@@ -37,7 +37,7 @@ constexpr std::string_view kK3 = "KimiK3ForConditionalGeneration";
 
 const RuntimeBackend& backend(std::string_view runtime, std::string_view name) {
   for (const auto& b : runtime_backends()) {
-    if (b.runtime == runtime && b.backend == name) return b;
+    if (choice_name(b.runtime) == runtime && choice_name(b.backend) == name) return b;
   }
   throw std::logic_error("no such backend");
 }
@@ -120,7 +120,7 @@ TEST(ModelClassRules, UncheckedOrMissingArchitecturesAreUnknownNeverRun) {
   for (const std::string_view arch : {"", "Qwen3MoeForCausalLM", "KimiK3ForCausalLM", "DeepseekV4ForCausalLM"}) {
     for (const auto& b : runtime_backends()) {
       const Verdict v = judge_backend(b, ActivationDtype::Fp16, {}, arch, nvfp4a16(), kDims, powers_of_two(-4, 4));
-      EXPECT_EQ(v.kind, Verdict::Unknown) << arch << " " << b.runtime << " " << b.backend;
+      EXPECT_EQ(v.kind, Verdict::Unknown) << arch << " " << choice_name(b.runtime) << " " << choice_name(b.backend);
       EXPECT_TRUE(v.model_class.empty());
     }
   }
