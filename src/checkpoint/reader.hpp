@@ -15,7 +15,6 @@
 #include "checkpoint/header_budget.hpp"
 #include "model/modules.hpp"
 #include "model/quant_config.hpp"
-#include "plan/plan.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
 #include "sys/file.hpp"
@@ -117,13 +116,5 @@ inline constexpr std::size_t kKeptIndexTensors = 600'000;
 inline constexpr std::uint64_t kKeptIndexNameBytes = 48ull << 20;
 SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads = 1,
                                         IndexNames index_names = IndexNames::Keep);
-
-// The index of the converted checkpoint: the source's, plus each module's
-// weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index;
-// if its names were dropped, reads the index again and refuses one that changed.
-// `plan` (parallel to the modules, or empty: every module exact): a BF16
-// module's weight_packed becomes its `weight`, and it has no scale or global.
-void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
-                         const TextSink& sink);
 
 }  // namespace mx2nv
