@@ -104,13 +104,13 @@ struct SourceCheckpoint {
 };
 // Index names: what to keep of the index's tensor names once the shards are
 // checked against it. Nothing looks a name up again; convert writes them
-// into DST's index at the end (render_target_index reads them again if
-// dropped). Dropping them before the module table is finished keeps the two
-// from peaking together. KeepIfSmall keeps them up to kKeptIndexTensors and
-// kKeptIndexNameBytes, set above the largest real checkpoint's index
-// (docs/performance.md), so a real checkpoint's names cost no second parse,
-// while an index near the caps, whose module table alone takes most of the
-// memory budget, is read again.
+// into DST's index at the end (render_target_index, in
+// destination/index_writer.hpp, reads them again if dropped). Dropping them
+// before the module table is finished keeps the two from peaking together.
+// KeepIfSmall keeps them up to kKeptIndexTensors and kKeptIndexNameBytes, set
+// above the largest real checkpoint's index (docs/performance.md), so a real
+// checkpoint's names cost no second parse, while an index near the caps,
+// whose module table alone takes most of the memory budget, is read again.
 enum class IndexNames { Keep, Drop, KeepIfSmall };
 inline constexpr std::size_t kKeptIndexTensors = 600'000;
 inline constexpr std::uint64_t kKeptIndexNameBytes = 48ull << 20;
