@@ -2,8 +2,11 @@
 #   MX2NV_LAYER_SPEC   "folder:dep,dep" entries, separated by ';' or '|'
 #   MX2NV_SOURCE_ROOT  the src/ directory
 # A library folder may include itself and the closure of its DEPS; the front
-# ends may include every library folder (python never includes cli). Fails
-# with every violation listed.
+# ends may include every library folder (python never includes cli). A folder
+# must also use each of its DEPS: some file of it includes that folder, so the
+# declared graph (the diagram of docs/architecture.md, drawn from it by
+# scripts/layer_diagram.py) says what the code does. Fails with every
+# violation listed.
 string(REPLACE "|" ";" spec "${MX2NV_LAYER_SPEC}")
 set(folders "")
 foreach(entry IN LISTS spec)
@@ -46,15 +49,22 @@ foreach(folder IN LISTS children)
     continue()
   endif()
   file(GLOB files ${MX2NV_SOURCE_ROOT}/${folder}/*.cpp ${MX2NV_SOURCE_ROOT}/${folder}/*.hpp)
+  set(used_${folder} "")
   foreach(file IN LISTS files)
     file(STRINGS ${file} includes REGEX "^#include \"[a-z_]+/")
     foreach(line IN LISTS includes)
       string(REGEX REPLACE "^#include \"([a-z_]+)/.*" "\\1" used "${line}")
+      list(APPEND used_${folder} ${used})
       if(NOT used STREQUAL folder AND NOT used IN_LIST closure_${folder})
         file(RELATIVE_PATH shown ${MX2NV_SOURCE_ROOT}/.. ${file})
         list(APPEND violations "${shown}: ${line} (src/${folder} builds on: ${direct_${folder}})")
       endif()
     endforeach()
+  endforeach()
+  foreach(dep IN LISTS direct_${folder})
+    if(NOT dep IN_LIST used_${folder})
+      list(APPEND violations "src/${folder}/ declares DEPS ${dep} and includes nothing of src/${dep}/")
+    endif()
   endforeach()
 endforeach()
 if(violations)

@@ -8,8 +8,9 @@ seconds=${1:-60}
 shift $(( $# > 0 ? 1 : 0 ))
 targets=("$@")
 if (( ${#targets[@]} == 0 )); then
-  targets=(fuzz_safetensors_header fuzz_shard_index fuzz_config fuzz_quant_config_typing fuzz_module_discovery
-           fuzz_report_merge)
+  # Every target: one fuzz_<name>.cpp each in tests/fuzz, all in CMakeLists.txt's
+  # MX2NV_FUZZ_TARGETS (cmake --build --target refuses one that is not).
+  for source in tests/fuzz/fuzz_*.cpp; do targets+=("$(basename "$source" .cpp)"); done
 fi
 command -v clang++ >/dev/null || { echo "fuzz: needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMX2NV_FUZZ=ON \

@@ -15,7 +15,6 @@
 #include "checkpoint/header_budget.hpp"
 #include "model/modules.hpp"
 #include "model/quant_config.hpp"
-#include "plan/plan.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
 #include "sys/file.hpp"
@@ -105,25 +104,17 @@ struct SourceCheckpoint {
 };
 // Index names: what to keep of the index's tensor names once the shards are
 // checked against it. Nothing looks a name up again; convert writes them
-// into DST's index at the end (render_target_index reads them again if
-// dropped). Dropping them before the module table is finished keeps the two
-// from peaking together. KeepIfSmall keeps them up to kKeptIndexTensors and
-// kKeptIndexNameBytes, set above the largest real checkpoint's index
-// (docs/performance.md), so a real checkpoint's names cost no second parse,
-// while an index near the caps, whose module table alone takes most of the
-// memory budget, is read again.
+// into DST's index at the end (render_target_index, in
+// destination/index_writer.hpp, reads them again if dropped). Dropping them
+// before the module table is finished keeps the two from peaking together.
+// KeepIfSmall keeps them up to kKeptIndexTensors and kKeptIndexNameBytes, set
+// above the largest real checkpoint's index (docs/performance.md), so a real
+// checkpoint's names cost no second parse, while an index near the caps,
+// whose module table alone takes most of the memory budget, is read again.
 enum class IndexNames { Keep, Drop, KeepIfSmall };
 inline constexpr std::size_t kKeptIndexTensors = 600'000;
 inline constexpr std::uint64_t kKeptIndexNameBytes = 48ull << 20;
 SourceCheckpoint open_source_checkpoint(const fs::path& root, unsigned threads = 1,
                                         IndexNames index_names = IndexNames::Keep);
-
-// The index of the converted checkpoint: the source's, plus each module's
-// weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index;
-// if its names were dropped, reads the index again and refuses one that changed.
-// `plan` (parallel to the modules, or empty: every module exact): a BF16
-// module's weight_packed becomes its `weight`, and it has no scale or global.
-void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
-                         const TextSink& sink);
 
 }  // namespace mx2nv

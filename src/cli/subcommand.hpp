@@ -7,7 +7,7 @@
 #include "convert/convert.hpp"
 #include "convert/planned.hpp"
 #include "plan/shard_selection.hpp"
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 #include "verify/verify.hpp"
 
 #include <memory>

@@ -5,7 +5,7 @@
 #include "common/error.hpp"
 #include "inspect/inspect.hpp"
 #include "report/report.hpp"
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 
 #include <cstdio>
 #include <optional>
@@ -26,7 +26,7 @@ void print_overspan(const Report& r);
 
 // --report FILE: the JSON, after the summary (which may go to /dev/stdout too).
 void write_report(const std::optional<ReportFile>& file, const Report& report);
-// --html FILE: the same path rules as --report (report/report_file.hpp).
+// --html FILE: the same path rules as --report (output/report_file.hpp).
 void write_html(const std::optional<ReportFile>& file, const Report& report, const Inspection* inspection,
                 unsigned threads);
 // Writes the report files of a finished run; its exit code.

@@ -1,6 +1,7 @@
 #include "compare/module_key.hpp"
 
 #include "common/error.hpp"
+#include "model/module_names.hpp"
 
 #include <array>
 #include <fmt/core.h>
@@ -14,15 +15,9 @@ namespace {
 constexpr std::array<std::string_view, 4> kPrefixes = {"language_model.model.", "model.language_model.",
                                                        "language_model.", "model."};
 
-struct Projection {
-  std::string_view spelling, key;
-};
-constexpr std::array<Projection, 6> kProjections = {{{"w1", "gate"},
-                                                     {"gate_proj", "gate"},
-                                                     {"w3", "up"},
-                                                     {"up_proj", "up"},
-                                                     {"w2", "down"},
-                                                     {"down_proj", "down"}}};
+// The key of each model/module_names projection (gate/up/down, in
+// Projection's order), whatever the checkpoint's spelling.
+constexpr std::array<std::string_view, 3> kProjectionKeys = {"gate", "up", "down"};
 
 bool consume(std::string_view& s, std::string_view word) {
   if (!s.starts_with(word)) return false;
@@ -53,10 +48,11 @@ std::optional<RoutedExpert> expert_without_prefix(std::string_view s, std::strin
   if (!consume(s, "experts.")) return std::nullopt;
   const auto expert = number_then_dot(s, whole);
   if (!expert) return std::nullopt;
-  for (const auto& p : kProjections) {
-    if (s == p.spelling) return RoutedExpert{*layer, *expert, p.key};
-  }
-  return std::nullopt;
+  // What is left must be the whole last component, one of the projection
+  // spellings model/module_names reads.
+  const auto projection = parse_projection(whole);
+  if (!projection || projection->suffix != s) return std::nullopt;
+  return RoutedExpert{*layer, *expert, kProjectionKeys[static_cast<std::size_t>(projection->projection)]};
 }
 
 std::string expert_key(std::uint64_t layer, std::uint64_t expert, std::string_view projection) {

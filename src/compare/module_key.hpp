@@ -6,6 +6,9 @@
 // model.language_model., language_model.), the container (block_sparse_moe,
 // mlp, ffn) and the projection's spelling (w1 = gate_proj, w3 = up_proj,
 // w2 = down_proj). Any other module keys on its name minus one leading prefix.
+// The projection and its spellings are model/module_names'; the layer and
+// expert components are compare's narrower rule (these prefixes and
+// containers, numbers of any length that fit 64 bits, as the oracle reads).
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 #include "destination/destination.hpp"
 #include "plan/plan_file.hpp"
 #include "plan/target_layout.hpp"
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 
 #include <chrono>
 

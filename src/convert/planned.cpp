@@ -12,7 +12,7 @@
 #include "plan/overspan.hpp"
 #include "plan/plan_file.hpp"
 #include "plan/target_layout.hpp"
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 #include "scan/overspan_values.hpp"
 #include "scan/planner.hpp"
 

@@ -10,6 +10,7 @@
 #include "common/stream_hash.hpp"
 #include "convert/shard_writer.hpp"
 #include "destination/destination.hpp"
+#include "destination/index_writer.hpp"
 #include "model/quant_config.hpp"
 #include "plan/target_layout.hpp"
 #include "requantize/requantizer.hpp"

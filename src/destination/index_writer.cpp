@@ -1,12 +1,82 @@
 #include "destination/index_writer.hpp"
 
+#include "common/error.hpp"
 #include "common/stream_hash.hpp"
+#include "model/modules.hpp"
 #include "plan/target_layout.hpp"
+#include "safetensors/file_names.hpp"
+#include "safetensors/index.hpp"
+#include "sys/file.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace mx2nv {
+
+void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
+                         const TextSink& sink) {
+  // convert drops the names of an index too large to keep while it writes
+  // shards (IndexNames::KeepIfSmall) and reads them again here, checking
+  // they are the ones it planned from.
+  std::optional<ShardIndex> reread;
+  if (source.checkpoint.index.value().tensors.size() == 0) {
+    const File file = File::open_read(source.checkpoint.root / std::string(kIndexFileName));
+    if (file.size() > kMaxIndexBytes) fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
+    reread = read_shard_index(FileSource(file), file.size(), kIndexFileName, IndexParser::Streaming);
+    reread->tensors.drop_lookup();
+    if (reread->fingerprint != source.checkpoint.index->fingerprint ||
+        reread->shard_files != source.checkpoint.index->shard_files) {
+      fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
+    }
+  }
+  const ShardIndex& index = reread ? *reread : source.checkpoint.index.value();
+  const auto& set = source.modules;
+  const auto& modules = set.modules;
+  const std::size_t indexed = index.tensors.size();
+  const auto bf16 = [&](std::size_t m) { return !plan.empty() && plan[m].treatment == Treatment::Bf16; };
+  bool any_bf16 = false;
+  for (std::size_t m = 0; m < modules.size(); ++m) any_bf16 = any_bf16 || bf16(m);
+  // The sort in render_shard_index asks for an entry O(n log n) times, so an
+  // entry is never a name lookup: the BF16 fate of each indexed tensor is
+  // worked out once here (a bit per tensor), and only when some module is BF16.
+  std::vector<bool> packed_of_bf16(any_bf16 ? indexed : 0), scale_of_bf16(any_bf16 ? indexed : 0);
+  for (std::size_t i = 0; any_bf16 && i < indexed; ++i) {
+    const std::string_view name = index.tensors.name(static_cast<NameTable::Id>(i));
+    if (const auto m = set.module_of(name, kPackedSuffix); m && bf16(*m)) packed_of_bf16[i] = true;
+    if (const auto m = set.module_of(name, kScaleSuffix); m && bf16(*m)) scale_of_bf16[i] = true;
+  }
+  const auto entry = [&](std::size_t i) -> IndexEntry {
+    if (i < indexed) {
+      const auto id = static_cast<NameTable::Id>(i);
+      const std::string_view name = index.tensors.name(id);
+      const std::string_view shard = index.shard_files[index.shard_of[id]];
+      // A BF16 module's packed tensor becomes its weight, under the module's name.
+      if (any_bf16 && packed_of_bf16[i]) return {name.substr(0, name.size() - kPackedSuffix.size()), kBf16WeightSuffix, shard};
+      return {name, {}, shard};
+    }
+    const QuantModule& m = modules[i - indexed];
+    return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
+  };
+  // The entries, the index's (those kept) then the globals (of modules kept),
+  // merged by name: an index written sorted (transformers sorts its keys)
+  // and the name-sorted module table then need n comparisons, not n log n
+  // (render_shard_index sorts only what is not yet sorted).
+  std::vector<std::uint32_t> kept;
+  kept.reserve(indexed + modules.size());
+  for (std::size_t i = 0; i < indexed; ++i) {
+    if (!any_bf16 || !scale_of_bf16[i]) kept.push_back(static_cast<std::uint32_t>(i));
+  }
+  const auto from_index = static_cast<std::ptrdiff_t>(kept.size());
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (!bf16(m)) kept.push_back(static_cast<std::uint32_t>(indexed + m));
+  }
+  std::inplace_merge(kept.begin(), kept.begin() + from_index, kept.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return full_name_less(entry(a), entry(b)); });
+  render_shard_index(index.other, kept.size(), [&](std::size_t k) { return entry(kept[k]); }, total_size, sink);
+}
+
 
 WrittenIndex write_target_index(const SourceCheckpoint& source, const Plan& plan, std::uint64_t total_size,
                                 Destination& out) {

@@ -19,9 +19,18 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <span>
 #include <thread>
 
 namespace mx2nv {
+
+// The index of the converted checkpoint: the source's, plus each module's
+// weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index;
+// if its names were dropped, reads the index again and refuses one that changed.
+// `plan` (parallel to the modules, or empty: every module exact): a BF16
+// module's weight_packed becomes its `weight`, and it has no scale or global.
+void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
+                         const TextSink& sink);
 
 struct WrittenIndex {
   Destination::Pending file;    // under its temporary name, not yet committed

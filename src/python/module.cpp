@@ -8,7 +8,7 @@
 // report contract, so the Python classes mirror the JSON report field for
 // field. Where the report and the HTML page go is checked before any work,
 // against the SRC and DST the command uses (with a plan, the plan's), and
-// they are written here as the CLI writes them (report/report_file.hpp).
+// they are written here as the CLI writes them (output/report_file.hpp).
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
@@ -25,7 +25,7 @@
 #include "inspect/inspect.hpp"
 #include "plan/overspan.hpp"
 #include "report/report.hpp"
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 #include "card/card.hpp"
 #include "verify/verify.hpp"
 

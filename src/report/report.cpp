@@ -1,6 +1,7 @@
 #include "report/report.hpp"
 
 #include "common/printable.hpp"
+#include "output/report_file.hpp"
 
 #include <cmath>
 
@@ -266,6 +267,15 @@ std::string report_json_text(const Report& r) {
   std::string out;
   write_report_json(r, [&](std::string_view piece) { out += piece; });
   return out;
+}
+
+void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target) {
+  const auto resolved = [](const fs::path& p) {
+    std::error_code ec;
+    return resolved_path(p).value_or(fs::absolute(p, ec).lexically_normal()).string();
+  };
+  report.resolved_source = resolved(source);
+  report.resolved_target = resolved(target);
 }
 
 }  // namespace mx2nv

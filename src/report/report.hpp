@@ -206,4 +206,9 @@ Json over_span_to_json(const std::vector<OverSpan>& over_span);
 // [{scale_group, k_max, k_min, needed: [lo, hi], allowed: [lo, hi]}]: global exponents m.
 Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts);
 
+// A part of verify --shards I/N records SRC and DST as they resolve now
+// (Report::resolved_source/target): every symlink followed, or, for one
+// that does not exist, the absolute path as given.
+void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target);
+
 }  // namespace mx2nv

@@ -5,7 +5,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 #include "verify/checks.hpp"
 #include "verify/config_check.hpp"
 

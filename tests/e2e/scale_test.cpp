@@ -3,6 +3,7 @@
 // timed or RSS assertion on a shared machine.)
 #include "checkpoint/reader.hpp"
 #include "common/error.hpp"
+#include "destination/index_writer.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
 #include "safetensors/index.hpp"

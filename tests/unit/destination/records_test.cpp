@@ -149,13 +149,13 @@ TEST(Report, MatchesTheGoldenFile) {
   r.raised_globals = 2;
   r.seconds = 1.23456;
   // convert compares no values: values_compared, mismatches and max_abs_error are null.
-  const std::string golden_path = std::string(MX2NV_SOURCE_DIR) + "/tests/io/golden/report.json";
+  const std::string golden_path = std::string(MX2NV_SOURCE_DIR) + "/tests/unit/golden/report.json";
   const std::string got = report_to_json(r).dump(2) + "\n";
   if (std::getenv("MX2NV_UPDATE_GOLDEN") != nullptr) std::ofstream(golden_path) << got;
   std::ifstream in(golden_path);
   const std::string want{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   EXPECT_EQ(got, want) << "a deliberate change of the report contract? regenerate with MX2NV_UPDATE_GOLDEN=1 "
-                          "build/mx2nv_io_tests --gtest_filter=Report.* and document the field in README";
+                          "build/mx2nv_unit_tests --gtest_filter=Report.* and document the field in README";
 
   r.set_error(Error(ErrorKind::InvalidInput, "bad"));
   const Json e = report_to_json(r);

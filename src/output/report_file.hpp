@@ -46,7 +46,6 @@
 
 namespace mx2nv {
 
-struct Report;
 
 // What a file is, whatever it is called: (st_dev, st_ino).
 struct FileId {
@@ -169,10 +168,5 @@ void check_distinct_inputs(const std::vector<fs::path>& inputs, std::string_view
 // or nullopt when it does not exist. For records that must not depend on a
 // symlink that could be re-pointed later (verify --shards' parts).
 std::optional<fs::path> resolved_path(const fs::path& path);
-
-// A part of verify --shards I/N records SRC and DST as they resolve now
-// (Report::resolved_source/target): every symlink followed, or, for one
-// that does not exist, the absolute path as given.
-void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target);
 
 }  // namespace mx2nv

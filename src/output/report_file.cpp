@@ -1,8 +1,7 @@
-#include "report/report_file.hpp"
+#include "output/report_file.hpp"
 
 #include "common/error.hpp"
 #include "common/cancel.hpp"
-#include "report/report.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -501,14 +500,5 @@ void check_distinct_inputs(const std::vector<fs::path>& inputs, std::string_view
 }
 
 std::optional<fs::path> resolved_path(const fs::path& path) { return real_path(path); }
-
-void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target) {
-  const auto resolved = [](const fs::path& p) {
-    std::error_code ec;
-    return resolved_path(p).value_or(fs::absolute(p, ec).lexically_normal()).string();
-  };
-  report.resolved_source = resolved(source);
-  report.resolved_target = resolved(target);
-}
 
 }  // namespace mx2nv
