@@ -48,12 +48,13 @@ std::uint64_t JsonValue::as_uint() const {
 }
 
 std::int64_t JsonValue::as_int() const {
-  if (value_->is_number_integer()) return value_->get<std::int64_t>();
+  // nlohmann's is_number_integer() holds for unsigned numbers too: those first.
   if (value_->is_number_unsigned()) {
     const auto u = value_->get<std::uint64_t>();
     if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad("{} is out of range", u);
     return static_cast<std::int64_t>(u);
   }
+  if (value_->is_number_integer()) return value_->get<std::int64_t>();
   expected("an integer");
 }
 
