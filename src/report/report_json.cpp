@@ -437,8 +437,7 @@ class ReportReader {
   template <typename Cond>
   void check_presence(std::string_view name, bool present, Cond&& condition) {
     const JsonValue where = frames_.back().fields.self();
-    defer([=, this] {
-      (void)this;
+    defer([=] {
       if (present == static_cast<bool>(condition())) return;
       where.bad("\"{}\" is {} where the rest of the report says it is {}", name, present ? "present" : "absent",
                 present ? "absent" : "present");
