@@ -1,12 +1,13 @@
-// Writing JSON text for documents with hundreds of thousands of names (a
-// large checkpoint's index, shard headers), without building an nlohmann
-// value per name just to dump it. These write the same bytes Json::dump()
-// writes (compact, UTF-8 passed through, strict on invalid UTF-8), with a
-// fast path for the common case of printable ASCII.
+// Writing JSON text without building a DOM of it.
 //
-// JsonOut, the one streaming JSON writer: every document mx2nv writes member by member
-// (reports with a row per module, plan files, merged reports) goes through
-// it, so none is spelled by hand and none needs a DOM of its rows.
+// append_json_string / append_json_uint_array: for documents with hundreds
+// of thousands of names (a large checkpoint's index, shard headers): the
+// same bytes Json::dump() writes (compact, UTF-8 passed through, strict on
+// invalid UTF-8), with a fast path for the common case of printable ASCII.
+//
+// JsonOut: the one streaming writer of the documents mx2nv writes member by
+// member (reports with a row per module, merged reports, plan files), so
+// none is spelled by hand and none needs a DOM of its rows.
 //
 // Layout: a *block* container puts each item on its own line, indented by
 // `indent` spaces per level, with ": " after a key, and closes on a line of
@@ -17,9 +18,9 @@
 // inline one is inline. Members are written in the order given: a caller
 // that must match nlohmann's sorted keys writes them sorted.
 //
-// Strings and numbers are written exactly as dump_json() writes them
+// JsonOut writes strings and numbers exactly as dump_json() does
 // (terminal-unsafe characters escaped, doubles in nlohmann's shortest form).
-// Text goes to `sink` in pieces of about kJsonOutChunk bytes; finish()
+// Text goes to the sink in pieces of about kJsonOutChunk bytes; finish()
 // hands over the rest.
 #pragma once
 
