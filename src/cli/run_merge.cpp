@@ -1,5 +1,5 @@
 // mx2nv verify --merge PART...: the partial reports of verify --shards I/N
-// joined into one (report/merge.hpp). The parts are input. The report may go
+// joined into one (verify/merge.hpp). The parts are input. The report may go
 // anywhere but into the SRC and DST the parts name (as recorded, as they
 // resolve now, and as they resolved when each part was verified: a symlink
 // re-pointed since protects nothing) and never over a part. The path is
@@ -12,7 +12,7 @@
 #include "cli/summary.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
-#include "report/merge.hpp"
+#include "verify/merge.hpp"
 
 #include <fmt/core.h>
 
@@ -30,7 +30,7 @@ void check_merged_report_file(ReportFile& file, const VerifyReportMerger& merger
   file.check(protect_paths(trees, inputs));
 }
 
-Json read_parts(VerifyReportMerger& merger, const std::vector<fs::path>& parts) {
+Report read_parts(VerifyReportMerger& merger, const std::vector<fs::path>& parts) {
   check_distinct_inputs(parts, "--merge");
   for (const auto& part : parts) {
     std::string text;
@@ -68,24 +68,20 @@ void write_merge_error(const Error& e, const VerifyReportMerger& merger, ReportF
   }
 }
 
-// A figure of the merged report: "not computed" where a part did not compute it.
-std::string figure_text(const Json& v) { return v.is_null() ? std::string("not computed") : v.dump(); }
-
-void print_merged(const Json& merged, std::size_t parts) {
-  const std::string result = merged["result"].get<std::string>();
-  const bool lossy = merged.contains("requantized");
+// Figures a part did not compute print as "not computed" (Measured's formatter).
+void print_merged(const Report& merged, std::size_t parts) {
+  const bool lossy = !merged.requantized.empty();
   out("mx2nv verify: merged {} parts: {}, {} values compared, {} mismatches, {} differences\n", parts,
-      result == "ok"         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
-                                               "every other value identical"
-                                             : "ok, every value identical")
-      : result == "mismatch" ? "MISMATCH"
-                                    : "ERROR",
-      figure_text(merged["values_compared"]), figure_text(merged["mismatches"]), merged["differences"].size());
-  if (result == "error") {
-    err("mx2nv verify: a part failed: {}: {}\n", printable(merged["error_kind"].get<std::string>()),
-        printable(merged["error"].get<std::string>()));
+      merged.result == Outcome::Ok         ? (lossy ? "ok, LOSSY modules equal the documented requantization bit for bit, "
+                                                      "every other value identical"
+                                                    : "ok, every value identical")
+      : merged.result == Outcome::Mismatch ? "MISMATCH"
+                                           : "ERROR",
+      merged.values_compared, merged.mismatches, merged.differences.size());
+  if (merged.result == Outcome::Error) {
+    err("mx2nv verify: a part failed: {}: {}\n", printable(kind_name(merged.error_kind)), printable(merged.error));
   }
-  for (const auto& d : merged["differences"]) err("mx2nv verify: {}\n", printable(d.get<std::string>()));
+  for (const auto& d : merged.differences) err("mx2nv verify: {}\n", printable(d));
 }
 
 }  // namespace
@@ -98,7 +94,7 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
     file->require_directory();
   }
   VerifyReportMerger merger(parts.size());
-  Json merged;
+  Report merged;
   try {
     merged = read_parts(merger, paths);
   } catch (...) {
@@ -111,9 +107,12 @@ int run_merge(const std::vector<std::string>& parts, const std::string& report_p
   print_merged(merged, parts.size());
   if (file) {
     flush_out();
-    file->write(dump_json(merged) + "\n");
+    file->write_pieces([&](const ReportFile::PieceSink& sink) {
+      write_report_json(merged, sink);
+      sink("\n");
+    });
   }
-  return merged["exit_code"].get<int>();
+  return merged.exit_code();
 }
 
 }  // namespace mx2nv::cli

@@ -5,6 +5,7 @@
 #include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
+#include "checkpoint/source_fields.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "destination/index_writer.hpp"

@@ -4,6 +4,7 @@
 #include "checkpoint/argument_check.hpp"
 #include "common/error.hpp"
 #include "common/stopwatch.hpp"
+#include "checkpoint/source_fields.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/plan_file.hpp"

@@ -7,6 +7,7 @@
 #include "common/printable.hpp"
 #include "common/stopwatch.hpp"
 #include "convert/plan_command.hpp"
+#include "checkpoint/source_fields.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "plan/overspan.hpp"

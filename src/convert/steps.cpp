@@ -86,15 +86,6 @@ std::set<std::string> files_written(const Checkpoint& ck) {
   return out;
 }
 
-void add_source_counts(Report& report, const SourceCheckpoint& source) {
-  const Checkpoint& ck = source.checkpoint;
-  report.shards = ck.shards.size();
-  report.modules = source.modules.modules.size();
-  report.scale_groups = source.modules.scale_groups.size();
-  report.companion_files = ck.companions.size();
-  report.source_tensor_bytes = ck.tensor_bytes();
-}
-
 void add_plan_counts(Report& report, const Plan& plan) {
   report.canonicalised_zero_groups = 0;
   report.marlin_zeroed_groups = 0;

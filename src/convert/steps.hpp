@@ -25,8 +25,6 @@ namespace mx2nv {
 // Every file a conversion of `ck` writes, relative to DST.
 std::set<std::string> files_written(const Checkpoint& ck);
 
-// Counts a report gets from the source alone.
-void add_source_counts(Report& report, const SourceCheckpoint& source);
 // Counts a report gets from the plan (canonicalised and Marlin-zeroed groups).
 void add_plan_counts(Report& report, const Plan& plan);
 // Counts a report gets from finished shards.

@@ -2,6 +2,7 @@
 
 #include "checkpoint/argument_check.hpp"
 #include "checkpoint/reader.hpp"
+#include "checkpoint/source_fields.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "common/stopwatch.hpp"
@@ -29,11 +30,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   in.probes = scan.probes;
   in.fully_scanned_modules = scan.fully_classified;
 
-  r.shards = ck.shards.size();
-  r.modules = source.modules.modules.size();
-  r.scale_groups = source.modules.scale_groups.size();
-  r.companion_files = ck.companions.size();
-  r.source_tensor_bytes = ck.tensor_bytes();
+  add_source_counts(r, source);
   const TargetTotals totals = target_totals(*r.source_tensor_bytes, ck.tensor_count(), source.modules);
   r.target_tensor_bytes = totals.tensor_bytes;
   r.passthrough_tensors = totals.passthrough_tensors;

@@ -1,5 +1,6 @@
 #include "json/json_writer.hpp"
 
+#include "common/printable.hpp"
 #include "json/strict_json.hpp"
 
 #include <algorithm>
@@ -62,6 +63,127 @@ void append_json_uint_array(std::string& out, std::span<const std::uint64_t> val
     out.append(digits, r.ptr);
   }
   out += ']';
+}
+
+void append_dumped_string(std::string& out, std::string_view s) {
+  if (needs_no_escape(s)) {
+    out += '"';
+    out += s;
+    out += '"';
+    return;
+  }
+  // Escapes, non-ASCII, DEL: dump_json's rules, on the one string.
+  out += dump_json(Json(std::string(s)), -1);
+}
+
+void JsonOut::newline(std::size_t depth) {
+  buffer_ += '\n';
+  buffer_.append(depth * static_cast<std::size_t>(indent_), ' ');
+}
+
+void JsonOut::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (stack_.empty()) return;
+  Frame& f = stack_.back();
+  if (f.has_items) buffer_ += ',';
+  f.has_items = true;
+  if (f.block) newline(stack_.size());
+}
+
+void JsonOut::key(std::string_view k) {
+  before_value();
+  append_dumped_string(buffer_, k);
+  buffer_ += stack_.back().block ? ": " : ":";
+  after_key_ = true;
+}
+
+void JsonOut::open(char bracket, bool block) {
+  before_value();
+  buffer_ += bracket;
+  const bool parent_inline = !stack_.empty() && !stack_.back().block;
+  stack_.push_back({block && indent_ >= 0 && !parent_inline, false});
+}
+
+void JsonOut::close(char bracket) {
+  const Frame f = stack_.back();
+  stack_.pop_back();
+  if (f.block && f.has_items) newline(stack_.size());
+  buffer_ += bracket;
+  spill();
+}
+
+void JsonOut::string(std::string_view s) {
+  before_value();
+  append_dumped_string(buffer_, s);
+  spill();
+}
+
+void JsonOut::uint(std::uint64_t v) {
+  before_value();
+  char digits[24];
+  buffer_.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
+}
+
+void JsonOut::int64(std::int64_t v) {
+  before_value();
+  char digits[24];
+  buffer_.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
+}
+
+void JsonOut::number(double v) {
+  before_value();
+  buffer_ += Json(v).dump();
+}
+
+void JsonOut::boolean(bool v) {
+  before_value();
+  buffer_ += v ? "true" : "false";
+}
+
+void JsonOut::null() {
+  before_value();
+  buffer_ += "null";
+}
+
+void JsonOut::value(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::object:
+      begin_object();
+      for (const auto& [k, item] : v.items()) {
+        key(k);
+        value(item);
+      }
+      return end_object();
+    case Json::value_t::array:
+      begin_array();
+      for (const auto& item : v) value(item);
+      return end_array();
+    case Json::value_t::string: return string(v.get_ref<const std::string&>());
+    case Json::value_t::number_unsigned: return uint(v.get<std::uint64_t>());
+    case Json::value_t::number_integer: return int64(v.get<std::int64_t>());
+    case Json::value_t::number_float: return number(v.get<double>());
+    case Json::value_t::boolean: return boolean(v.get<bool>());
+    default: return null();
+  }
+}
+
+void JsonOut::raw(std::string_view text) {
+  buffer_ += text;
+  spill();
+}
+
+void JsonOut::spill() {
+  if (buffer_.size() < kJsonOutChunk) return;
+  sink_(buffer_);
+  buffer_.clear();
+}
+
+void JsonOut::finish() {
+  if (!buffer_.empty()) sink_(buffer_);
+  buffer_.clear();
 }
 
 }  // namespace mx2nv

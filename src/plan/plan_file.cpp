@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "json/json_stream.hpp"
+#include "json/json_writer.hpp"
 #include "plan/overspan.hpp"
 #include "common/printable.hpp"
 #include "safetensors/index.hpp"
@@ -59,136 +60,98 @@ std::optional<std::string> from_hex(std::string_view hex) {
   return out;
 }
 
-// A JSON string as dump_json writes it (the one serialisation of every
-// document mx2nv writes, which the checksum has always been taken over).
-std::string json_string(std::string_view s) { return dump_json(Json(std::string(s)), -1); }
-
-// Text written in pieces to a sink (the checksum's hash, or the file's
-// text), through a buffer.
-class TextOut {
- public:
-  explicit TextOut(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
-  void raw(std::string_view s) {
-    buffer_.append(s);
-    if (buffer_.size() >= (1u << 16)) flush();
-  }
-  void string(std::string_view s) { raw(json_string(s)); }
-  template <typename T>
-  void number(T v) {
-    fmt::format_to(std::back_inserter(buffer_), "{}", v);
-  }
-  void flush() {
-    if (buffer_.empty()) return;
-    sink_(buffer_);
-    buffer_.clear();
-  }
-
- private:
-  std::function<void(std::string_view)> sink_;
-  std::string buffer_;
-};
-
 // The plan's document in the canonical order: members sorted by key at every
 // level, as nlohmann's dump of the document has them, so the checksum is
 // the one every earlier mx2nv computed (XXH3-64 of the compact text of all
-// members but "fingerprint"). `pretty`: the file's layout, a line per member,
-// shard and module row, with the fingerprint (first in that order);
-// otherwise the compact text the checksum is taken over.
+// members but "fingerprint"). `pretty`: the file's layout (JsonOut with
+// indent 1: a line per member, shard and module row, the rows themselves
+// compact), with the fingerprint (first in that order); otherwise the
+// compact text the checksum is taken over.
 void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_t> fingerprint, bool pretty,
-          TextOut& out) {
-  bool first = true;
-  const auto key = [&](std::string_view k) {
-    out.raw(first ? (pretty ? "{\n " : "{") : (pretty ? ",\n " : ","));
-    first = false;
-    out.string(k);
-    out.raw(pretty ? ": " : ":");
-  };
-  // A list whose items go one to a line in the file.
-  const auto list = [&](std::size_t n, const std::function<void(std::size_t)>& item) {
-    out.raw("[");
-    for (std::size_t i = 0; i < n; ++i) {
-      out.raw(i == 0 ? (pretty ? "\n  " : "") : (pretty ? ",\n  " : ","));
-      item(i);
-    }
-    out.raw(n > 0 && pretty ? "\n ]" : "]");
-  };
+          const JsonOut::Sink& sink) {
+  JsonOut out(sink, pretty ? 1 : -1);
+  out.begin_object();
   if (fingerprint) {
-    key("fingerprint");
+    out.key("fingerprint");
     out.string(fmt::format("{:016x}", *fingerprint));
   }
-  key("format");
+  out.key("format");
   out.string(format);
-  key("module_columns");
-  out.raw("[");
-  for (std::size_t i = 0; i < kModuleColumns.size(); ++i) {
-    if (i > 0) out.raw(",");
-    out.string(kModuleColumns[i]);
-  }
-  out.raw("]");
-  // Modules as rows of numbers: K3 has ~250k of them.
-  key("modules");
-  list(p.modules.size(), [&](std::size_t i) {
+  out.key("module_columns");
+  out.begin_array(false);
+  for (const std::string_view column : kModuleColumns) out.string(column);
+  out.end_array();
+  // Modules as rows of numbers (a line each): K3 has ~250k of them.
+  out.key("modules");
+  out.begin_array();
+  for (std::size_t i = 0; i < p.modules.size(); ++i) {
     const ModulePlan& m = p.modules[i];
-    out.raw("[");
+    out.begin_array(false);
     out.string(p.module_names[i]);
-    out.raw(",");
-    out.number(m.m);
-    out.raw(",");
-    out.number(std::bit_cast<std::uint32_t>(m.divisor));
-    out.raw(m.zero_scales ? ",1," : ",0,");
-    out.number(m.span);
-    out.raw(",");
-    out.number(m.groups_outside);
-    out.raw(",");
-    out.number(m.canonical_zero_groups);
-    out.raw(",");
-    out.number(m.marlin_zeroed_groups);
-    out.raw(",");
-    out.number(static_cast<int>(m.treatment));
-    out.raw("]");
-  });
-  key("overspan");
+    out.int64(m.m);
+    out.uint(std::bit_cast<std::uint32_t>(m.divisor));
+    out.uint(m.zero_scales ? 1 : 0);
+    out.int64(m.span);
+    out.uint(m.groups_outside);
+    out.uint(m.canonical_zero_groups);
+    out.uint(m.marlin_zeroed_groups);
+    out.int64(static_cast<int>(m.treatment));
+    out.end_array();
+  }
+  out.end_array();
+  out.key("overspan");
   out.string(choice_name(p.overspan));
-  key("shards");
-  list(p.shards.size(), [&](std::size_t i) {
-    const PlannedShard& s = p.shards[i];
-    out.raw("{\"file\":");
+  out.key("shards");
+  out.begin_array();
+  for (const PlannedShard& s : p.shards) {
+    out.begin_object(false);
+    out.key("file");
     out.string(s.file);
-    out.raw(",\"output_data_bytes\":");
-    out.number(s.output_data_bytes);
-    out.raw(",\"output_tensors\":");
-    out.number(s.output_tensors);
-    out.raw(",\"plan_hash\":");
-    out.number(s.plan_hash);
-    out.raw(",\"source_header_hash\":");
-    out.number(s.source_header_hash);
-    out.raw(",\"source_mtime_ns\":");
-    out.number(s.source_mtime_ns);
-    out.raw(",\"source_size\":");
-    out.number(s.source_size);
-    out.raw("}");
-  });
+    out.key("output_data_bytes");
+    out.uint(s.output_data_bytes);
+    out.key("output_tensors");
+    out.uint(s.output_tensors);
+    out.key("plan_hash");
+    out.uint(s.plan_hash);
+    out.key("source_header_hash");
+    out.uint(s.source_header_hash);
+    out.key("source_mtime_ns");
+    out.int64(s.source_mtime_ns);
+    out.key("source_size");
+    out.uint(s.source_size);
+    out.end_object();
+  }
+  out.end_array();
   // Paths are bytes on Linux: "source"/"target" are for people (json_text:
   // invalid UTF-8 as \xNN, which a real path may also spell); the *_bytes
   // members (hex) are what a step opens.
-  key("source");
+  out.key("source");
   out.string(json_text(p.source));
   if (format != kPlanFormatV2) {
-    key("source_bytes");
+    out.key("source_bytes");
     out.string(to_hex(p.source));
   }
-  key("target");
+  out.key("target");
   out.string(json_text(p.target));
   if (format != kPlanFormatV2) {
-    key("target_bytes");
+    out.key("target_bytes");
     out.string(to_hex(p.target));
   }
-  key("tool_version");
+  out.key("tool_version");
   out.string(p.tool_version);
-  key("window");
+  out.key("window");
   out.string(window_name(p.window));
-  out.raw(pretty ? "\n}\n" : "}");
-  out.flush();
+  out.end_object();
+  if (pretty) out.raw("\n");
+  out.finish();
+}
+
+// A JSON string as dump_json writes it (the one serialisation of every
+// document mx2nv writes, which the checksum has always been taken over).
+std::string json_string(std::string_view s) {
+  std::string out;
+  append_dumped_string(out, s);
+  return out;
 }
 
 struct HashState {
@@ -206,8 +169,7 @@ struct HashState {
 
 std::uint64_t checksum(const PlanFile& p, std::string_view format) {
   HashState hash;
-  TextOut out([&](std::string_view s) { hash.update(s); });
-  emit(p, format, std::nullopt, false, out);
+  emit(p, format, std::nullopt, false, [&](std::string_view s) { hash.update(s); });
   return hash.digest();
 }
 
@@ -369,7 +331,7 @@ class PlanReader final : public StrictSax {
   }
 
   HashState hash_;
-  TextOut echo_;
+  JsonOut echo_;  // the canonical text as it streams by (raw), into hash_
   std::vector<Frame> stack_;
   std::size_t skip_depth_ = 0;  // >0: inside the "fingerprint" member, which the checksum leaves out
   bool top_is_object_ = false;
@@ -641,7 +603,7 @@ void PlanReader::end_row() {
 
 PlanFile PlanReader::finish() {
   StrictSax::finish();
-  echo_.flush();
+  echo_.finish();
   const auto& format = strings_[kFormat];
   const bool v2 = format && *format == kPlanFormatV2;
   if (!top_is_object_ || !format || (*format != kPlanFormat && !v2)) {
@@ -724,8 +686,7 @@ PlanFile PlanReader::finish() {
 std::string plan_file_to_text(PlanFile& p) {
   p.fingerprint = checksum(p, kPlanFormat);
   std::string text;
-  TextOut out([&](std::string_view s) { text.append(s); });
-  emit(p, kPlanFormat, p.fingerprint, true, out);
+  emit(p, kPlanFormat, p.fingerprint, true, [&](std::string_view s) { text.append(s); });
   return text;
 }
 

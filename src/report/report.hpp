@@ -164,6 +164,7 @@ struct Report {
   std::optional<Fingerprint> fingerprint;  // verify, requantize: absent when DST could not be read
   std::vector<std::string> differences;  // verify: every structural or value difference found (capped)
   std::string error;                     // the error message when result == "error"
+  std::optional<std::uint64_t> merged_parts;  // verify --merge: how many parts were joined
   double seconds = 0;
 
   // null unless both tensor sizes were computed (and SRC's is not 0).
@@ -194,13 +195,15 @@ Report failed_report(Command command, Window window, const fs::path& source, con
 // (verify --merge: as its parts name them), kept as they are.
 Report failed_report(Command command, Window window, Provenance provenance, const Error& error);
 
-Json report_to_json(const Report& report);
-// dump_json(report_to_json(report)), byte for byte, handed to `sink` in
-// pieces: the per-module arrays (over_span, requantized: a row per module, a
-// quarter of a million at K3's structure) are formatted a row at a time, so
-// no document of them is built. report_json_text gathers the pieces.
+// The report as JSON (report_json.cpp: one property list, written and read
+// by the same names). write_report_json hands the text to `sink` in pieces:
+// the per-module arrays (over_span, requantized: a row per module, a quarter
+// of a million at K3's structure) are written a row at a time, so no
+// document of them is built. The text is nlohmann's indented dump of the
+// document (keys sorted), as reports have always been.
 void write_report_json(const Report& report, const std::function<void(std::string_view)>& sink);
 std::string report_json_text(const Report& report);
+Json report_to_json(const Report& report);  // the same document, parsed
 // [{module, span, limit, groups_outside}]: refusals (over_span, resolved_over_span, inspect's outcomes).
 Json over_span_to_json(const std::vector<OverSpan>& over_span);
 // [{scale_group, k_max, k_min, needed: [lo, hi], allowed: [lo, hi]}]: global exponents m.
@@ -210,5 +213,18 @@ Json global_conflicts_to_json(const std::vector<GlobalConflict>& conflicts);
 // (Report::resolved_source/target): every symlink followed, or, for one
 // that does not exist, the absolute path as given.
 void record_resolved_paths(Report& report, const fs::path& source, const fs::path& target);
+
+// The inverse of write_report_json: a report document read back into a
+// Report, by the writer's own property list, so that writing the result
+// gives the same text. The document is input: every member is checked for
+// its type and range, arrays against caps before anything is allocated for
+// them, unknown members refused, and derived members (exit_code,
+// size_change_percent, counts.global_conflicts, overspan.lossy, ...) and
+// conditional ones (error only with result "error", ...) checked against
+// the rest. Throws Error(InvalidInput) "<what>: <path of the key>: ...".
+Report report_from_json(const Json& document, std::string_view what);
+// The same from text, within `max_bytes` and `max_values` (parse_strict_json).
+Report report_from_text(std::string_view text, std::string_view what, std::uint64_t max_bytes,
+                        std::size_t max_values);
 
 }  // namespace mx2nv

@@ -1,6 +1,7 @@
 #include "verify/verify.hpp"
 
 #include "checkpoint/fingerprint.hpp"
+#include "checkpoint/source_fields.hpp"
 #include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
@@ -54,7 +55,7 @@ Report verify_checkpoint(const VerifyOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   if (target_error) std::rethrow_exception(target_error);
   const Checkpoint& src = source.checkpoint;
-  report.shards = src.shards.size();
+  add_source_counts(report, source);
   std::vector<bool> selected(src.shards.size(), true);
   if (options.shards) {
     std::fill(selected.begin(), selected.end(), false);
@@ -64,10 +65,6 @@ Report verify_checkpoint(const VerifyOptions& options) {
                               : fmt::format("{}/{}", options.shards->index, options.shards->stride);
     record_resolved_paths(report, options.source, options.target);
   }
-  report.modules = source.modules.modules.size();
-  report.scale_groups = source.modules.scale_groups.size();
-  report.companion_files = src.companions.size();
-  report.source_tensor_bytes = src.tensor_bytes();
 
   // Both fingerprints before and after the comparison: a file that changed
   // while verify ran makes the report describe neither version.

@@ -1,11 +1,11 @@
-// Fuzz target: verify --merge's parts (report/merge.hpp). The input is
+// Fuzz target: verify --merge's parts (verify/merge.hpp). The input is
 // one or more parts separated by NUL bytes (which no JSON text holds).
 // Properties: no crash and no exception but mx2nv::Error; a merged report
 // tells one story (result, exit code, mismatches, differences), serialises
 // to strict JSON, and merges alone into itself, since it is a whole report.
 #include "common/error.hpp"
 #include "common/printable.hpp"
-#include "report/merge.hpp"
+#include "verify/merge.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   Json merged;
   try {
-    merged = merge_verify_reports(parts);
+    merged = report_to_json(merge_verify_reports(parts));
   } catch (const Error&) {
     return 0;
   }
@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text = dump_json(merged);
   Json again;
   try {
-    again = merge_verify_reports({{"merged", text}});
+    again = report_to_json(merge_verify_reports({{"merged", text}}));
   } catch (const Error&) {
     std::abort();  // a merged report is a valid whole report
   }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <limits>
 #include <string>
 
@@ -50,6 +52,100 @@ TEST(ReportJson, GatheredTextIsTheSame) {
   Report r = report_of(Command::Requantize);
   r.requantized.push_back({"m", 1.0f, 16, 0.1, 0.9, 0.2, 0});
   EXPECT_EQ(report_json_text(r), dump_json(report_to_json(r)));
+}
+
+
+// A report with every member its writer may write.
+Report full_report(Command c) {
+  Report r = report_of(c);
+  r.provenance.target = "/dst/\xff";
+  r.provenance.revision = "abc";
+  r.modules = 48;
+  r.scale_groups = 32;
+  r.shards = 4;
+  r.zero_groups = 0;
+  r.source_tensor_bytes = 1000;
+  r.target_tensor_bytes = 1049;
+  r.values_compared = 123;
+  r.mismatches = 0;
+  r.max_abs_error = std::numeric_limits<double>::infinity();
+  r.copy_mode = CopyMode::Auto;
+  r.copied_bytes = 5;
+  r.over_span = {{"m.w1", 20, 17, 3}, {"q\"uote\x7f", 18, 17, 1}};
+  r.resolved_over_span = r.over_span;
+  r.global_conflicts = {{"a+b", 3, -12, -5, 2, -8, 10}};
+  r.unrepresentable_globals = {"a+b"};
+  r.requantized = {{"m.w1", 0.1f, 2048, 0.01, 0.99, std::nan(""), 4}, {"m.w2", 448.0f, 16, 0, 1, 0.25, 0}};
+  r.overspan = OverSpanChoice::Requantize;
+  r.bf16_layers = {{"model.layers.1", {"m.w1"}, {"m.w1", "m.w3"}, 100, 300}};
+  r.requantized_marlin_zeroed_blocks = 4;
+  r.fingerprint = Fingerprint{"xxh3-128:" + std::string(32, 'a'), "xxh3-128:" + std::string(32, 'b'), 7, 9};
+  r.differences = {"one", "two"};
+  r.shard_subset = "1/3";
+  r.resolved_source = "/src";
+  r.resolved_target = "/dst";
+  r.merged_parts = 3;
+  r.seconds = 1.23456;
+  return r;
+}
+
+TEST(ReportJson, ReadBackAndWrittenAgainTheTextIsTheSame) {
+  for (const Command c : {Command::Convert, Command::Verify, Command::Requantize, Command::Inspect, Command::Plan}) {
+    for (Report r : {report_of(c), full_report(c)}) {
+      const std::string text = report_json_text(r);
+      const Report back = report_from_text(text, "r.json", 1 << 20, 1 << 16);
+      EXPECT_EQ(report_json_text(back), text) << command_name(c);
+      r.set_error(Error(ErrorKind::Usage, "bad \x01 call"));
+      const std::string failed = report_json_text(r);
+      EXPECT_EQ(report_json_text(report_from_text(failed, "r.json", 1 << 20, 1 << 16)), failed);
+    }
+  }
+}
+
+std::string read_error(Json j) {
+  try {
+    report_from_json(j, "r.json");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ReportJson, ReadingRefusesWrongTypesUnknownKeysAndContradictions) {
+  const Json good = report_to_json(full_report(Command::Verify));
+  Json j = good;
+  j["counts"]["modules"] = "48";
+  EXPECT_EQ(read_error(j), "r.json: counts.modules: expected an unsigned integer, not a string");
+  j = good;
+  j["requantized"][1]["global_scale"] = 0.1;  // not a float
+  EXPECT_EQ(read_error(j), "r.json: requantized[1].global_scale: expected a single-precision number");
+  j = good;
+  j["overspan"]["extra"] = 1;
+  EXPECT_EQ(read_error(j), "r.json: overspan.extra: not a key of a report");
+  j = good;
+  j.erase("window");
+  EXPECT_EQ(read_error(j), "r.json: window: missing");
+  j = good;
+  j["exit_code"] = 3;
+  EXPECT_EQ(read_error(j), "r.json: exit_code: 3 contradicts the rest of the report, which gives 0");
+  j = good;
+  j["counts"]["global_conflicts"] = 2;
+  EXPECT_EQ(read_error(j), "r.json: counts.global_conflicts: 2 contradicts the rest of the report, which gives 1");
+  j = good;
+  j["error"] = "x";
+  EXPECT_EQ(read_error(j), "r.json: \"error\" is present where the rest of the report says it is absent");
+  j = good;
+  j["overspan"]["bf16_layers"][0]["bf16_bytes"] = 18446744073709551615ull;
+  EXPECT_EQ(read_error(j), "r.json: overspan.bf16_layers[0].bf16_bytes: 18446744073709551615 is out of range");
+  j = good;
+  j["window"] = "wide";
+  EXPECT_EQ(read_error(j), "r.json: window: \"wide\" is not one mx2nv writes");
+  j = good;
+  j["differences"] = Json::array();
+  for (int i = 0; i < 300; ++i) j["differences"].push_back("d");
+  EXPECT_EQ(read_error(j), "r.json: differences: 300 items, more than 202");
+  EXPECT_EQ(read_error(Json::array()), "r.json: expected an object, not an array");
 }
 
 }  // namespace

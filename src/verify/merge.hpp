@@ -69,8 +69,9 @@ class VerifyReportMerger {
   // described above; a part that throws leaves the merger unusable.
   void add(std::string_view name, std::string_view text);
 
-  // The merged report. Throws Error(Usage) when parts are missing.
-  Json finish() const;
+  // The merged report (its merged_parts set). Throws Error(Usage) when
+  // parts are missing.
+  Report finish() const;
 
   // Every SRC and DST named by the parts added so far (provenance source and
   // target as given to verify, and as they resolved then, each also with its
@@ -134,6 +135,6 @@ class VerifyReportMerger {
 };
 
 // All parts at once (tests, the fuzz target): (name, text) pairs.
-Json merge_verify_reports(const std::vector<std::pair<std::string, std::string>>& parts);
+Report merge_verify_reports(const std::vector<std::pair<std::string, std::string>>& parts);
 
 }  // namespace mx2nv

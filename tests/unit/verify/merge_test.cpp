@@ -1,11 +1,11 @@
-// verify --merge's parts are input, not trusted state (report/merge.hpp):
+// verify --merge's parts are input, not trusted state (verify/merge.hpp):
 // every key the merge reads is checked for type and range (exit 3 naming the
 // part and the key), a part that contradicts itself is refused, parts that
 // do not make one whole are a usage error (exit 2), memory follows what the
 // parts hold, never what they claim, and the result is ok only when every
 // part is ok and the set is complete.
 #include "common/error.hpp"
-#include "report/merge.hpp"
+#include "verify/merge.hpp"
 
 #include <gtest/gtest.h>
 
@@ -61,7 +61,7 @@ std::vector<Json> whole_set(std::uint64_t n) {
 Json merge(const std::vector<Json>& parts) {
   std::vector<std::pair<std::string, std::string>> texts;
   for (std::size_t i = 0; i < parts.size(); ++i) texts.emplace_back(fmt::format("part{}.json", i), parts[i].dump());
-  return merge_verify_reports(texts);
+  return report_to_json(merge_verify_reports(texts));
 }
 
 // The error `f` throws: it must be an Error of `kind` (anything else, or

@@ -1,4 +1,4 @@
-#include "report/merge.hpp"
+#include "verify/merge.hpp"
 
 #include "common/checked.hpp"
 #include "common/error.hpp"
@@ -731,7 +731,7 @@ void VerifyReportMerger::add_difference(std::uint64_t part, std::uint64_t positi
   difference_keys_.emplace(text, key);
 }
 
-Json VerifyReportMerger::finish() const {
+Report VerifyReportMerger::finish() const {
   if (seen_.empty()) fail(ErrorKind::Usage, "--merge: no reports");
   if (seen_.size() < count_) {
     std::string listed;
@@ -798,12 +798,15 @@ Json VerifyReportMerger::finish() const {
   }
   merged["seconds"] = seconds_;
   merged["merged_parts"] = seen_.size();
-  return merged;
+  // Read back by the report's own reader: the merged report is a Report,
+  // written as any other (and a contradiction the parts' checks let
+  // through is refused here, as invalid input).
+  return report_from_json(merged, "--merge: the merged report");
 }
 
 std::vector<std::string> VerifyReportMerger::named_trees() const { return {trees_.begin(), trees_.end()}; }
 
-Json merge_verify_reports(const std::vector<std::pair<std::string, std::string>>& parts) {
+Report merge_verify_reports(const std::vector<std::pair<std::string, std::string>>& parts) {
   VerifyReportMerger merger(parts.size());
   for (const auto& [name, text] : parts) merger.add(name, text);
   return merger.finish();
