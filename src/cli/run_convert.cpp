@@ -68,16 +68,9 @@ class ConvertCommand final : public Subcommand {
     window_opt_ = add_window(app_, window_);
     add_threads(app_, threads_);
     report_opt_ = add_report(app_, report_path_);
-    add_choice(app_, "--copy", copy_, {"auto", "reflink", "copy"},
-               "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
-               "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy (read "
-               "and write every byte, never share)");
+    add_copy(app_, copy_);
     overspan_opt_ = add_overspan(app_, overspan_);
-    app_->add_flag("--resume", resume_,
-                   "continue an interrupted conversion into DST (finished shards whose records still match are "
-                   "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
-                   "without writing. Safe to repeat. A DST holding a plan (continue it with --plan) or another "
-                   "conversion (other options, another SRC or mx2nv) is refused");
+    add_resume(app_, resume_, "conversion");
     html_opt_ = add_html(app_, html_path_);
     add_progress(app_, progress_);
   }

@@ -123,6 +123,21 @@ void add_progress(CLI::App* sub, std::string& mode) {
              "on stderr");
 }
 
+CLI::Option* add_copy(CLI::App* sub, std::string& mode) {
+  return add_choice(sub, "--copy", mode, {"auto", "reflink", "copy"},
+                    "how unchanged bytes reach DST: auto (share with SRC where the file system can, else "
+                    "copy_file_range, else read/write), reflink (share or fail with exit 2 before writing), copy (read "
+                    "and write every byte, never share)");
+}
+
+CLI::Option* add_resume(CLI::App* sub, bool& resume, const std::string& run) {
+  return sub->add_flag("--resume", resume,
+                       "continue an interrupted " + run + " into DST (finished shards whose records still match are "
+                       "reused, everything else is redone); on a DST that already holds this " + run + ", exit 0 "
+                       "without writing. Safe to repeat. A DST holding a plan (continue it with --plan) or another "
+                       "conversion (other options, another SRC or mx2nv) is refused");
+}
+
 CLI::Option* add_overspan(CLI::App* sub, std::string& choice) {
   return add_choice(sub, "--overspan", choice, {"fail", "bf16", "requantize"},
                     "scale groups the window refuses: fail (refuse, write nothing), bf16 (every expert of an "

@@ -41,6 +41,10 @@ CLI::Option* add_report(CLI::App* sub, std::string& path);
 CLI::Option* add_html(CLI::App* sub, std::string& path);
 void add_progress(CLI::App* sub, std::string& mode);
 CLI::Option* add_overspan(CLI::App* sub, std::string& choice);
+// --copy auto|reflink|copy (sys/copy_engine.hpp), as convert and requantize take it.
+CLI::Option* add_copy(CLI::App* sub, std::string& mode);
+// --resume; `run` names what is continued ("conversion", "requantization").
+CLI::Option* add_resume(CLI::App* sub, bool& resume, const std::string& run);
 
 // An option given an empty path is a usage error, never "not given"; the
 // options are checked in the order listed.

@@ -92,7 +92,7 @@ Plan planned(const SourceCheckpoint& source, const PlanFile& file) {
   Plan plan = plan_for_modules(file, names);
   for (std::size_t s = 0; s < file.shards.size(); ++s) {
     const OpenShard in = source.checkpoint.read_shard(s);
-    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan);
     const PlannedShard& p = file.shards[s];
     if (expected_record(source, plan, in, layout).plan_hash != p.plan_hash) {
       fail_input("plan: shard {} does not match the plan's own fingerprint (damaged plan?)", printable(p.file));
@@ -163,6 +163,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   const Window window = parse_window(mode.substr(0, mode.find('+'))).value_or(Window::Marlin);
   // The finished record's mode says which --overspan choice wrote it.
   OverSpanChoice choice = OverSpanChoice::Fail;
+  const PlanKind kind = mode == kRequantizeMode ? PlanKind::Requantize : PlanKind::Convert;
   if (mode.ends_with("+requantize")) choice = OverSpanChoice::Requantize;
   if (mode.ends_with("+bf16")) choice = OverSpanChoice::Bf16;
   if ((options.window && !mode_matches(mode, *options.window, options.overspan.value_or(choice))) ||
@@ -175,7 +176,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     const SourceCheckpoint source = open_source_checkpoint(*options.source, 1, IndexNames::Drop);
     Report report = start_report(Command::Convert, window, *options.source, dst);
     add_source_counts(report, source);
-    if (!answer_finished(report, out, source.checkpoint, window, choice)) return no_plan();
+    if (!answer_finished(report, out, source.checkpoint, window, choice, nullptr, kind)) return no_plan();
     if (tidy) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
@@ -252,7 +253,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan, &hashes);
+    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan, &hashes, loaded->file.kind);
     report.seconds = seconds_since(started);
     return report;
   };
@@ -306,7 +307,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes)) out.tidy_finished();
+    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes, loaded->file.kind)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   };

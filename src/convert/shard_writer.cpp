@@ -4,7 +4,7 @@
 #include "common/stream_hash.hpp"
 #include "convert/scale_map.hpp"
 #include "model/scale_scan.hpp"
-#include "requantize/requantizer.hpp"
+#include "scan/requantizer.hpp"
 #include "sys/batched_io.hpp"
 
 #include <algorithm>

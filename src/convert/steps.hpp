@@ -65,9 +65,11 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
 // rewritten that way (finished.json mode "<window>+<choice>").
 // `plan_hashes` (a planned step: its plan's per-shard fingerprints) also
 // requires every finished shard to have been written under exactly that plan.
+// `kind` Requantize: DST must hold `mx2nv requantize`'s checkpoint instead
+// (window and choice unused), and a conversion's is another.
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
                      OverSpanChoice choice = OverSpanChoice::Fail,
-                     const std::vector<std::uint64_t>* plan_hashes = nullptr);
+                     const std::vector<std::uint64_t>* plan_hashes = nullptr, PlanKind kind = PlanKind::Convert);
 
 // SRC's shard identities (source_identity), in order.
 std::vector<ShardRecord> source_identities(const Checkpoint& ck);

@@ -91,6 +91,12 @@ using HistogramReader = std::function<SparseHistogram(std::size_t module)>;
 enum class Treatment : std::uint8_t { Exact = 0, Requantized = 1, Bf16 = 2 };
 enum class OverSpanChoice { Fail, Bf16, Requantize };
 
+// What a plan writes: a conversion (`mx2nv convert`: exact, with --overspan's
+// rewrites), or `mx2nv requantize`'s lossy checkpoint: every module
+// Requantized under compressed-tensors' global of its scale group, in the
+// layout of an exact conversion (make_target_layout), with no window to fit.
+enum class PlanKind : std::uint8_t { Convert = 0, Requantize = 1 };
+
 struct ModulePlan {
   Treatment treatment = Treatment::Exact;
   int m = 0;                 // global exponent: scales become 2^(k - m), divisor 2^-m
@@ -136,6 +142,7 @@ struct BadGlobal {
 };
 
 struct Plan {
+  PlanKind kind = PlanKind::Convert;
   Window window = Window::Marlin;
   std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
   std::vector<OverSpan> over_span;         // every module refused by the window
