@@ -124,6 +124,11 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
     fail(ErrorKind::Usage, "{}: a plan made by mx2nv {}; this is mx2nv {}: run mx2nv plan again with it",
          options.plan.string(), printable(l.file.tool_version), MX2NV_VERSION);
   }
+  if (l.file.kind == PlanKind::Requantize && (options.window || options.overspan)) {
+    fail(ErrorKind::Usage, "{}: {}: a requantize plan (mx2nv plan --requantize) has no window or --overspan choice; "
+                           "leave it out",
+         options.plan.string(), options.window ? "--window" : "--overspan");
+  }
   check_expected_options(options, l.file.window, l.file.overspan);
   l.source = options.source.value_or(fs::path(l.file.source));
   l.target = options.target.value_or(fs::path(l.file.target));

@@ -139,6 +139,10 @@ TEST_F(RequantizeSteps, PlannedStepsGiveTheSingleProcessBytesAndVerifyAlike) {
     const CliResult r = run_cli("convert --plan " + plan + " --shards " + part);
     ASSERT_EQ(r.exit_code, 0) << part << ": " << r.err;
   }
+  // A step given convert's options is refused: the plan has none.
+  const CliResult windowed = run_cli("convert --plan " + plan + " --finalize --window marlin");
+  EXPECT_EQ(windowed.exit_code, 2);
+  EXPECT_NE(windowed.err.find("requantize plan"), std::string::npos) << windowed.err;
   const CliResult fin = run_cli("convert --plan " + plan + " --finalize");
   ASSERT_EQ(fin.exit_code, 0) << fin.err;
   EXPECT_TRUE(snapshot(dst) == reference);
