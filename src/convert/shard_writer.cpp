@@ -135,7 +135,7 @@ class ShardWriter {
     };
     const float divisor = plan_.modules[t.module].divisor;
     if (t.role == TensorRole::Requantized) {
-      ErrorStats unused;  // the plan step measured the error
+      ErrorStats unused;  // the error table is measured apart (measure_requantized): reused shards need it too
       stream_requantized_packed(source_, t.module, divisor, to_target, unused);
     } else if (t.role == TensorRole::Scale) {
       stream_requantized_scales(source_, t.module, divisor, to_target);

@@ -1,5 +1,6 @@
 // The steps of a conversion, shared by `mx2nv convert` (plan, every shard and
-// finalize in one process) and the planned, per-shard commands that
+// finalize in one process), `mx2nv requantize` (the same on a requantize
+// plan, PlanKind::Requantize) and the planned, per-shard commands that
 // schedulers run on many machines (`mx2nv plan`, `convert --plan P --shards
 // I/N`, `convert --plan P --finalize`). Each output shard is a pure function
 // of (source shard, plan), so every way of running them writes the same bytes.
