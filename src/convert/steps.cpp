@@ -153,7 +153,8 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
 
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
-                                        std::uint64_t& reused, CopyEngine* engine, ProgressTracker* progress) {
+                                        std::uint64_t& reused, CopyEngine* engine, ProgressTracker* progress,
+                                        std::vector<ErrorStats>* errors) {
   CopyEngine auto_engine(CopyMode::Auto);
   CopyEngine& copier = engine ? *engine : auto_engine;
   ProgressTracker silent(Command::Convert, "shards", {});
@@ -178,7 +179,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter);
+    ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter, errors);
     r.output_size = w.output_size;
     r.written_hash = w.written_hash;
     r.passthrough_tensors = w.passthrough_tensors;

@@ -11,6 +11,7 @@
 #include "destination/destination.hpp"
 #include "destination/index_writer.hpp"
 #include "destination/records.hpp"
+#include "numerics/nvfp4_quantizer.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_file.hpp"
 #include "report/report.hpp"
@@ -36,11 +37,13 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records);
 // Execute: the given shards, independently and in parallel; a shard whose
 // record still matches (and whose output is intact) is reused when `reuse`.
 // Returns their records, in the order of `shards`. Unchanged bytes go through
-// `engine` (nullptr: one with --copy auto).
+// `engine` (nullptr: one with --copy auto). `errors` (parallel to the
+// modules): the error of every requantized module written here (write_shard);
+// a module of a reused shard keeps its slot as it was.
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
                                         std::uint64_t& reused, CopyEngine* engine = nullptr,
-                                        ProgressTracker* progress = nullptr);
+                                        ProgressTracker* progress = nullptr, std::vector<ErrorStats>* errors = nullptr);
 
 // The record of an earlier run's shard, if it still describes this shard of
 // this plan and the output file on disk (shard_record.hpp says why the

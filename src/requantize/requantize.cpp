@@ -5,11 +5,13 @@
 #include "checkpoint/reader.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "common/parallel.hpp"
 #include "common/stopwatch.hpp"
 #include "convert/steps.hpp"
 #include "destination/destination.hpp"
 #include "destination/index_writer.hpp"
 #include "scan/overspan_values.hpp"
+#include "scan/requantizer.hpp"
 #include "sys/heap.hpp"
 
 #include <algorithm>
@@ -59,6 +61,32 @@ bool answer_requantized(Report& report, Destination& out, const Checkpoint& ck) 
   report.marlin_zeroed_groups.reset();
   out.tidy_finished();
   return true;
+}
+
+// The report's error table, every module in module order: from what the
+// shard writer measured as it wrote (`errors`), and for the modules of
+// shards reused by --resume (no values measured) a pass of their own.
+std::vector<ModuleError> error_table(const SourceCheckpoint& source, const Plan& plan, std::vector<ErrorStats>& errors,
+                                     unsigned threads) {
+  const ModuleSet& set = source.modules;
+  std::vector<std::size_t> unmeasured;
+  for (std::size_t i = 0; i < set.modules.size(); ++i) {
+    if (errors[i].values == 0) unmeasured.push_back(i);
+  }
+  const TensorEmit discard = [](std::uint64_t, std::span<const std::byte>) { throw_if_stopped(); };
+  parallel_for(unmeasured.size(), threads, [&](std::size_t u) {
+    const std::size_t i = unmeasured[u];
+    stream_requantized_packed(source, i, plan.modules[i].divisor, discard, errors[i]);
+  });
+  throw_if_stopped();
+  std::vector<ModuleError> rows;
+  rows.reserve(set.modules.size());
+  for (std::size_t i = 0; i < set.modules.size(); ++i) {
+    const ErrorStats& e = errors[i];
+    rows.push_back({std::string(set.modules[i].name), plan.modules[i].divisor, e.values, e.relative_rmse(), e.cosine(),
+                    e.max_abs, e.marlin_zeroed_blocks});
+  }
+  return rows;
 }
 
 // What `mx2nv card --requantize-report` checks the files against. Before
@@ -113,8 +141,9 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   std::vector<std::size_t> all(ck.shards.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
   std::uint64_t resumed = 0;
+  std::vector<ErrorStats> errors(source.modules.modules.size());
   std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, all, options.resume, options.threads, resumed, &engine);
+      execute_shards(source, plan, out, all, options.resume, options.threads, resumed, &engine, nullptr, &errors);
   if (options.resume) report.resumed_shards = resumed;
   add_requantize_counts(report, records);
   finalize_conversion(source, plan, report, std::move(records), out, &engine,
@@ -127,9 +156,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   report.marlin_zeroed_groups.reset();
 
   add_fingerprint(report, ck, options.target);
-  // The error table, every module in module order: a pass of its own, so
-  // that shards reused by --resume (or written elsewhere) are measured too.
-  report.requantized = measure_requantized(source, plan, options.threads);
+  report.requantized = error_table(source, plan, errors, options.threads);
   report.values_compared = 0;
   report.max_abs_error = 0;
   for (const ModuleError& m : report.requantized) {

@@ -10,8 +10,9 @@
 // run as planned steps (`mx2nv plan --requantize`, then convert --plan P
 // --shards I/N and --finalize). The report carries a per-module error table
 // (relative RMSE, cosine, max abs error against the MXFP4 values), measured
-// in a pass of its own so that reused shards are measured too. Refuses only
-// NaN scales and values beyond float32.
+// as the modules are written (two passes over each module's packed bytes:
+// amax, then quantize), and for shards reused by --resume in a pass of
+// their own. Refuses only NaN scales and values beyond float32.
 #pragma once
 
 #include "report/report.hpp"
