@@ -46,7 +46,8 @@ void stop_on_signals() {
 // How to go on after an interruption, in words only this command accepts.
 std::string how_to_go_on(Command command, const std::vector<std::string>& args) {
   switch (command) {
-    case Command::Convert: {
+    case Command::Convert:
+    case Command::Requantize: {  // the same steps: both continue with --resume
       const bool planned = std::any_of(args.begin(), args.end(), [](const std::string& a) {
         return a == "--plan" || a.rfind("--plan=", 0) == 0;
       });
@@ -62,8 +63,6 @@ std::string how_to_go_on(Command command, const std::vector<std::string>& args) 
       }
       return "temporary files removed, finished shards kept; to continue: " + shell_line(resumed);
     }
-    case Command::Requantize:
-      return "temporary files removed; requantize does not resume: run it again into an empty DST";
     case Command::Generate: return "run it again into an empty DIR";
     case Command::Demo: return "run it again (it reuses its DIR)";
     default: return "it did not finish; run it again";

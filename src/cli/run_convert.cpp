@@ -70,11 +70,7 @@ class ConvertCommand final : public Subcommand {
     report_opt_ = add_report(app_, report_path_);
     add_copy(app_, copy_);
     overspan_opt_ = add_overspan(app_, overspan_);
-    app_->add_flag("--resume", resume_,
-                   "continue an interrupted conversion into DST (finished shards whose records still match are "
-                   "reused, everything else is redone); on a DST that already holds this conversion, exit 0 "
-                   "without writing. Safe to repeat. A DST holding a plan (continue it with --plan) or another "
-                   "conversion (other options, another SRC or mx2nv) is refused");
+    add_resume(app_, resume_, "conversion");
     html_opt_ = add_html(app_, html_path_);
     add_progress(app_, progress_);
   }

@@ -5,6 +5,7 @@
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
+#include "common/error.hpp"
 #include "common/printable.hpp"
 #include "convert/plan_command.hpp"
 
@@ -27,8 +28,14 @@ int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path)
         printable(o.source.string()));
     return finish(r, report_path);
   }
-  out("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
-      printable(written.string()));
+  if (o.requantize) {
+    out("mx2nv plan: ok, LOSSY requantize plan (every module requantized from decoded values), {} shards, plan in "
+        "{}\n",
+        r.shards, printable(written.string()));
+  } else {
+    out("mx2nv plan: ok, window {}, {} shards, plan in {}\n", window_name(o.window), r.shards,
+        printable(written.string()));
+  }
   print_overspan(r);
   out("  next     mx2nv convert --plan {} --shards I/N    (for I in 0..N-1, anywhere, in any order)\n",
       shell_path(written.string()));
@@ -44,8 +51,11 @@ class PlanCommand final : public Subcommand {
     app_->add_option("SRC", src_, "source checkpoint directory")->required();
     app_->add_option("DST", dst_, "target directory")->required();
     plan_out_opt_ = app_->add_option("--plan-out", plan_out_, "write the plan here instead of DST/.mx2nv/plan.json");
-    add_overspan(app_, overspan_);
-    add_window(app_, window_);
+    overspan_opt_ = add_overspan(app_, overspan_);
+    window_opt_ = add_window(app_, window_);
+    app_->add_flag("--requantize", requantize_,
+                   "plan mx2nv requantize instead of a conversion (LOSSY: every expert requantized from its decoded "
+                   "values; the steps are the same)");
     add_threads(app_, threads_);
     report_opt_ = add_report(app_, report_path_);
   }
@@ -67,6 +77,10 @@ class PlanCommand final : public Subcommand {
     o.window = window_;
     o.threads = threads_;
     o.overspan = overspan_;
+    o.requantize = requantize_;
+    if (requantize_ && (window_opt_->count() > 0 || overspan_opt_->count() > 0)) {
+      fail(ErrorKind::Usage, "--requantize takes no --window or --overspan (requantize has no window to fit)");
+    }
     return run_plan(o, state.outputs.report);
   }
 
@@ -75,7 +89,8 @@ class PlanCommand final : public Subcommand {
   OverSpanChoice overspan_ = OverSpanChoice::Fail;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();
-  CLI::Option *plan_out_opt_ = nullptr, *report_opt_ = nullptr;
+  bool requantize_ = false;
+  CLI::Option *plan_out_opt_ = nullptr, *report_opt_ = nullptr, *overspan_opt_ = nullptr, *window_opt_ = nullptr;
 };
 
 }  // namespace

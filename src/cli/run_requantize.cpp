@@ -4,19 +4,26 @@
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
-#include "convert/requantize_command.hpp"
+#include "common/printable.hpp"
+#include "requantize/requantize.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <string_view>
 
 namespace mx2nv::cli {
 namespace {
 
 int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& report_path) {
   const Report r = requantize_checkpoint(o);
+  if (r.already_complete) {
+    out("mx2nv requantize: already complete: {} holds this requantization of {} (checked from its records; "
+        "nothing was written)\n",
+        printable(o.target.string()), printable(o.source.string()));
+    print_counts(r);
+    return finish(r, report_path);
+  }
   out("mx2nv requantize: ok, LOSSY: {} modules requantized from decoded values ({} values), {:.2f} s\n",
       r.requantized.size(), r.values_compared, r.seconds);
   print_counts(r);
@@ -27,6 +34,7 @@ int run_requantize(const RequantizeOptions& o, const std::optional<ReportFile>& 
   }
   out("  error    worst relative RMSE {:.6g}, worst cosine {:.9f}, max abs error {:.6g} (per module: --report)\n",
       worst_rmse, worst_cosine, r.max_abs_error);
+  if (o.resume) out("  resumed  {} of {} shards reused from the interrupted run\n", r.resumed_shards, r.shards);
   return finish(r, report_path);
 }
 
@@ -40,6 +48,8 @@ class RequantizeCommand final : public Subcommand {
     app_->add_option("DST", dst_, "target directory (created; must be empty)")->required();
     add_threads(app_, threads_);
     report_opt_ = add_report(app_, report_path_);
+    add_copy(app_, copy_);
+    add_resume(app_, resume_, "requantization");
   }
 
   int run(CommandRun& state) override {
@@ -49,24 +59,15 @@ class RequantizeCommand final : public Subcommand {
     state.target = dst_;
     // Where the report goes is checked before any work.
     state.outputs = check_command_outputs(path_if_given(report_path_), std::nullopt, {src_, dst_});
-    try {
-      return run_requantize({src_, dst_, threads_}, state.outputs.report);
-    } catch (const Error& e) {
-      // DST's check (destination/destination.cpp) offers convert's --resume
-      // for a DST holding an mx2nv run; requantize has none.
-      constexpr std::string_view kConvertHint = " (it holds an mx2nv conversion: add --resume to continue or confirm it)";
-      std::string message = e.what();
-      const auto at = message.find(kConvertHint);
-      if (at == std::string::npos) throw;
-      message.replace(at, kConvertHint.size(),
-                      " (it holds an earlier mx2nv run; requantize does not resume: remove it or give an empty DST)");
-      throw Error(e.kind(), message);
-    }
+    return run_requantize({src_, dst_, threads_, resume_, copy_},
+                          state.outputs.report);
   }
 
  private:
   std::string src_, dst_, report_path_;
+  CopyMode copy_ = CopyMode::Auto;
   unsigned threads_ = all_cores();
+  bool resume_ = false;
   CLI::Option* report_opt_ = nullptr;
 };
 

@@ -10,6 +10,7 @@
 #include "plan/plan_file.hpp"
 #include "plan/target_layout.hpp"
 #include "output/report_file.hpp"
+#include "scan/overspan_values.hpp"
 
 #include <chrono>
 
@@ -23,6 +24,7 @@ namespace {
 
 PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const fs::path& src, const fs::path& dst) {
   PlanFile f;
+  f.kind = plan.kind;
   f.tool_version = MX2NV_VERSION;
   f.window = plan.window;
   f.overspan = plan.overspan;
@@ -32,7 +34,7 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
   const Checkpoint& ck = source.checkpoint;
   for (std::size_t s = 0; s < ck.shards.size(); ++s) {
     const OpenShard in = ck.read_shard(s);
-    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan);
     const ShardRecord r = expected_record(source, plan, in, layout);
     f.shards.push_back({r.shard, r.source_size, r.source_mtime_ns, r.source_header_hash, r.plan_hash,
                         layout.data_size, layout.tensors.size()});
@@ -57,7 +59,13 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   // The plan names no index entry: the index's names go once it is checked.
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::Drop);
   add_source_counts(report, source);
-  const std::optional<Plan> planned_here = plan_step(report, out, source, options.window, options.threads, options.overspan);
+  const PlanKind kind = options.requantize ? PlanKind::Requantize : PlanKind::Convert;
+  std::optional<Plan> planned_here;
+  if (kind == PlanKind::Convert) {
+    planned_here = plan_step(report, out, source, options.window, options.threads, options.overspan);
+  } else if (!answer_finished(report, out, source.checkpoint, options.window, options.overspan, nullptr, kind)) {
+    planned_here = requantize_plan(source, options.threads);
+  }
   if (!planned_here) {
     report.seconds = seconds_since(started);
     return report;
@@ -90,7 +98,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     } else {
       if (!out.open_for_writing(files_written(source.checkpoint))) {
         // Finished by another process since it was opened: nothing to plan.
-        answer_finished(report, out, source.checkpoint, options.window, options.overspan);
+        answer_finished(report, out, source.checkpoint, options.window, options.overspan, nullptr, kind);
         report.seconds = seconds_since(started);
         return report;
       }

@@ -20,6 +20,9 @@ struct PlanOptions {
   unsigned threads = 1;
   std::optional<fs::path> plan_out;  // default: DST/.mx2nv/plan.json
   OverSpanChoice overspan = OverSpanChoice::Fail;  // as convert --overspan; recorded in the plan
+  // --requantize: plan `mx2nv requantize` (PlanKind::Requantize) instead of a
+  // conversion; window and overspan stay at their defaults.
+  bool requantize = false;
 };
 // Plans and writes the plan file. report.result is Refused (nothing written)
 // when the window refuses a module.

@@ -93,7 +93,7 @@ Plan planned(const SourceCheckpoint& source, const PlanFile& file) {
   Plan plan = plan_for_modules(file, names);
   for (std::size_t s = 0; s < file.shards.size(); ++s) {
     const OpenShard in = source.checkpoint.read_shard(s);
-    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan);
     const PlannedShard& p = file.shards[s];
     if (expected_record(source, plan, in, layout).plan_hash != p.plan_hash) {
       fail_input("plan: shard {} does not match the plan's own fingerprint (damaged plan?)", printable(p.file));
@@ -124,6 +124,11 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
   if (l.file.tool_version != MX2NV_VERSION) {
     fail(ErrorKind::Usage, "{}: a plan made by mx2nv {}; this is mx2nv {}: run mx2nv plan again with it",
          options.plan.string(), printable(l.file.tool_version), MX2NV_VERSION);
+  }
+  if (l.file.kind == PlanKind::Requantize && (options.window || options.overspan)) {
+    fail(ErrorKind::Usage, "{}: {}: a requantize plan (mx2nv plan --requantize) has no window or --overspan choice; "
+                           "leave it out",
+         options.plan.string(), options.window ? "--window" : "--overspan");
   }
   check_expected_options(options, l.file.window, l.file.overspan);
   l.source = options.source.value_or(fs::path(l.file.source));
@@ -164,6 +169,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   const Window window = parse_window(mode.substr(0, mode.find('+'))).value_or(Window::Marlin);
   // The finished record's mode says which --overspan choice wrote it.
   OverSpanChoice choice = OverSpanChoice::Fail;
+  const PlanKind kind = mode == kRequantizeMode ? PlanKind::Requantize : PlanKind::Convert;
   if (mode.ends_with("+requantize")) choice = OverSpanChoice::Requantize;
   if (mode.ends_with("+bf16")) choice = OverSpanChoice::Bf16;
   if ((options.window && !mode_matches(mode, *options.window, options.overspan.value_or(choice))) ||
@@ -176,7 +182,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     const SourceCheckpoint source = open_source_checkpoint(*options.source, 1, IndexNames::Drop);
     Report report = start_report(Command::Convert, window, *options.source, dst);
     add_source_counts(report, source);
-    if (!answer_finished(report, out, source.checkpoint, window, choice)) return no_plan();
+    if (!answer_finished(report, out, source.checkpoint, window, choice, nullptr, kind)) return no_plan();
     if (tidy) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
@@ -253,7 +259,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan, &hashes);
+    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan, &hashes, loaded->file.kind);
     report.seconds = seconds_since(started);
     return report;
   };
@@ -307,7 +313,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes)) out.tidy_finished();
+    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes, loaded->file.kind)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   };

@@ -4,7 +4,7 @@
 #include "common/stream_hash.hpp"
 #include "convert/scale_map.hpp"
 #include "model/scale_scan.hpp"
-#include "requantize/requantizer.hpp"
+#include "scan/requantizer.hpp"
 #include "sys/batched_io.hpp"
 
 #include <algorithm>
@@ -54,13 +54,14 @@ std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, cons
 class ShardWriter {
  public:
   ShardWriter(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, const TargetLayout& layout,
-              Destination& out, CopyEngine& engine, ProgressTracker& progress)
+              Destination& out, CopyEngine& engine, ProgressTracker& progress, std::vector<ErrorStats>* errors)
       : source_(source),
         plan_(plan),
         in_(in),
         layout_(layout),
         engine_(engine),
         progress_(progress),
+        errors_(errors),
         header_(serialize_target_header(layout)),
         data_start_(header_.size()),
         target_(out.begin(in.summary->file)),
@@ -135,8 +136,8 @@ class ShardWriter {
     };
     const float divisor = plan_.modules[t.module].divisor;
     if (t.role == TensorRole::Requantized) {
-      ErrorStats unused;  // the plan step measured the error
-      stream_requantized_packed(source_, t.module, divisor, to_target, unused);
+      ErrorStats unused;  // not asked for: the caller measures apart (measure_requantized)
+      stream_requantized_packed(source_, t.module, divisor, to_target, errors_ ? (*errors_)[t.module] : unused);
     } else if (t.role == TensorRole::Scale) {
       stream_requantized_scales(source_, t.module, divisor, to_target);
     } else {
@@ -223,6 +224,7 @@ class ShardWriter {
   const TargetLayout& layout_;
   CopyEngine& engine_;
   ProgressTracker& progress_;
+  std::vector<ErrorStats>* errors_;
   const std::string header_;
   const std::uint64_t data_start_;
   ShardWriteResult result_;
@@ -243,8 +245,8 @@ class ShardWriter {
 
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
                              const TargetLayout& layout, Destination& out, CopyEngine& engine,
-                             ProgressTracker& progress) {
-  return ShardWriter(source, plan, in, layout, out, engine, progress).run();
+                             ProgressTracker& progress, std::vector<ErrorStats>* errors) {
+  return ShardWriter(source, plan, in, layout, out, engine, progress, errors).run();
 }
 
 std::uint64_t hash_written_bytes(const File& output, const TargetLayout& layout, std::uint64_t data_start) {

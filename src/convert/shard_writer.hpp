@@ -8,11 +8,13 @@
 #include "checkpoint/reader.hpp"
 #include "common/progress.hpp"
 #include "destination/destination.hpp"
+#include "numerics/nvfp4_quantizer.hpp"
 #include "plan/plan.hpp"
 #include "plan/target_layout.hpp"
 #include "sys/copy_engine.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace mx2nv {
 
@@ -38,9 +40,12 @@ struct ShardWriteResult {
 
 // Writes shard `in` (read by Checkpoint::read_shard) in its target layout
 // (make_target_layout). Source bytes consumed are counted into `progress`.
+// `errors` (parallel to the modules, or nullptr): each requantized module
+// whose packed tensor this shard holds adds its error to its own slot (a
+// packed tensor is in one shard, so shards written in parallel never share one).
 ShardWriteResult write_shard(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in,
                              const TargetLayout& layout, Destination& out, CopyEngine& engine,
-                             ProgressTracker& progress);
+                             ProgressTracker& progress, std::vector<ErrorStats>* errors = nullptr);
 
 // XXH3-64 of the bytes a shard writer writes itself (header, then the
 // changed tensors in file order), read back from a finished output file: what

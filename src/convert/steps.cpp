@@ -39,10 +39,14 @@ void copy_companion(const fs::path& from, Destination& out, const std::string& r
 // determine the plan), the output shards' and companions' sizes, the
 // config's and index's checksums. (`mx2nv verify` is the full proof.)
 std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window,
-                                             OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes) {
+                                             OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes,
+                                             PlanKind kind) {
   const FinishedRecord& f = *dst.finished();
   if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", printable(f.tool_version));
-  if (!mode_matches(f.window, window, choice)) {
+  if (kind == PlanKind::Requantize && f.window != kRequantizeMode) {
+    return fmt::format("it was converted under window {}, not written by mx2nv requantize", printable(f.window));
+  }
+  if (kind == PlanKind::Convert && !mode_matches(f.window, window, choice)) {
     return fmt::format("it was converted under window {}, not {}{}", printable(f.window), window_name(window),
                        choice == OverSpanChoice::Fail ? "" : fmt::format(" with --overspan {}", choice_name(choice)));
   }
@@ -140,7 +144,8 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
 
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
-                                        std::uint64_t& reused, CopyEngine* engine, ProgressTracker* progress) {
+                                        std::uint64_t& reused, CopyEngine* engine, ProgressTracker* progress,
+                                        std::vector<ErrorStats>* errors) {
   CopyEngine auto_engine(CopyMode::Auto);
   CopyEngine& copier = engine ? *engine : auto_engine;
   ProgressTracker silent(Command::Convert, "shards", {});
@@ -154,7 +159,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
   parallel_for(shards.size(), threads, [&](std::size_t i) {
     const std::size_t s = shards[i];
     const OpenShard in = source.checkpoint.read_shard(s);  // its header, read again (not kept from planning)
-    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan.modules);
+    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan);
     ShardRecord r = expected_record(source, plan, in, layout);
     auto lock = std::make_shared<Destination::ShardLock>(out.lock_shard(r.shard));
     if (const auto earlier = reuse ? reusable_record(out, r, layout) : std::nullopt) {
@@ -165,7 +170,7 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
       return;
     }
     if (reuse) out.discard(r.shard);  // a stale or partial output from an earlier run
-    ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter);
+    ShardWriteResult w = write_shard(source, plan, in, layout, out, copier, counter, errors);
     r.output_size = w.output_size;
     r.written_hash = w.written_hash;
     r.passthrough_tensors = w.passthrough_tensors;
@@ -213,8 +218,10 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   }
   report.shared_bytes += companions.shared;
   report.copied_bytes += companions.copied;
+  // A requantize plan's config lists no module as requantized: every one is
+  // (the checkpoint as `mx2nv requantize` has always written it).
   std::vector<std::string> bf16_modules, requantized_modules;
-  for (std::size_t i = 0; i < plan.modules.size(); ++i) {
+  for (std::size_t i = 0; i < plan.modules.size() && plan.kind == PlanKind::Convert; ++i) {
     if (plan.modules[i].treatment == Treatment::Bf16) bf16_modules.emplace_back(source.modules.modules[i].name);
     if (plan.modules[i].treatment == Treatment::Requantized) requantized_modules.emplace_back(source.modules.modules[i].name);
   }
@@ -261,9 +268,9 @@ ConversionIdentity conversion_identity(const PlanFile& file, const Plan& plan) {
 }
 
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
-                     OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes) {
+                     OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes, PlanKind kind) {
   if (dst.state() != DestinationState::Finished) return false;
-  if (const auto why = finished_mismatch(dst, source, window, choice, plan_hashes)) {
+  if (const auto why = finished_mismatch(dst, source, window, choice, plan_hashes, kind)) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
          dst.root().string(), *why);
   }

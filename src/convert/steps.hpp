@@ -1,5 +1,6 @@
 // The steps of a conversion, shared by `mx2nv convert` (plan, every shard and
-// finalize in one process) and the planned, per-shard commands that
+// finalize in one process), `mx2nv requantize` (the same on a requantize
+// plan, PlanKind::Requantize) and the planned, per-shard commands that
 // schedulers run on many machines (`mx2nv plan`, `convert --plan P --shards
 // I/N`, `convert --plan P --finalize`). Each output shard is a pure function
 // of (source shard, plan), so every way of running them writes the same bytes.
@@ -10,6 +11,7 @@
 #include "destination/destination.hpp"
 #include "destination/index_writer.hpp"
 #include "destination/records.hpp"
+#include "numerics/nvfp4_quantizer.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_file.hpp"
 #include "report/report.hpp"
@@ -33,11 +35,13 @@ void add_shard_counts(Report& report, const std::vector<ShardRecord>& records);
 // Execute: the given shards, independently and in parallel; a shard whose
 // record still matches (and whose output is intact) is reused when `reuse`.
 // Returns their records, in the order of `shards`. Unchanged bytes go through
-// `engine` (nullptr: one with --copy auto).
+// `engine` (nullptr: one with --copy auto). `errors` (parallel to the
+// modules): the error of every requantized module written here (write_shard);
+// a module of a reused shard keeps its slot as it was.
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
                                         std::uint64_t& reused, CopyEngine* engine = nullptr,
-                                        ProgressTracker* progress = nullptr);
+                                        ProgressTracker* progress = nullptr, std::vector<ErrorStats>* errors = nullptr);
 
 // The record of an earlier run's shard, if it still describes this shard of
 // this plan and the output file on disk (shard_record.hpp says why the
@@ -63,9 +67,11 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
 // rewritten that way (finished.json mode "<window>+<choice>").
 // `plan_hashes` (a planned step: its plan's per-shard fingerprints) also
 // requires every finished shard to have been written under exactly that plan.
+// `kind` Requantize: DST must hold `mx2nv requantize`'s checkpoint instead
+// (window and choice unused), and a conversion's is another.
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
                      OverSpanChoice choice = OverSpanChoice::Fail,
-                     const std::vector<std::uint64_t>* plan_hashes = nullptr);
+                     const std::vector<std::uint64_t>* plan_hashes = nullptr, PlanKind kind = PlanKind::Convert);
 
 // SRC's shard identities (source_identity), in order.
 std::vector<ShardRecord> source_identities(const Checkpoint& ck);

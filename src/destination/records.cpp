@@ -135,7 +135,7 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, st
 
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& s) {
   const auto shard = static_cast<std::size_t>(s.summary - source.checkpoint.shards.data());
-  return expected_record(source, plan, s, make_target_layout(s.header, shard, source.modules, plan.modules));
+  return expected_record(source, plan, s, make_target_layout(s.header, shard, source.modules, plan));
 }
 
 ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, const OpenShard& s,
@@ -143,7 +143,9 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, co
   const auto shard = static_cast<std::size_t>(s.summary - source.checkpoint.shards.data());
   ShardRecord r = source_identity(source.checkpoint, shard);
   // A new version may write different bytes, hence the version.
-  std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION, window_name(plan.window));
+  // A requantize plan's shards are another command's: never taken for a conversion's.
+  std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION,
+                                        plan.kind == PlanKind::Requantize ? "requantize" : window_name(plan.window));
   for (const auto& t : layout.tensors) {
     if (t.role == TensorRole::PassThrough || t.role == TensorRole::Packed || t.role == TensorRole::Global) continue;
     const ModulePlan& p = plan.modules[t.module];

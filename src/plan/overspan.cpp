@@ -81,6 +81,7 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
 }
 
 std::string plan_mode_name(const Plan& plan) {
+  if (plan.kind == PlanKind::Requantize) return std::string(kRequantizeMode);
   bool requantized = false, bf16 = false;
   for (const auto& m : plan.modules) {
     requantized = requantized || m.treatment == Treatment::Requantized;

@@ -35,7 +35,9 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
                        const std::function<float(std::size_t scale_group)>& requantized_global);
 
 // The mode a finished DST records: the window, then "+requantize" and/or
-// "+bf16" when some module was rewritten that way.
+// "+bf16" when some module was rewritten that way; kRequantizeMode for a
+// requantize plan (what verify and card recognise `mx2nv requantize`'s DST by).
+inline constexpr std::string_view kRequantizeMode = "requantize";
 std::string plan_mode_name(const Plan& plan);
 // The modes a conversion under (window, choice) may have recorded.
 bool mode_matches(std::string_view recorded, Window window, OverSpanChoice choice);

@@ -96,6 +96,12 @@ enum class OverSpanChoice { Fail, Bf16, Requantize };
 template <>
 std::span<const Choice<OverSpanChoice>> choices<OverSpanChoice>();
 
+// What a plan writes: a conversion (`mx2nv convert`: exact, with --overspan's
+// rewrites), or `mx2nv requantize`'s lossy checkpoint: every module
+// Requantized under compressed-tensors' global of its scale group, in the
+// layout of an exact conversion (make_target_layout), with no window to fit.
+enum class PlanKind : std::uint8_t { Convert = 0, Requantize = 1 };
+
 struct ModulePlan {
   Treatment treatment = Treatment::Exact;
   int m = 0;                 // global exponent: scales become 2^(k - m), divisor 2^-m
@@ -141,6 +147,7 @@ struct BadGlobal {
 };
 
 struct Plan {
+  PlanKind kind = PlanKind::Convert;
   Window window = Window::Marlin;
   std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
   std::vector<OverSpan> over_span;         // every module refused by the window

@@ -28,6 +28,9 @@ namespace {
 // unambiguous (below), never written.
 constexpr std::string_view kPlanFormatV2 = "mx2nv-plan/2";
 
+// The "kind" member's one value: a requantize plan (absent for a conversion's).
+constexpr std::string_view kRequantizeKind = "requantize";
+
 constexpr std::array<std::string_view, 9> kModuleColumns = {
     "name", "m", "divisor_bits", "zero_scales", "span", "groups_outside", "canonical_zero_groups",
     "marlin_zeroed_groups", "treatment"};
@@ -77,6 +80,10 @@ void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_
   }
   out.key("format");
   out.string(format);
+  if (p.kind == PlanKind::Requantize) {
+    out.key("kind");
+    out.string(kRequantizeKind);
+  }
   out.key("module_columns");
   out.begin_array(false);
   for (const std::string_view column : kModuleColumns) out.string(column);
@@ -197,6 +204,15 @@ std::string v2_path(const std::string& text, std::string_view what, std::string_
 // Each row's fields against each other and the plan's options; whether the
 // row is SRC's is for the step to check (convert/planned.cpp).
 void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, std::string_view what) {
+  if (p.kind == PlanKind::Requantize) {
+    // Every module requantized under compressed-tensors' global, whatever the window.
+    if (m.treatment != Treatment::Requantized || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
+        m.divisor <= 0) {
+      fail_input("{}: module \"{}\" is not requantized with a positive global (divisor {}) in a requantize plan",
+                 what, excerpt(name), m.divisor);
+    }
+    return;
+  }
   switch (m.treatment) {
     case Treatment::Exact: {
       // The global of an exact transcode is 2^-m, and m lies in the window's
@@ -279,11 +295,11 @@ class PlanReader final : public StrictSax {
   enum class Section { Top, Shards, Shard, Modules, Row, Columns, Ignored };
   enum Top : unsigned {
     kFingerprint, kFormat, kToolVersion, kWindow, kOverspan, kSource, kTarget, kSourceBytes, kTargetBytes,
-    kShards, kModules, kColumns, kTopCount
+    kShards, kModules, kColumns, kKind, kTopCount
   };
   static constexpr std::array<std::string_view, kTopCount> kTopNames = {
       "fingerprint", "format", "tool_version", "window", "overspan", "source", "target", "source_bytes",
-      "target_bytes", "shards", "modules", "module_columns"};
+      "target_bytes", "shards", "modules", "module_columns", "kind"};
   struct Frame {
     Section section;
     bool array;
@@ -630,6 +646,13 @@ PlanFile PlanReader::finish() {
   const auto overspan = parse_choice<OverSpanChoice>(*strings_[kOverspan]);
   if (!overspan) fail_input("{}: unknown overspan choice \"{}\"", what(), excerpt(*strings_[kOverspan]));
   p_.overspan = *overspan;
+  if (seen_[kKind]) {
+    if (!strings_[kKind] || *strings_[kKind] != kRequantizeKind || v2) {
+      fail_input("{}: \"kind\" is not \"{}\"", what(), kRequantizeKind);
+    }
+    if (p_.overspan != OverSpanChoice::Fail) fail_input("{}: a requantize plan with --overspan", what());
+    p_.kind = PlanKind::Requantize;
+  }
   const std::string& source_text = *strings_[kSource];
   const std::string& target_text = *strings_[kTarget];
   if (v2) {
@@ -712,6 +735,7 @@ Plan plan_for_modules(const PlanFile& file, const std::vector<std::string_view>&
          file.module_names.size(), module_names.size());
   }
   Plan plan;
+  plan.kind = file.kind;
   plan.window = file.window;
   plan.overspan = file.overspan;
   plan.modules = file.modules;

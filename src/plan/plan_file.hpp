@@ -55,6 +55,10 @@ struct PlannedShard {
 };
 
 struct PlanFile {
+  // A requantize plan (`mx2nv plan --requantize`) records "kind":
+  // "requantize"; a conversion's plan has no such member (its text is the
+  // one earlier mx2nv wrote).
+  PlanKind kind = PlanKind::Convert;
   std::string tool_version;
   Window window = Window::Marlin;
   OverSpanChoice overspan = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)

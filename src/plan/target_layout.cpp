@@ -147,6 +147,18 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
   return layout;
 }
 
+TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
+                                const Plan& plan) {
+  if (plan.kind == PlanKind::Convert) return make_target_layout(source, shard, modules, plan.modules);
+  TargetLayout layout = make_target_layout(source, shard, modules);
+  for (TargetTensor& t : layout.tensors) {
+    if (t.role != TensorRole::Packed) continue;
+    t.role = TensorRole::Requantized;
+    t.aligned = false;  // written, never shared
+  }
+  return layout;
+}
+
 TargetTotals target_totals(std::uint64_t source_tensor_bytes, std::uint64_t source_tensors, const ModuleSet& modules) {
   constexpr std::uint64_t kGlobalBytes = 4;  // F32 [1]
   TargetTotals totals{source_tensor_bytes, 0};

@@ -78,6 +78,13 @@ struct TargetLayout {
 // which modules are requantized or written as BF16.
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
                                 std::span<const ModulePlan> plan = {});
+// The layout `plan` writes: as above for a conversion; for a requantize plan
+// (PlanKind::Requantize) the exact layout with every packed tensor
+// Requantized in its place (the bytes `mx2nv requantize` has always written:
+// nothing of a module is unchanged, so placing them for sharing gains nothing
+// and would move every byte).
+TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
+                                const Plan& plan);
 
 // What the layouts of all shards add up to, from the module table alone (the
 // data section tiles with no gap, so only the tensors count): the source's

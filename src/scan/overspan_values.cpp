@@ -2,7 +2,7 @@
 
 #include "common/cancel.hpp"
 #include "common/parallel.hpp"
-#include "requantize/requantizer.hpp"
+#include "scan/requantizer.hpp"
 
 #include <algorithm>
 
@@ -30,6 +30,22 @@ void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice c
     parallel_for(bf16_groups.size(), threads, [&](std::size_t g) { scale_group_amax(source, bf16_groups[g]); });
     throw_if_stopped();
   }
+}
+
+Plan requantize_plan(const SourceCheckpoint& source, unsigned threads) {
+  const ModuleSet& set = source.modules;
+  Plan plan;
+  plan.kind = PlanKind::Requantize;
+  plan.modules.resize(set.modules.size());
+  parallel_for(set.scale_groups.size(), threads, [&](std::size_t sg) {
+    const float global = nvfp4_global_scale(scale_group_amax(source, sg));
+    for (const std::size_t i : set.scale_groups[sg]) {
+      plan.modules[i].treatment = Treatment::Requantized;
+      plan.modules[i].divisor = global;
+    }
+  });
+  throw_if_stopped();
+  return plan;
 }
 
 std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, const Plan& plan, unsigned threads) {

@@ -18,6 +18,12 @@ namespace mx2nv {
 // beyond float32 (which BF16 cannot hold either) in a module it rewrites.
 void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice choice, unsigned threads);
 
+// `mx2nv requantize`'s plan (PlanKind::Requantize): every module Requantized
+// under compressed-tensors' global of its scale group (from the group's
+// absolute max: a gate/up pair shares one), whatever the window. Throws
+// Error(InvalidInput) for a NaN scale or a value beyond float32.
+Plan requantize_plan(const SourceCheckpoint& source, unsigned threads);
+
 // The report's error table: every requantized module of the plan, measured
 // against its MXFP4 values (one streaming pass each), sorted by name.
 std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, const Plan& plan, unsigned threads);

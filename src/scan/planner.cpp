@@ -1,5 +1,6 @@
 #include "scan/planner.hpp"
 
+#include "common/cancel.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/printable.hpp"
@@ -7,6 +8,7 @@
 #include "model/scale_scan.hpp"
 #include "plan/overspan.hpp"
 #include "scan/overspan_values.hpp"
+#include "scan/requantizer.hpp"
 #include "sys/batched_io.hpp"
 
 #include <algorithm>
@@ -214,6 +216,36 @@ std::string describe_row(const ModulePlan& p) {
 
 }  // namespace
 
+namespace {
+
+// A requantize plan's rows: each written module's global is compressed-tensors'
+// global of its scale group, read again from SRC.
+void check_requantized_rows(const SourceCheckpoint& source, const Plan& plan, const std::vector<std::size_t>& written,
+                            unsigned threads) {
+  const ModuleSet& set = source.modules;
+  std::vector<std::size_t> groups;
+  for (const std::size_t i : written) groups.push_back(set.modules[i].scale_group);
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  std::vector<float> globals(groups.size());
+  parallel_for(groups.size(), threads,
+               [&](std::size_t g) { globals[g] = nvfp4_global_scale(scale_group_amax(source, groups[g])); });
+  throw_if_stopped();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (const std::size_t i : set.scale_groups[groups[g]]) {
+      const ModulePlan& have = plan.modules[i];
+      if (have.treatment != Treatment::Requantized ||
+          std::bit_cast<std::uint32_t>(have.divisor) != std::bit_cast<std::uint32_t>(globals[g])) {
+        fail_input("the requantize plan's row for module {} ({}) is not what SRC gives (global {}); the plan was "
+                   "edited, or SRC's data changed since it was planned: run mx2nv plan --requantize again",
+                   printable(set.modules[i].name), describe_row(have), globals[g]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const std::vector<std::size_t>& shards,
                         unsigned threads) {
   const ModuleSet& set = source.modules;
@@ -224,6 +256,7 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
     if (selected[set.modules[i].packed_shard] || selected[set.modules[i].scale_shard]) written.push_back(i);
   }
   if (written.empty()) return;
+  if (plan.kind == PlanKind::Requantize) return check_requantized_rows(source, plan, written, threads);
   // What decides the written modules' rows: their scale groups, and under
   // --overspan bf16 every scale group of their MoE layers.
   std::vector<bool> scan(set.modules.size(), false);

@@ -7,7 +7,7 @@
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "plan/overspan.hpp"
-#include "requantize/requantizer.hpp"
+#include "scan/requantizer.hpp"
 #include "scan/overspan_values.hpp"
 #include "scan/planner.hpp"
 #include "verify/checks.hpp"

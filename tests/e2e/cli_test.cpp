@@ -444,7 +444,7 @@ TEST(Cli, InterruptedWhileWaitingToWriteStdoutIsExitFourForEveryCommand) {
           << err;
       EXPECT_EQ(err.find("internal error"), std::string::npos) << err;
       // What to do next names only what this command accepts.
-      if (name == "convert") {
+      if (name == "convert" || name == "requantize") {
         EXPECT_NE(err.find("--resume"), std::string::npos) << err;
       } else {
         EXPECT_EQ(err.find("--resume"), std::string::npos) << err;
@@ -513,9 +513,10 @@ TEST(Cli, InterruptedMidRunSaysWhatThisCommandAccepts) {
   }
 }
 
-// A DST holding an earlier run: requantize, which has no --resume, never
-// suggests it.
-TEST(Cli, RequantizeNeverSuggestsResume) {
+// requantize continues with --resume, as convert does: a DST holding a run
+// is refused without it, and with it a requantized DST is answered while a
+// converted one stays refused.
+TEST(Cli, RequantizeSuggestsItsOwnResume) {
   ScratchDir d;
   write_fixture(d / "src", tiny_spec());
   ASSERT_EQ(run_cli("convert " + q(d / "src") + " " + q(d / "dst")).exit_code, 0);
@@ -523,9 +524,10 @@ TEST(Cli, RequantizeNeverSuggestsResume) {
   for (const char* dst : {"dst", "rq"}) {
     const CliResult r = run_cli("requantize " + q(d / "src") + " " + q(d / dst));
     EXPECT_EQ(r.exit_code, 2);
-    EXPECT_EQ(r.err.find("--resume"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("requantize does not resume"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("add --resume"), std::string::npos) << r.err;
   }
+  EXPECT_EQ(run_cli("requantize --resume " + q(d / "src") + " " + q(d / "rq")).exit_code, 0);
+  EXPECT_EQ(run_cli("requantize --resume " + q(d / "src") + " " + q(d / "dst")).exit_code, 2);
 }
 
 // The continuation convert prints after an interruption runs as printed.

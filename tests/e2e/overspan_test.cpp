@@ -7,7 +7,7 @@
 // per-shard path writes the single-process bytes.
 #include "common/error.hpp"
 #include "convert/convert.hpp"
-#include "convert/requantize_command.hpp"
+#include "requantize/requantize.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
 #include "inspect/inspect.hpp"

@@ -6,7 +6,7 @@
 // compressed-tensors is the conformance suite's job.)
 #include "common/error.hpp"
 #include "convert/convert.hpp"
-#include "convert/requantize_command.hpp"
+#include "requantize/requantize.hpp"
 #include "e2e_support.hpp"
 #include "fixture/fixture.hpp"
 #include "safetensors/index.hpp"

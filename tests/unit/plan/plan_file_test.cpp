@@ -132,6 +132,44 @@ TEST(PlanFile, CapsApplyAsItStreams) {
             std::string::npos);
 }
 
+// A requantize plan (mx2nv plan --requantize): "kind" recorded and read
+// back; a conversion's plan has no such member; rows must all be requantized
+// under a positive global, whatever the window; "kind" can spell nothing else.
+TEST(PlanFile, ARequantizePlanSaysSoAndHoldsOnlyRequantizedRows) {
+  PlanFile convert = awkward_plan();
+  EXPECT_EQ(plan_file_to_text(convert).find("\"kind\""), std::string::npos);
+  PlanFile f = awkward_plan();
+  f.kind = PlanKind::Requantize;
+  for (ModulePlan& m : f.modules) m = ModulePlan{Treatment::Requantized, 0, 1e-30f};  // far outside any window
+  const std::string text = plan_file_to_text(f);
+  EXPECT_NE(text.find("\"kind\": \"requantize\""), std::string::npos);
+  const PlanFile back = plan_file_from_text(text, "plan");
+  EXPECT_EQ(back.kind, PlanKind::Requantize);
+  EXPECT_EQ(plan_for_modules(back, {f.module_names.begin(), f.module_names.end()}).kind, PlanKind::Requantize);
+  EXPECT_EQ(plan_file_from_text(plan_file_to_text(convert), "plan").kind, PlanKind::Convert);
+  // The same rows in a conversion's plan are refused (no --overspan requantize, outside the window).
+  PlanFile unmarked = f;
+  unmarked.kind = PlanKind::Convert;
+  EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(unmarked), "p"); }).find("requantized"),
+            std::string::npos);
+  // An exact row, or a global that is not positive, in a requantize plan.
+  PlanFile exact = f;
+  exact.modules[1] = convert.modules[1];
+  EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(exact), "p"); }).find("requantize plan"),
+            std::string::npos);
+  PlanFile negative = f;
+  negative.modules[0].divisor = -1.0f;
+  EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(negative), "p"); }).find("requantize plan"),
+            std::string::npos);
+  // "kind" spelled otherwise, with the checksum made to agree: still refused.
+  Json j = Json::parse(text);
+  j["kind"] = "convert";
+  j.erase("fingerprint");
+  const std::string canonical = dump_json(j, -1);
+  j["fingerprint"] = fmt::format("{:016x}", XXH3_64bits(canonical.data(), canonical.size()));
+  EXPECT_NE(what_of([&] { plan_file_from_text(dump_json(j, 1), "p"); }).find("\"kind\" is not"), std::string::npos);
+}
+
 TEST(Excerpt, CutsLongTextAtACharacterAndSaysHowLongItWas) {
   EXPECT_EQ(excerpt("short"), "short");
   EXPECT_EQ(excerpt(std::string(300, 'a'), 10), "aaaaaaaaaa... (300 bytes)");

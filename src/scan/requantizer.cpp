@@ -1,4 +1,4 @@
-#include "requantize/requantizer.hpp"
+#include "scan/requantizer.hpp"
 
 #include "common/cancel.hpp"
 #include "common/error.hpp"
