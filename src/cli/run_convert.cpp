@@ -27,7 +27,7 @@ int run_convert(const ConvertOptions& o, const std::optional<ReportFile>& report
   if (r.result == Outcome::Refused) {
     out("mx2nv convert: refused under window {} (span limit {}); nothing was written to {}\n",
         window_name(o.window), window_limits(o.window).max_span(), printable(o.target.string()));
-    print_over_span(r.over_span);
+    print_over_span(r.refused_spans);
     print_global_conflicts(r.global_conflicts, r.unrepresentable_globals);
     const std::string inspect = "mx2nv inspect --window " + std::string(window_name(o.window)) + " " +
                                 shell_path(o.source.string());
@@ -126,7 +126,7 @@ class ConvertCommand final : public Subcommand {
     if (!src_.empty()) step.options.source = src_;
     if (!dst_.empty()) step.options.target = dst_;
     if (window_opt_->count() > 0) step.options.window = window_;
-    if (overspan_opt_->count() > 0) step.options.overspan = overspan_;
+    if (overspan_opt_->count() > 0) step.options.over_span_choice = overspan_;
     step.report_path = report_path_;
     step.html_path = html_path_;
     return step;

@@ -20,7 +20,7 @@ int run_plan(const PlanOptions& o, const std::optional<ReportFile>& report_path)
   const Report r = plan_checkpoint(o, written);
   if (r.result == Outcome::Refused) {
     out("mx2nv plan: refused under window {}; no plan written\n", window_name(o.window));
-    print_over_span(r.over_span);
+    print_over_span(r.refused_spans);
     return finish(r, report_path);
   }
   if (r.already_complete) {
@@ -76,7 +76,7 @@ class PlanCommand final : public Subcommand {
     o.target = dst_;
     o.window = window_;
     o.threads = threads_;
-    o.overspan = overspan_;
+    o.over_span_choice = overspan_;
     o.requantize = requantize_;
     if (requantize_ && (window_opt_->count() > 0 || overspan_opt_->count() > 0)) {
       fail(ErrorKind::Usage, "--requantize takes no --window or --overspan (requantize has no window to fit)");

@@ -55,7 +55,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.overspan);
+  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.over_span_choice);
   if (!planned) {
     if (report.already_complete) out.tidy_finished();
     report.seconds = seconds_since(started);
@@ -74,7 +74,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // --- execute every shard, then finalize.
   if (!out.open_for_writing(files_written(ck))) {
     // Finished by another process since DST was opened: answered, not redone.
-    if (answer_finished(report, out, ck, options.window, options.overspan)) out.tidy_finished();
+    if (answer_finished(report, out, ck, options.window, options.over_span_choice)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   }

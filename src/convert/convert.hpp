@@ -20,7 +20,7 @@ struct ConvertOptions {
   unsigned threads = 1;
   bool resume = false;  // continue an interrupted conversion into DST
   CopyMode copy = CopyMode::Auto;  // how unchanged bytes reach DST (--copy)
-  OverSpanChoice overspan = OverSpanChoice::Fail;  // scale groups the window refuses (--overspan)
+  OverSpanChoice over_span_choice = OverSpanChoice::Fail;  // scale groups the window refuses (--overspan)
   ProgressCallback progress = {};  // optional; see common/progress.hpp (unit: shards, bytes: source tensor bytes)
 };
 

@@ -27,7 +27,7 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
   f.kind = plan.kind;
   f.tool_version = MX2NV_VERSION;
   f.window = plan.window;
-  f.overspan = plan.overspan;
+  f.over_span_choice = plan.over_span_choice;
   // The paths' bytes, exactly: a step opens them as they are.
   f.source = fs::absolute(src).lexically_normal().string();
   f.target = fs::absolute(dst).lexically_normal().string();
@@ -62,8 +62,8 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   const PlanKind kind = options.requantize ? PlanKind::Requantize : PlanKind::Convert;
   std::optional<Plan> planned_here;
   if (kind == PlanKind::Convert) {
-    planned_here = plan_step(report, out, source, options.window, options.threads, options.overspan);
-  } else if (!answer_finished(report, out, source.checkpoint, options.window, options.overspan, nullptr, kind)) {
+    planned_here = plan_step(report, out, source, options.window, options.threads, options.over_span_choice);
+  } else if (!answer_finished(report, out, source.checkpoint, options.window, options.over_span_choice, nullptr, kind)) {
     planned_here = requantize_plan(source, options.threads);
   }
   if (!planned_here) {
@@ -98,7 +98,7 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
     } else {
       if (!out.open_for_writing(files_written(source.checkpoint))) {
         // Finished by another process since it was opened: nothing to plan.
-        answer_finished(report, out, source.checkpoint, options.window, options.overspan, nullptr, kind);
+        answer_finished(report, out, source.checkpoint, options.window, options.over_span_choice, nullptr, kind);
         report.seconds = seconds_since(started);
         return report;
       }

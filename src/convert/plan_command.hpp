@@ -19,7 +19,7 @@ struct PlanOptions {
   Window window = Window::Marlin;
   unsigned threads = 1;
   std::optional<fs::path> plan_out;  // default: DST/.mx2nv/plan.json
-  OverSpanChoice overspan = OverSpanChoice::Fail;  // as convert --overspan; recorded in the plan
+  OverSpanChoice over_span_choice = OverSpanChoice::Fail;  // as convert --overspan; recorded in the plan
   // --requantize: plan `mx2nv requantize` (PlanKind::Requantize) instead of a
   // conversion; window and overspan stay at their defaults.
   bool requantize = false;

@@ -55,10 +55,10 @@ void check_expected_options(const PlannedOptions& options, Window window, OverSp
                            "out, or plan again)",
          window_name(*options.window), window_name(window));
   }
-  if (options.overspan && *options.overspan != choice) {
+  if (options.over_span_choice && *options.over_span_choice != choice) {
     fail(ErrorKind::Usage, "--overspan {}: the plan was made with --overspan {} (a step follows its plan; leave "
                            "--overspan out, or plan again)",
-         choice_name(*options.overspan), choice_name(choice));
+         choice_name(*options.over_span_choice), choice_name(choice));
   }
 }
 
@@ -125,12 +125,12 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
     fail(ErrorKind::Usage, "{}: a plan made by mx2nv {}; this is mx2nv {}: run mx2nv plan again with it",
          options.plan.string(), printable(l.file.tool_version), MX2NV_VERSION);
   }
-  if (l.file.kind == PlanKind::Requantize && (options.window || options.overspan)) {
+  if (l.file.kind == PlanKind::Requantize && (options.window || options.over_span_choice)) {
     fail(ErrorKind::Usage, "{}: {}: a requantize plan (mx2nv plan --requantize) has no window or --overspan choice; "
                            "leave it out",
          options.plan.string(), options.window ? "--window" : "--overspan");
   }
-  check_expected_options(options, l.file.window, l.file.overspan);
+  check_expected_options(options, l.file.window, l.file.over_span_choice);
   l.source = options.source.value_or(fs::path(l.file.source));
   l.target = options.target.value_or(fs::path(l.file.target));
   // A plan kept in a DST's state directory is that DST's plan: it converts
@@ -172,8 +172,8 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   const PlanKind kind = mode == kRequantizeMode ? PlanKind::Requantize : PlanKind::Convert;
   if (mode.ends_with("+requantize")) choice = OverSpanChoice::Requantize;
   if (mode.ends_with("+bf16")) choice = OverSpanChoice::Bf16;
-  if ((options.window && !mode_matches(mode, *options.window, options.overspan.value_or(choice))) ||
-      (options.overspan && !mode_matches(mode, options.window.value_or(window), *options.overspan))) {
+  if ((options.window && !mode_matches(mode, *options.window, options.over_span_choice.value_or(choice))) ||
+      (options.over_span_choice && !mode_matches(mode, options.window.value_or(window), *options.over_span_choice))) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion under {}, not under the options given", dst.string(),
          printable(mode));
   }
@@ -259,7 +259,7 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.overspan, &hashes, loaded->file.kind);
+    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.over_span_choice, &hashes, loaded->file.kind);
     report.seconds = seconds_since(started);
     return report;
   };
@@ -313,7 +313,7 @@ Report finalize_planned(const PlannedOptions& options) {
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.overspan, &hashes, loaded->file.kind)) out.tidy_finished();
+    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.over_span_choice, &hashes, loaded->file.kind)) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
   };
@@ -348,7 +348,7 @@ Report finalize_planned(const PlannedOptions& options) {
          missing.size(), ck.shards.size(), list);
   }
   add_plan_counts(report, plan);
-  if (plan.overspan != OverSpanChoice::Fail) add_overspan_report(report, source, plan, options.threads);
+  if (plan.over_span_choice != OverSpanChoice::Fail) add_overspan_report(report, source, plan, options.threads);
   add_shard_counts(report, records);
   report.copy_mode = options.copy;
   CopyEngine engine(options.copy);

@@ -42,7 +42,7 @@ struct PlannedOptions {
   // --window / --overspan given to a step: what the caller expects the plan
   // to be (exit 2 when it is another); the plan decides either way.
   std::optional<Window> window;
-  std::optional<OverSpanChoice> overspan;
+  std::optional<OverSpanChoice> over_span_choice;
 };
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection);
 // Exits 2 naming the shards not finished yet.

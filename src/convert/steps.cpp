@@ -299,7 +299,7 @@ std::optional<Plan> plan_step(Report& report, const Destination& dst, const Sour
 bool report_refusal(Report& report, const ModuleSet& set, const Plan& plan) {
   if (!plan.refused()) return false;
   report.result = Outcome::Refused;
-  report.over_span = plan.over_span;
+  report.refused_spans = plan.refused_spans;
   report.unrepresentable_globals = bad_global_names(set, plan);
   report.global_conflicts = named_global_conflicts(set, plan);
   return true;

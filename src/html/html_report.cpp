@@ -345,13 +345,13 @@ std::string span_heatmaps(const HtmlReportInput& input, Flagged& flagged, Flagge
 
 std::string refusals(const Report& r, const Flagged& flagged) {
   std::string html = "<h2>Refused and constrained modules</h2>\n";
-  if (r.over_span.empty() && r.unrepresentable_globals.empty() && flagged.empty()) {
+  if (r.refused_spans.empty() && r.unrepresentable_globals.empty() && flagged.empty()) {
     return html + "<p>None: every module fits the marlin window.</p>\n";
   }
   html += "<table><tr><th>module</th><th>span</th><th>limit</th><th>status</th><th>active groups outside</th></tr>";
   std::set<std::string> listed;
   std::size_t rows = 0;
-  for (const auto& o : r.over_span) {
+  for (const auto& o : r.refused_spans) {
     if (rows++ >= kMaxListedModules) break;
     listed.insert(o.module);
     html += row({"<code>" + esc(o.module) + "</code>", fmt::format("{}", o.span), fmt::format("{}", o.limit),
@@ -367,7 +367,7 @@ std::string refusals(const Report& r, const Flagged& flagged) {
                  ""});
   }
   html += "</table>\n";
-  const std::size_t total = std::max(r.over_span.size(), flagged.size());
+  const std::size_t total = std::max(r.refused_spans.size(), flagged.size());
   if (total > kMaxListedModules) html += fmt::format("<p>… {} more not listed.</p>\n", total - kMaxListedModules);
   for (const auto& g : r.unrepresentable_globals) {
     html += fmt::format("<p>Global scale of <code>{}</code> would not be a normal FP32 number (refused).</p>\n", esc(g));

@@ -38,7 +38,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
   for (const WindowInfo& spec : windows()) {
     const Window w = spec.window;
     const Plan plan = plan_conversion(source, scan, w);
-    WindowOutcome o{w, plan.refused(), plan.over_span, bad_global_names(source.modules, plan),
+    WindowOutcome o{w, plan.refused(), plan.refused_spans, bad_global_names(source.modules, plan),
                     named_global_conflicts(source.modules, plan), plan.raised_globals, 0, 0};
     for (const auto& mp : plan.modules) {
       o.canonicalised_zero_groups += mp.canonical_zero_groups;
@@ -46,7 +46,7 @@ Inspection inspect_checkpoint(const fs::path& path, Window window, unsigned thre
     }
     if (w == window) {
       r.result = plan.refused() ? Outcome::Refused : Outcome::Ok;
-      r.over_span = plan.over_span;
+      r.refused_spans = plan.refused_spans;
       r.unrepresentable_globals = o.unrepresentable_globals;
       r.global_conflicts = o.global_conflicts;
       r.raised_globals = plan.raised_globals;

@@ -31,7 +31,7 @@ std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& 
   for (const BadGlobal& b : plan.bad_globals) refused[b.scale_group] = true;
   // Over-span rows name their module (the report prints them as they are).
   std::set<std::string_view> over;
-  for (const OverSpan& o : plan.over_span) over.insert(o.module);
+  for (const OverSpan& o : plan.refused_spans) over.insert(o.module);
   std::vector<std::size_t> groups;
   for (std::size_t sg = 0; sg < set.scale_groups.size(); ++sg) {
     for (const std::size_t i : set.scale_groups[sg]) refused[sg] = refused[sg] || over.contains(set.modules[i].name);
@@ -42,7 +42,7 @@ std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& 
 
 void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
                        const std::function<float(std::size_t scale_group)>& requantized_global) {
-  plan.overspan = choice;
+  plan.over_span_choice = choice;
   if (choice == OverSpanChoice::Fail || !plan.refused()) return;
   const std::vector<std::size_t> groups = refused_scale_groups(set, plan);
   std::vector<BadGlobal> still_bad;
@@ -71,8 +71,8 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
       if (layers.contains(moe_layer_of(set.modules[i].name))) rewrite(i, Treatment::Bf16, 1.0f);
     }
   }
-  plan.resolved_over_span = std::move(plan.over_span);
-  plan.over_span.clear();
+  plan.resolved_spans = std::move(plan.refused_spans);
+  plan.refused_spans.clear();
   plan.resolved_globals.clear();
   for (const BadGlobal& b : plan.bad_globals) plan.resolved_globals.push_back(b.scale_group);
   plan.bad_globals = std::move(still_bad);
@@ -114,7 +114,7 @@ std::uint64_t nvfp4_module_bytes(const QuantModule& m) {
 std::vector<Bf16Layer> bf16_layers(const ModuleSet& set, const Plan& plan) {
   // Why a layer is BF16: the members of the scale groups its choice resolved.
   std::vector<bool> refused(set.modules.size(), false);
-  for (const OverSpan& o : plan.resolved_over_span) {
+  for (const OverSpan& o : plan.resolved_spans) {
     if (const auto i = set.find(o.module)) refused[*i] = true;
   }
   for (const std::size_t sg : plan.resolved_globals) {

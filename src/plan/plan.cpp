@@ -127,7 +127,7 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
       }
       if (lowest < limits.min_exp) {
         p.groups_outside = limits.min_exp == kE4M3MinNormalPow2 ? below_e4m3 + p.marlin_zeroed_groups : below_e4m3;
-        plan.over_span.push_back({std::string(set.modules[i].name), p.span, limits.max_span(), p.groups_outside});
+        plan.refused_spans.push_back({std::string(set.modules[i].name), p.span, limits.max_span(), p.groups_outside});
       }
     }
   }

@@ -150,14 +150,14 @@ struct Plan {
   PlanKind kind = PlanKind::Convert;
   Window window = Window::Marlin;
   std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
-  std::vector<OverSpan> over_span;         // every module refused by the window
+  std::vector<OverSpan> refused_spans;         // every module refused by the window
   std::vector<BadGlobal> bad_globals;      // scale groups no global exponent serves, ascending
   std::vector<ScaleGroupConflict> global_conflicts;  // those of them whose ranges do not meet
   std::uint64_t raised_globals = 0;        // scale groups whose m is above k_max - 8 (quiet experts)
-  OverSpanChoice overspan = OverSpanChoice::Fail;
-  std::vector<OverSpan> resolved_over_span;    // refusals the --overspan choice resolved (why)
+  OverSpanChoice over_span_choice = OverSpanChoice::Fail;
+  std::vector<OverSpan> resolved_spans;    // refusals the --overspan choice resolved (why)
   std::vector<std::size_t> resolved_globals;  // likewise for bad_globals: scale group indices
-  bool refused() const { return !over_span.empty() || !bad_globals.empty(); }
+  bool refused() const { return !refused_spans.empty() || !bad_globals.empty(); }
 };
 
 // How reports name a scale group: its members' names joined by '+' (a lone

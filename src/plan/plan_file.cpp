@@ -107,7 +107,7 @@ void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_
   }
   out.end_array();
   out.key("overspan");
-  out.string(choice_name(p.overspan));
+  out.string(choice_name(p.over_span_choice));
   out.key("shards");
   out.begin_array();
   for (const PlannedShard& s : p.shards) {
@@ -227,18 +227,18 @@ void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, 
       return;
     }
     case Treatment::Requantized:
-      if (p.overspan != OverSpanChoice::Requantize || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
+      if (p.over_span_choice != OverSpanChoice::Requantize || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
           m.divisor <= 0 || !global_multiplier_fits(p.window, 1.0 / static_cast<double>(m.divisor))) {
         fail_input("{}: module \"{}\" is requantized with a global (divisor {}) or in a plan (--overspan {}) that does "
                    "not allow it",
-                   what, excerpt(name), m.divisor, choice_name(p.overspan));
+                   what, excerpt(name), m.divisor, choice_name(p.over_span_choice));
       }
       return;
     case Treatment::Bf16:
-      if (p.overspan != OverSpanChoice::Bf16 || m.m != 0 || m.zero_scales ||
+      if (p.over_span_choice != OverSpanChoice::Bf16 || m.m != 0 || m.zero_scales ||
           std::bit_cast<std::uint32_t>(m.divisor) != std::bit_cast<std::uint32_t>(1.0f)) {
         fail_input("{}: module \"{}\" is BF16 in a plan (--overspan {}) that does not write it so", what,
-                   excerpt(name), choice_name(p.overspan));
+                   excerpt(name), choice_name(p.over_span_choice));
       }
       return;
   }
@@ -645,12 +645,12 @@ PlanFile PlanReader::finish() {
   p_.window = *window;
   const auto overspan = parse_choice<OverSpanChoice>(*strings_[kOverspan]);
   if (!overspan) fail_input("{}: unknown overspan choice \"{}\"", what(), excerpt(*strings_[kOverspan]));
-  p_.overspan = *overspan;
+  p_.over_span_choice = *overspan;
   if (seen_[kKind]) {
     if (!strings_[kKind] || *strings_[kKind] != kRequantizeKind || v2) {
       fail_input("{}: \"kind\" is not \"{}\"", what(), kRequantizeKind);
     }
-    if (p_.overspan != OverSpanChoice::Fail) fail_input("{}: a requantize plan with --overspan", what());
+    if (p_.over_span_choice != OverSpanChoice::Fail) fail_input("{}: a requantize plan with --overspan", what());
     p_.kind = PlanKind::Requantize;
   }
   const std::string& source_text = *strings_[kSource];
@@ -737,7 +737,7 @@ Plan plan_for_modules(const PlanFile& file, const std::vector<std::string_view>&
   Plan plan;
   plan.kind = file.kind;
   plan.window = file.window;
-  plan.overspan = file.overspan;
+  plan.over_span_choice = file.over_span_choice;
   plan.modules = file.modules;
   return plan;
 }

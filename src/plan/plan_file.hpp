@@ -61,7 +61,7 @@ struct PlanFile {
   PlanKind kind = PlanKind::Convert;
   std::string tool_version;
   Window window = Window::Marlin;
-  OverSpanChoice overspan = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)
+  OverSpanChoice over_span_choice = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)
   // The absolute paths `mx2nv plan` was given, exactly (any bytes but NUL):
   // what a step opens unless told otherwise (another machine may mount the
   // storage elsewhere).

@@ -199,7 +199,7 @@ CommandReturn convert(const std::string& src, const std::string& dst, const std:
           outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
           o.window = choice_arg<Window>("window", window);
           o.copy = choice_arg<CopyMode>("copy", copy);
-          o.overspan = choice_arg<OverSpanChoice>("overspan", overspan);
+          o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
           const Report r = convert_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
@@ -295,7 +295,7 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
       [&]() -> CommandReturn {
         try {
           o.window = choice_arg<Window>("window", window);
-          o.overspan = choice_arg<OverSpanChoice>("overspan", overspan);
+          o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
           fs::path written_to;
           const Report r = plan_checkpoint(o, written_to);
           std::optional<std::string> plan_path;

@@ -150,15 +150,15 @@ struct Report {
   Measured<std::uint64_t> mismatches;
   Measured<double> max_abs_error;
 
-  std::vector<OverSpan> over_span;
+  std::vector<OverSpan> refused_spans;
   std::vector<std::string> unrepresentable_globals;  // scale groups no global exponent serves
   std::vector<GlobalConflict> global_conflicts;      // the same, with the ranges that do not meet
   Measured<std::uint64_t> raised_globals;  // scale groups whose global is above k_max - 8 (the window's global range)
   std::vector<ModuleError> requantized;  // lossy modules, sorted by name
   // convert --overspan (absent from the JSON for fail): the choice, the
   // refusals it resolved (why), the BF16 layers with their size cost.
-  OverSpanChoice overspan = OverSpanChoice::Fail;
-  std::vector<OverSpan> resolved_over_span;
+  OverSpanChoice over_span_choice = OverSpanChoice::Fail;
+  std::vector<OverSpan> resolved_spans;
   std::vector<Bf16Layer> bf16_layers;
   Measured<std::uint64_t> requantized_marlin_zeroed_blocks;
   std::optional<Fingerprint> fingerprint;  // verify, requantize: absent when DST could not be read

@@ -160,13 +160,13 @@ void report_fields(Io& io, R& r) {
   io.measured_error("max_abs_error", r.max_abs_error);
   io.optional_field("merged_parts", [&] { return r.merged_parts.has_value(); }, r.merged_parts);
   io.field("mismatches", r.mismatches);
-  io.rows("over_span", r.over_span, kMaxRows, [](auto& in, auto& row) { over_span_fields(in, row); });
-  io.optional_object("overspan", [&] { return r.overspan != OverSpanChoice::Fail; }, [&] {
+  io.rows("over_span", r.refused_spans, kMaxRows, [](auto& in, auto& row) { over_span_fields(in, row); });
+  io.optional_object("overspan", [&] { return r.over_span_choice != OverSpanChoice::Fail; }, [&] {
     io.rows("bf16_layers", r.bf16_layers, kMaxRows, [](auto& in, auto& row) { bf16_layer_fields(in, row); });
-    io.named("choice", r.overspan, choice_name<OverSpanChoice>, parse_choice<OverSpanChoice>);
+    io.named("choice", r.over_span_choice, choice_name<OverSpanChoice>, parse_choice<OverSpanChoice>);
     io.derived("lossy", [&] { return Json(!r.requantized.empty()); });
     io.field("requantized_marlin_zeroed_blocks", r.requantized_marlin_zeroed_blocks);
-    io.rows("resolved_over_span", r.resolved_over_span, kMaxRows,
+    io.rows("resolved_over_span", r.resolved_spans, kMaxRows,
             [](auto& in, auto& row) { over_span_fields(in, row); });
   });
   io.object("provenance", [&] { provenance_fields(io, r); });

@@ -10,7 +10,7 @@ namespace mx2nv {
 
 void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice choice, unsigned threads) {
   const ModuleSet& set = source.modules;
-  plan.overspan = choice;
+  plan.over_span_choice = choice;
   if (choice == OverSpanChoice::Fail || !plan.refused()) return;
   // compressed-tensors' global for each refused group, read before the plan changes.
   const std::vector<std::size_t> groups = refused_scale_groups(set, plan);
@@ -67,12 +67,12 @@ std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, con
 }
 
 void add_overspan_report(Report& report, const SourceCheckpoint& source, const Plan& plan, unsigned threads) {
-  report.overspan = plan.overspan;
+  report.over_span_choice = plan.over_span_choice;
   report.requantized = measure_requantized(source, plan, threads);
   report.requantized_marlin_zeroed_blocks = 0;
   for (const auto& m : report.requantized) report.requantized_marlin_zeroed_blocks += m.marlin_zeroed_blocks;
   report.bf16_layers = bf16_layers(source.modules, plan);
-  report.resolved_over_span = plan.resolved_over_span;
+  report.resolved_spans = plan.resolved_spans;
 }
 
 }  // namespace mx2nv

@@ -264,7 +264,7 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
     for (const std::size_t i : set.scale_groups[sg]) scan[i] = true;
   };
   for (const std::size_t i : written) add_group(set.modules[i].scale_group);
-  if (plan.overspan == OverSpanChoice::Bf16) {
+  if (plan.over_span_choice == OverSpanChoice::Bf16) {
     std::set<std::string_view> layers;  // views into the modules' names
     for (const std::size_t i : written) layers.insert(moe_layer_of(set.modules[i].name));
     for (std::size_t i = 0; i < set.modules.size(); ++i) {
@@ -272,7 +272,7 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
     }
   }
   Plan derived = plan_conversion(source, scan_modules(source, threads, kKeptHistogramBytes, &scan), plan.window);
-  apply_overspan(source, derived, plan.overspan, threads);
+  apply_overspan(source, derived, plan.over_span_choice, threads);
   for (const std::size_t i : written) {
     const ModulePlan& want = derived.modules[i];
     const ModulePlan& have = plan.modules[i];
@@ -280,17 +280,17 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
       fail_input("the plan's row for module {} ({}) is not what SRC gives under window {} with --overspan {} ({}); "
                  "the plan was edited, or SRC's data changed since it was planned: run mx2nv plan again",
                  printable(set.modules[i].name), describe_row(have), window_name(plan.window),
-                 choice_name(plan.overspan), describe_row(want));
+                 choice_name(plan.over_span_choice), describe_row(want));
     }
   }
   if (derived.refused()) {
     // Only modules outside the written ones can be left (the rows above
     // matched): refused by SRC, planned as convertible.
-    const std::string what = !derived.over_span.empty() ? derived.over_span.front().module
+    const std::string what = !derived.refused_spans.empty() ? derived.refused_spans.front().module
                                                         : bad_global_name(set, derived.bad_globals.front());
     fail_input("SRC's {} is refused under window {} with --overspan {}, but the plan converts it; the plan was edited, "
                "or SRC's data changed since it was planned: run mx2nv plan again",
-               printable(what), window_name(plan.window), choice_name(plan.overspan));
+               printable(what), window_name(plan.window), choice_name(plan.over_span_choice));
   }
 }
 

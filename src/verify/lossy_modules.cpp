@@ -76,8 +76,8 @@ void check_overspan(VerifyContext& ctx, Report& report) {
       ctx.diff.add("tensor \"{}\" missing from DST", modules[i].scale_name());
     }
   }
-  report.overspan = choice;
-  report.resolved_over_span = plan.resolved_over_span;
+  report.over_span_choice = choice;
+  report.resolved_spans = plan.resolved_spans;
   report.bf16_layers = bf16_layers(ctx.source.modules, plan);
 }
 

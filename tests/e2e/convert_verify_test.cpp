@@ -147,11 +147,11 @@ TEST(Windows, OverSpanIsRefusedUnderMarlinAndExactUnderE4m3) {
 
   const Report refused = convert(d / "src", d / "marlin");
   ASSERT_EQ(refused.result, Outcome::Refused);
-  ASSERT_EQ(refused.over_span.size(), 1u);
-  EXPECT_EQ(refused.over_span[0].module, hot);
-  EXPECT_EQ(refused.over_span[0].span, 16);
-  EXPECT_EQ(refused.over_span[0].limit, 14);
-  EXPECT_GT(refused.over_span[0].groups_outside, 0u);
+  ASSERT_EQ(refused.refused_spans.size(), 1u);
+  EXPECT_EQ(refused.refused_spans[0].module, hot);
+  EXPECT_EQ(refused.refused_spans[0].span, 16);
+  EXPECT_EQ(refused.refused_spans[0].limit, 14);
+  EXPECT_GT(refused.refused_spans[0].groups_outside, 0u);
   EXPECT_FALSE(fs::exists(d / "marlin"));  // nothing that looks like a checkpoint
 
   const Report e4m3 = convert(d / "src", d / "e4m3", Window::E4M3);
@@ -171,7 +171,7 @@ TEST(Windows, OverSpanIsRefusedUnderMarlinAndExactUnderE4m3) {
   EXPECT_TRUE(in.outcomes[0].refused);
   EXPECT_FALSE(in.outcomes[1].refused);
   EXPECT_EQ(in.outcomes[1].marlin_zeroed_groups, e4m3.marlin_zeroed_groups);
-  EXPECT_EQ(in.outcomes[0].over_span[0].groups_outside, refused.over_span[0].groups_outside);
+  EXPECT_EQ(in.outcomes[0].over_span[0].groups_outside, refused.refused_spans[0].groups_outside);
   EXPECT_EQ(in.report.target_tensor_bytes, e4m3.target_tensor_bytes);  // size predicted exactly
   EXPECT_EQ(in.max_span, 16);
 }
@@ -194,9 +194,9 @@ TEST(Windows, GateUpSharingCanPushAModuleOverTheSpan) {
   write_fixture(d / "src", spec);
   const Report r = convert(d / "src", d / "dst");
   ASSERT_EQ(r.result, Outcome::Refused);
-  ASSERT_EQ(r.over_span.size(), 1u);
-  EXPECT_EQ(r.over_span[0].module, gate);
-  EXPECT_EQ(r.over_span[0].span, 16);
+  ASSERT_EQ(r.refused_spans.size(), 1u);
+  EXPECT_EQ(r.refused_spans[0].module, gate);
+  EXPECT_EQ(r.refused_spans[0].span, 16);
 }
 
 TEST(Windows, QuietExpertsGetANormalFp16GlobalUnderMarlin) {
@@ -229,7 +229,7 @@ TEST(Windows, AQuietExpertNoGlobalServesIsRefusedWithItsRanges) {
   write_fixture(d / "src", spec);
   const Report r = convert(d / "src", d / "dst");
   ASSERT_EQ(r.result, Outcome::Refused);
-  EXPECT_TRUE(r.over_span.empty());
+  EXPECT_TRUE(r.refused_spans.empty());
   ASSERT_EQ(r.global_conflicts.size(), 1u);
   EXPECT_EQ(r.global_conflicts[0].scale_group, quiet);
   EXPECT_EQ(r.global_conflicts[0].needed_min, -38);

@@ -39,7 +39,7 @@ std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 ConvertOptions options(const fs::path& src, const fs::path& dst, OverSpanChoice choice) {
   ConvertOptions o{src, dst, Window::Marlin, 2};
-  o.overspan = choice;
+  o.over_span_choice = choice;
   return o;
 }
 
@@ -68,8 +68,8 @@ TEST(OverSpanRequantize, OnlyRefusedGroupsAreRequantizedAsTheCompanionWouldAndTh
 
   const Report r = convert_checkpoint(options(d / "src", d / "dst", OverSpanChoice::Requantize));
   ASSERT_EQ(r.result, Outcome::Ok);
-  EXPECT_TRUE(r.over_span.empty());
-  EXPECT_EQ(r.overspan, OverSpanChoice::Requantize);
+  EXPECT_TRUE(r.refused_spans.empty());
+  EXPECT_EQ(r.over_span_choice, OverSpanChoice::Requantize);
   ASSERT_EQ(r.requantized.size(), 3u);
   std::set<std::string> lossy;
   for (const auto& m : r.requantized) lossy.insert(m.module);

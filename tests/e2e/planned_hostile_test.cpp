@@ -113,7 +113,7 @@ void forge(const fs::path& plan_path, const fs::path& src, const std::function<v
     const SourceCheckpoint s = open_source_checkpoint(src, 1, IndexNames::Drop);
     Plan p;
     p.window = f.window;
-    p.overspan = f.overspan;
+    p.over_span_choice = f.over_span_choice;
     p.modules = f.modules;
     for (std::size_t i = 0; i < f.shards.size(); ++i) {
       const OpenShard in = s.checkpoint.read_shard(i);
@@ -839,11 +839,11 @@ TEST_F(PlannedHostile, AForgedPlanNeverMakesAStepWriteWhatVerifyRejects) {
       {"canonicalised count", [&](PlanFile& f) { row(f).canonical_zero_groups += 1; }, true, 3},
       {"Marlin-zeroed count", [&](PlanFile& f) { row(f).marlin_zeroed_groups += 1; }, true, 3},
       {"BF16 though it fits", [&](PlanFile& f) {
-         f.overspan = OverSpanChoice::Bf16;
+         f.over_span_choice = OverSpanChoice::Bf16;
          row(f) = ModulePlan{Treatment::Bf16, 0, 1.0f, false, row(f).span, 0, 0, 0};
        }, true, 3},
       {"requantized though it fits", [&](PlanFile& f) {
-         f.overspan = OverSpanChoice::Requantize;
+         f.over_span_choice = OverSpanChoice::Requantize;
          row(f) = ModulePlan{Treatment::Requantized, 0, 3.0f, false, row(f).span, 0, 0, 0};
        }, true, 3},
       {"BF16 in a plan that fails", [&](PlanFile& f) { row(f).treatment = Treatment::Bf16; }, true, 3},
@@ -852,7 +852,7 @@ TEST_F(PlannedHostile, AForgedPlanNeverMakesAStepWriteWhatVerifyRejects) {
       {"a shard's tensor count", [&](PlanFile& f) { f.shards[shard].output_tensors -= 1; }, false, 3},
       {"a relative DST", [&](PlanFile& f) { f.target = "relative/dst"; }, false, 3},
       {"the tool version", [&](PlanFile& f) { f.tool_version = "99.0"; }, false, 2},
-      {"the choice, where nothing needs it", [&](PlanFile& f) { f.overspan = OverSpanChoice::Bf16; }, true, 0},
+      {"the choice, where nothing needs it", [&](PlanFile& f) { f.over_span_choice = OverSpanChoice::Bf16; }, true, 0},
   };
   int k = 0;
   for (const auto& c : cases) {

@@ -121,7 +121,7 @@ TEST(Scale, PlansAreTheSameWhenNoHistogramIsKept) {
     const Plan a = plan_conversion(source, kept, w.window);
     const Plan b = plan_conversion(source, none, w.window);
     EXPECT_EQ(a.refused(), b.refused());
-    EXPECT_EQ(a.over_span.size(), b.over_span.size());
+    EXPECT_EQ(a.refused_spans.size(), b.refused_spans.size());
     ASSERT_EQ(a.modules.size(), b.modules.size());
     std::uint64_t canonical = 0;
     for (std::size_t i = 0; i < a.modules.size(); ++i) {

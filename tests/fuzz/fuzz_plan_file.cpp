@@ -74,10 +74,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case Treatment::Requantized:
-        if (plan.overspan != OverSpanChoice::Requantize || !(m.divisor > 0)) std::abort();
+        if (plan.over_span_choice != OverSpanChoice::Requantize || !(m.divisor > 0)) std::abort();
         break;
       case Treatment::Bf16:
-        if (plan.overspan != OverSpanChoice::Bf16) std::abort();
+        if (plan.over_span_choice != OverSpanChoice::Bf16) std::abort();
         break;
     }
   }
@@ -87,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const PlanFile back = plan_file_from_text(text, "again");
     if (back.source != plan.source || back.target != plan.target || back.tool_version != plan.tool_version ||
-        back.window != plan.window || back.overspan != plan.overspan || !same_shards(back, plan) ||
+        back.window != plan.window || back.over_span_choice != plan.over_span_choice || !same_shards(back, plan) ||
         !same_rows(back, plan) || back.fingerprint != again.fingerprint) {
       std::abort();
     }

@@ -139,7 +139,7 @@ TEST(Report, MatchesTheGoldenFile) {
   r.shards = 2;
   r.source_tensor_bytes = 1000;
   r.target_tensor_bytes = 1010;
-  r.over_span = {{"layers.0.experts.1.w2", 15, 14, 3}};
+  r.refused_spans = {{"layers.0.experts.1.w2", 15, 14, 3}};
   r.copy_mode = CopyMode::Auto;
   r.shared_bytes = 900;
   r.copied_bytes = 20;

@@ -130,9 +130,9 @@ TEST_P(EveryScaleByte, AcceptedExactlyWithinTheWindow) {
       ASSERT_EQ(plan.refused(), expect_refused) << "top " << top_byte << " byte " << b;
       if (expect_refused) {
         if ((top_byte - b) > span_limit) {
-          ASSERT_EQ(plan.over_span.size(), 1u);
-          EXPECT_EQ(plan.over_span[0].span, top_byte - b);
-          EXPECT_EQ(plan.over_span[0].groups_outside, 1u);
+          ASSERT_EQ(plan.refused_spans.size(), 1u);
+          EXPECT_EQ(plan.refused_spans[0].span, top_byte - b);
+          EXPECT_EQ(plan.refused_spans[0].groups_outside, 1u);
         } else {
           EXPECT_EQ(plan.global_conflicts.size(), 1u) << "top " << top_byte << " byte " << b;
         }

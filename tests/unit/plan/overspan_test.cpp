@@ -38,8 +38,8 @@ Plan refused_plan(const ModuleSet& set) {
     m.m = -10;
     m.divisor = 1024.0f;
   }
-  plan.over_span.push_back({"model.layers.1.mlp.experts.0.down_proj", 20, 14, 3});
-  plan.over_span.push_back({"model.layers.0.mlp.experts.1.gate_proj", 16, 14, 1});
+  plan.refused_spans.push_back({"model.layers.1.mlp.experts.0.down_proj", 20, 14, 3});
+  plan.refused_spans.push_back({"model.layers.0.mlp.experts.1.gate_proj", 16, 14, 1});
   return plan;
 }
 
@@ -63,7 +63,7 @@ TEST(OverSpanChoice, RequantizeRewritesOnlyTheRefusedScaleGroupsWithTheirOwnGlob
   ASSERT_EQ(refused_scale_groups(set, plan), (std::vector<std::size_t>{3, 4}));
   resolve_over_span(set, plan, OverSpanChoice::Requantize, [](std::size_t sg) { return 100.0f + static_cast<float>(sg); });
   EXPECT_FALSE(plan.refused());
-  ASSERT_EQ(plan.resolved_over_span.size(), 2u);
+  ASSERT_EQ(plan.resolved_spans.size(), 2u);
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
     const bool lossy = set.modules[i].name == "model.layers.1.mlp.experts.0.down_proj" ||
                        set.modules[i].name.starts_with("model.layers.0.mlp.experts.1.g") ||
@@ -92,7 +92,7 @@ TEST(OverSpanChoice, ARequantizedGlobalOutsideTheWindowStaysRefused) {
 TEST(OverSpanChoice, Bf16RewritesEveryModuleOfEachAffectedLayer) {
   const ModuleSet set = two_layers();
   Plan plan = refused_plan(set);
-  plan.over_span.pop_back();  // only layer 1
+  plan.refused_spans.pop_back();  // only layer 1
   resolve_over_span(set, plan, OverSpanChoice::Bf16, nullptr);
   EXPECT_FALSE(plan.refused());
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
@@ -118,7 +118,7 @@ TEST(OverSpanChoice, FailAndAPlanThatFitsAreLeftAlone) {
   resolve_over_span(set, plan, OverSpanChoice::Fail, nullptr);
   EXPECT_TRUE(plan.refused());
   Plan fits = refused_plan(set);
-  fits.over_span.clear();
+  fits.refused_spans.clear();
   resolve_over_span(set, fits, OverSpanChoice::Bf16, nullptr);
   for (const auto& m : fits.modules) EXPECT_EQ(m.treatment, Treatment::Exact);
   EXPECT_EQ(plan_mode_name(fits), "marlin");
@@ -131,7 +131,7 @@ TEST(OverSpanChoice, ThePlanFileCarriesTheChoiceAndEachTreatment) {
   PlanFile f;
   f.tool_version = "t";
   f.window = plan.window;
-  f.overspan = plan.overspan;
+  f.over_span_choice = plan.over_span_choice;
   f.source = "/src";
   f.target = "/dst";
   f.shards.push_back({"model.safetensors", 1, 2, 3, 4, 5, 6});
@@ -139,14 +139,14 @@ TEST(OverSpanChoice, ThePlanFileCarriesTheChoiceAndEachTreatment) {
   f.modules = plan.modules;
   const std::string text = plan_file_to_text(f);
   const PlanFile back = plan_file_from_text(text, "plan");
-  EXPECT_EQ(back.overspan, OverSpanChoice::Requantize);
+  EXPECT_EQ(back.over_span_choice, OverSpanChoice::Requantize);
   for (std::size_t i = 0; i < plan.modules.size(); ++i) {
     EXPECT_EQ(back.modules[i].treatment, plan.modules[i].treatment);
     EXPECT_EQ(back.modules[i].divisor, plan.modules[i].divisor);
   }
   // A rewritten module in a plan whose choice is fail is refused, even with a valid checksum.
   PlanFile bad = f;
-  bad.overspan = OverSpanChoice::Fail;
+  bad.over_span_choice = OverSpanChoice::Fail;
   try {
     plan_file_from_text(plan_file_to_text(bad), "plan");
     FAIL() << "accepted";

@@ -350,11 +350,11 @@ TEST(Plan, SharingCanPushTheLowerPartnerOverTheWindow) {
   const Plan marlin = make_plan(set, {facts(0, -10, {{0, 1}, {-10, 3}}), facts(5, 0, {{5, 1}, {0, 3}})},
                                 Window::Marlin, counter);
   ASSERT_TRUE(marlin.refused());
-  ASSERT_EQ(marlin.over_span.size(), 1u);
-  EXPECT_EQ(marlin.over_span[0].module, "x.w1");
-  EXPECT_EQ(marlin.over_span[0].span, 15);
-  EXPECT_EQ(marlin.over_span[0].limit, 14);
-  EXPECT_EQ(marlin.over_span[0].groups_outside, 3u);
+  ASSERT_EQ(marlin.refused_spans.size(), 1u);
+  EXPECT_EQ(marlin.refused_spans[0].module, "x.w1");
+  EXPECT_EQ(marlin.refused_spans[0].span, 15);
+  EXPECT_EQ(marlin.refused_spans[0].limit, 14);
+  EXPECT_EQ(marlin.refused_spans[0].groups_outside, 3u);
   const Plan e4m3 = make_plan(set, {facts(0, -10, {{0, 1}, {-10, 3}}), facts(5, 0, {{5, 1}, {0, 3}})},
                               Window::E4M3, counter);
   EXPECT_FALSE(e4m3.refused());
@@ -375,9 +375,9 @@ TEST(Plan, EveryOffendingModuleIsReported) {
   const Plan plan = make_plan(set, {facts(0, -20, {{0, 1}, {-20, 1}}), facts(0, -5, {{0, 1}, {-5, 1}}),
                                     facts(0, -16, {{0, 1}, {-16, 1}})},
                               Window::Marlin, counter);
-  ASSERT_EQ(plan.over_span.size(), 2u);
-  EXPECT_EQ(plan.over_span[0].module, "e.0.w2");
-  EXPECT_EQ(plan.over_span[1].module, "e.2.w2");
+  ASSERT_EQ(plan.refused_spans.size(), 2u);
+  EXPECT_EQ(plan.refused_spans[0].module, "e.0.w2");
+  EXPECT_EQ(plan.refused_spans[1].module, "e.2.w2");
 }
 
 TEST(Plan, ZeroGroupsOutsideTheWindowAreCanonicalisedNotRefused) {
@@ -477,7 +477,7 @@ TEST(Plan, QuietExpertWithAWideSpanHasNoMarlinGlobal) {
   // Span 12 fits, but the block scales need m <= -30 + 6 = -24 and fp16 needs m >= -21.
   const Plan plan = make_plan(set, {facts(-18, -30, {{-18, 1}, {-30, 1}})}, Window::Marlin, counter);
   EXPECT_TRUE(plan.refused());
-  EXPECT_TRUE(plan.over_span.empty());
+  EXPECT_TRUE(plan.refused_spans.empty());
   ASSERT_EQ(plan.global_conflicts.size(), 1u);
   const ScaleGroupConflict& c = plan.global_conflicts[0];
   EXPECT_EQ(scale_group_name(set, c.scale_group), "quiet.w2");

@@ -36,7 +36,7 @@ TEST(ReportJson, StreamedTextIsTheDocumentsDump) {
     const std::string names[] = {"plain.w1", "q\"uote", "new\nline", "del\x7f", "\n  \"requantized\": []",
                                  "\xc3\xa9t\xc3\xa9", "c1\xc2\x85"};
     for (int i = 0; i < 7; ++i) {
-      r.over_span.push_back({names[i], 20 + i, 17, static_cast<std::uint64_t>(i)});
+      r.refused_spans.push_back({names[i], 20 + i, 17, static_cast<std::uint64_t>(i)});
       if (c == Command::Requantize || c == Command::Convert) {
         r.requantized.push_back({names[i], 448.0f * static_cast<float>(i), 2048u * static_cast<unsigned>(i), i ? 0.01 / i : 0.0,
                                  1.0 - 1e-6 * i, i == 3 ? std::numeric_limits<double>::infinity() : 0.5 * i,
@@ -71,12 +71,12 @@ Report full_report(Command c) {
   r.max_abs_error = std::numeric_limits<double>::infinity();
   r.copy_mode = CopyMode::Auto;
   r.copied_bytes = 5;
-  r.over_span = {{"m.w1", 20, 17, 3}, {"q\"uote\x7f", 18, 17, 1}};
-  r.resolved_over_span = r.over_span;
+  r.refused_spans = {{"m.w1", 20, 17, 3}, {"q\"uote\x7f", 18, 17, 1}};
+  r.resolved_spans = r.refused_spans;
   r.global_conflicts = {{"a+b", 3, -12, -5, 2, -8, 10}};
   r.unrepresentable_globals = {"a+b"};
   r.requantized = {{"m.w1", 0.1f, 2048, 0.01, 0.99, std::nan(""), 4}, {"m.w2", 448.0f, 16, 0, 1, 0.25, 0}};
-  r.overspan = OverSpanChoice::Requantize;
+  r.over_span_choice = OverSpanChoice::Requantize;
   r.bf16_layers = {{"model.layers.1", {"m.w1"}, {"m.w1", "m.w3"}, 100, 300}};
   r.requantized_marlin_zeroed_blocks = 4;
   r.fingerprint = Fingerprint{"xxh3-128:" + std::string(32, 'a'), "xxh3-128:" + std::string(32, 'b'), 7, 9};
