@@ -1,5 +1,7 @@
 #include "card/evidence.hpp"
 
+#include "plan/overspan.hpp"
+
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "destination/destination.hpp"
@@ -211,14 +213,16 @@ void check_finished_mode(const Evidence& e, const fs::path& target) {
   const auto finished = Destination::finished_record(target);
   if (!finished) fail(ErrorKind::Usage, "card: DST {} holds no finished conversion", printable(target.string()));
   const std::string& mode = finished->window;
+  const std::optional<ConversionMode> recorded = parse_mode(mode);
+  const bool requantized = recorded && recorded->kind == PlanKind::Requantize;
   if (e.kind == EvidenceKind::Requantize) {
-    if (mode != "requantize") {
+    if (!requantized) {
       fail(ErrorKind::Usage, "card: DST was written by convert (mode {}), not requantize", printable(mode));
     }
     return;
   }
-  if (mode == "requantize") fail(ErrorKind::Usage, "card: DST was written by requantize; use --requantize-report");
-  const std::string window = mode.substr(0, mode.find('+'));
+  if (requantized) fail(ErrorKind::Usage, "card: DST was written by requantize; use --requantize-report");
+  const std::string window = recorded ? std::string(window_name(recorded->window)) : mode;
   if (member(e.report, "window") != window) {
     fail(ErrorKind::Usage, "card: DST was converted with window {}, the report verified window {}", printable(window),
          printable(member(e.report, "window").dump()));

@@ -2,6 +2,7 @@
 // in parts (--shards I/N) that --merge joins (cli/run_merge.cpp).
 #include "cli/standard_output.hpp"
 #include "cli/progress_line.hpp"
+#include "plan/overspan.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
@@ -106,7 +107,7 @@ class VerifyCommand final : public Subcommand {
     if (window_opt_->count() == 0) {
       if (dst_window) {
         window_ = *dst_window;
-      } else if (mode != "requantize") {
+      } else if (const auto m = parse_mode(mode); !m || m->kind != PlanKind::Requantize) {
         err("mx2nv verify: DST records no window; verifying under window {} (the default; --window chooses)\n",
             window_name(window_));
       }

@@ -166,14 +166,15 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
          printable(finished->tool_version), MX2NV_VERSION);
   }
   const std::string& mode = finished->window;
-  const Window window = parse_window(mode.substr(0, mode.find('+'))).value_or(Window::Marlin);
-  // The finished record's mode says which --overspan choice wrote it.
-  OverSpanChoice choice = OverSpanChoice::Fail;
-  const PlanKind kind = mode == kRequantizeMode ? PlanKind::Requantize : PlanKind::Convert;
-  if (mode.ends_with("+requantize")) choice = OverSpanChoice::Requantize;
-  if (mode.ends_with("+bf16")) choice = OverSpanChoice::Bf16;
-  if ((options.window && !mode_matches(mode, *options.window, options.over_span_choice.value_or(choice))) ||
-      (options.over_span_choice && !mode_matches(mode, options.window.value_or(window), *options.over_span_choice))) {
+  // The finished record's mode says which window and --overspan choice wrote it.
+  const std::optional<ConversionMode> recorded = parse_mode(mode);
+  const ConversionMode m = recorded.value_or(ConversionMode{});
+  const Window window = m.window;
+  const OverSpanChoice choice = m.rewritten;
+  const PlanKind kind = m.kind;
+  if (!recorded ||
+      (options.window && !mode_matches(m, *options.window, options.over_span_choice.value_or(choice))) ||
+      (options.over_span_choice && !mode_matches(m, options.window.value_or(window), *options.over_span_choice))) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion under {}, not under the options given", dst.string(),
          printable(mode));
   }

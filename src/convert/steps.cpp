@@ -43,10 +43,11 @@ std::optional<std::string> finished_mismatch(const Destination& dst, const Check
                                              PlanKind kind) {
   const FinishedRecord& f = *dst.finished();
   if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", printable(f.tool_version));
-  if (kind == PlanKind::Requantize && f.window != kRequantizeMode) {
+  const std::optional<ConversionMode> recorded = parse_mode(f.window);
+  if (kind == PlanKind::Requantize && (!recorded || recorded->kind != PlanKind::Requantize)) {
     return fmt::format("it was converted under window {}, not written by mx2nv requantize", printable(f.window));
   }
-  if (kind == PlanKind::Convert && !mode_matches(f.window, window, choice)) {
+  if (kind == PlanKind::Convert && (!recorded || !mode_matches(*recorded, window, choice))) {
     return fmt::format("it was converted under window {}, not {}{}", printable(f.window), window_name(window),
                        choice == OverSpanChoice::Fail ? "" : fmt::format(" with --overspan {}", choice_name(choice)));
   }
@@ -205,7 +206,7 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   const Checkpoint& ck = source.checkpoint;
   FinishedRecord finished;
   finished.tool_version = MX2NV_VERSION;
-  finished.window = plan_mode_name(plan);
+  finished.window = mode_name(plan_mode(plan));
   finished.shards = std::move(records);
   finished.canonicalised_zero_groups = report.canonicalised_zero_groups.value_or(0);
   finished.marlin_zeroed_groups = report.marlin_zeroed_groups.value_or(0);
@@ -251,7 +252,7 @@ std::vector<ShardRecord> source_identities(const Checkpoint& ck) {
 }
 
 ConversionIdentity conversion_identity(const std::vector<ShardRecord>& identities, const Plan& plan) {
-  return {MX2NV_VERSION, plan_mode_name(plan), identities.size(), source_digest(identities)};
+  return {MX2NV_VERSION, mode_name(plan_mode(plan)), identities.size(), source_digest(identities)};
 }
 
 ConversionIdentity conversion_identity(const PlanFile& file, const Plan& plan) {

@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "common/stream_hash.hpp"
+#include "plan/overspan.hpp"
 #include "plan/plan_file.hpp"
 #include "safetensors/card_files.hpp"
 #include "safetensors/index.hpp"
@@ -272,7 +273,9 @@ std::optional<Window> Destination::recorded_window(const fs::path& root) {
 }
 
 std::optional<Window> Destination::window_of_mode(std::string_view mode) {
-  return parse_window(mode.substr(0, mode.find('+')));
+  const auto recorded = parse_mode(mode);
+  if (!recorded || recorded->kind != PlanKind::Convert) return std::nullopt;
+  return recorded->window;
 }
 
 void Destination::tidy_finished() {

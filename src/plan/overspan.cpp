@@ -80,23 +80,45 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
   if (plan.bad_globals.empty()) plan.global_conflicts.clear();
 }
 
-std::string plan_mode_name(const Plan& plan) {
-  if (plan.kind == PlanKind::Requantize) return std::string(kRequantizeMode);
-  bool requantized = false, bf16 = false;
-  for (const auto& m : plan.modules) {
-    requantized = requantized || m.treatment == Treatment::Requantized;
-    bf16 = bf16 || m.treatment == Treatment::Bf16;
-  }
-  std::string mode(window_name(plan.window));
-  if (requantized) mode += "+requantize";
-  if (bf16) mode += "+bf16";
+namespace {
+constexpr std::string_view kRequantizeMode = "requantize";
+}  // namespace
+
+std::string mode_name(const ConversionMode& mode) {
+  if (mode.kind == PlanKind::Requantize) return std::string(kRequantizeMode);
+  std::string name(window_name(mode.window));
+  if (mode.rewritten != OverSpanChoice::Fail) name.append("+").append(choice_name(mode.rewritten));
+  return name;
+}
+
+std::optional<ConversionMode> parse_mode(std::string_view text) {
+  if (text == kRequantizeMode) return ConversionMode{PlanKind::Requantize, Window::Marlin, OverSpanChoice::Fail};
+  const std::size_t plus = text.find('+');
+  const auto window = parse_window(text.substr(0, plus));
+  if (!window) return std::nullopt;
+  ConversionMode mode{PlanKind::Convert, *window, OverSpanChoice::Fail};
+  if (plus == std::string_view::npos) return mode;
+  const auto choice = parse_choice<OverSpanChoice>(text.substr(plus + 1));
+  if (!choice || *choice == OverSpanChoice::Fail) return std::nullopt;
+  mode.rewritten = *choice;
   return mode;
 }
 
-bool mode_matches(std::string_view recorded, Window window, OverSpanChoice choice) {
-  const std::string exact(window_name(window));
-  if (recorded == exact) return true;  // nothing needed the choice
-  return choice != OverSpanChoice::Fail && recorded == exact + "+" + std::string(choice_name(choice));
+ConversionMode plan_mode(const Plan& plan) {
+  if (plan.kind == PlanKind::Requantize) return {PlanKind::Requantize, plan.window, OverSpanChoice::Fail};
+  ConversionMode mode{PlanKind::Convert, plan.window, OverSpanChoice::Fail};
+  // One choice resolves a plan, so its rewrites are all of one treatment.
+  for (const auto& m : plan.modules) {
+    if (m.treatment == Treatment::Requantized) mode.rewritten = OverSpanChoice::Requantize;
+    if (m.treatment == Treatment::Bf16) mode.rewritten = OverSpanChoice::Bf16;
+  }
+  return mode;
+}
+
+bool mode_matches(const ConversionMode& recorded, Window window, OverSpanChoice choice) {
+  if (recorded.kind != PlanKind::Convert || recorded.window != window) return false;
+  // Nothing needed the choice, or the choice given is the one that rewrote.
+  return recorded.rewritten == OverSpanChoice::Fail || recorded.rewritten == choice;
 }
 
 std::uint64_t bf16_weight_bytes(const QuantModule& m) {

@@ -34,13 +34,24 @@ std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& 
 void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
                        const std::function<float(std::size_t scale_group)>& requantized_global);
 
-// The mode a finished DST records: the window, then "+requantize" and/or
-// "+bf16" when some module was rewritten that way; kRequantizeMode for a
-// requantize plan (what verify and card recognise `mx2nv requantize`'s DST by).
-inline constexpr std::string_view kRequantizeMode = "requantize";
-std::string plan_mode_name(const Plan& plan);
-// The modes a conversion under (window, choice) may have recorded.
-bool mode_matches(std::string_view recorded, Window window, OverSpanChoice choice);
+// What a finished DST records it holds (finished.json "window", the
+// conversion identity): a conversion under a window, with the --overspan
+// choice some module was rewritten with, or `mx2nv requantize`'s output.
+// Read and written only by mode_name/parse_mode; on disk "<window>",
+// "<window>+requantize", "<window>+bf16" or "requantize".
+struct ConversionMode {
+  PlanKind kind = PlanKind::Convert;
+  Window window = Window::Marlin;                    // a conversion's window
+  OverSpanChoice rewritten = OverSpanChoice::Fail;   // a conversion's rewrites (Fail: none)
+  bool operator==(const ConversionMode&) const = default;
+};
+std::string mode_name(const ConversionMode& mode);
+// nullopt for text no mx2nv writes (the record is input).
+std::optional<ConversionMode> parse_mode(std::string_view text);
+// The mode of a plan's output.
+ConversionMode plan_mode(const Plan& plan);
+// Whether a conversion under (window, choice) may have written `recorded`.
+bool mode_matches(const ConversionMode& recorded, Window window, OverSpanChoice choice);
 
 // The BF16 layers of a plan with why: every MoE layer with a Bf16 module, the
 // refused modules in it, and the size change (bytes of BF16 weights minus the

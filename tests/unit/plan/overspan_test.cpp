@@ -74,11 +74,29 @@ TEST(OverSpanChoice, RequantizeRewritesOnlyTheRefusedScaleGroupsWithTheirOwnGlob
     }
   }
   EXPECT_EQ(plan.modules[4].divisor, plan.modules[5].divisor);  // the pair keeps one global
-  EXPECT_EQ(plan_mode_name(plan), "marlin+requantize");
-  EXPECT_TRUE(mode_matches("marlin+requantize", Window::Marlin, OverSpanChoice::Requantize));
-  EXPECT_FALSE(mode_matches("marlin+requantize", Window::Marlin, OverSpanChoice::Fail));
-  EXPECT_FALSE(mode_matches("marlin+requantize", Window::Marlin, OverSpanChoice::Bf16));
-  EXPECT_TRUE(mode_matches("marlin", Window::Marlin, OverSpanChoice::Bf16));
+  EXPECT_EQ(mode_name(plan_mode(plan)), "marlin+requantize");
+  EXPECT_TRUE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Requantize));
+  EXPECT_FALSE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Fail));
+  EXPECT_FALSE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Bf16));
+  EXPECT_TRUE(mode_matches(*parse_mode("marlin"), Window::Marlin, OverSpanChoice::Bf16));
+  EXPECT_FALSE(mode_matches(*parse_mode("e4m3"), Window::Marlin, OverSpanChoice::Fail));
+  EXPECT_FALSE(mode_matches(*parse_mode("requantize"), Window::Marlin, OverSpanChoice::Requantize));
+}
+
+TEST(ConversionMode, EveryModeRoundTripsAndNothingElseParses) {
+  for (const WindowInfo& w : windows()) {
+    for (const auto& c : choices<OverSpanChoice>()) {
+      const ConversionMode m{PlanKind::Convert, w.window, c.value};
+      EXPECT_EQ(parse_mode(mode_name(m)), m) << mode_name(m);
+    }
+  }
+  const ConversionMode requantize{PlanKind::Requantize, Window::Marlin, OverSpanChoice::Fail};
+  EXPECT_EQ(mode_name(requantize), "requantize");
+  EXPECT_EQ(parse_mode("requantize"), requantize);
+  for (const char* bad : {"", "+", "marlin+", "marlin+fail", "marlin+bf16+requantize", "Marlin", "marlin ", "e4m3+x",
+                          "requantize+bf16", "+bf16"}) {
+    EXPECT_FALSE(parse_mode(bad).has_value()) << bad;
+  }
 }
 
 TEST(OverSpanChoice, ARequantizedGlobalOutsideTheWindowStaysRefused) {
@@ -109,7 +127,7 @@ TEST(OverSpanChoice, Bf16RewritesEveryModuleOfEachAffectedLayer) {
   EXPECT_EQ(nvfp4_module_bytes(set.modules[0]), 148u);
   EXPECT_EQ(layers[0].bf16_bytes, 6u * 512u);
   EXPECT_EQ(layers[0].nvfp4_bytes, 6u * 148u);
-  EXPECT_EQ(plan_mode_name(plan), "marlin+bf16");
+  EXPECT_EQ(mode_name(plan_mode(plan)), "marlin+bf16");
 }
 
 TEST(OverSpanChoice, FailAndAPlanThatFitsAreLeftAlone) {
@@ -121,7 +139,7 @@ TEST(OverSpanChoice, FailAndAPlanThatFitsAreLeftAlone) {
   fits.refused_spans.clear();
   resolve_over_span(set, fits, OverSpanChoice::Bf16, nullptr);
   for (const auto& m : fits.modules) EXPECT_EQ(m.treatment, Treatment::Exact);
-  EXPECT_EQ(plan_mode_name(fits), "marlin");
+  EXPECT_EQ(mode_name(plan_mode(fits)), "marlin");
 }
 
 TEST(OverSpanChoice, ThePlanFileCarriesTheChoiceAndEachTreatment) {
