@@ -2,6 +2,7 @@
 
 #include "common/checked.hpp"
 #include "common/error.hpp"
+#include "json/json_fields.hpp"
 #include "json/strict_json.hpp"
 
 #include <algorithm>
@@ -26,20 +27,6 @@ std::string join(std::string_view path, std::string_view key) {
 }
 
 std::string item(std::string_view path, std::size_t i) { return fmt::format("{}[{}]", path, i); }
-
-std::string_view type_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a number with a fraction or exponent";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    default: return "not JSON";
-  }
-}
 
 // One part, for messages: every error names the part (its file) and the key.
 class Part {
@@ -66,7 +53,7 @@ class Part {
 // An object with all of `required` and nothing but those and `optional`.
 void check_object(const Part& p, const Json& v, std::string_view path, std::initializer_list<const char*> required,
                   std::initializer_list<const char*> optional = {}) {
-  if (!v.is_object()) p.bad(path, "must be an object, not {}", type_name(v));
+  if (!v.is_object()) p.bad(path, "must be an object, not {}", json_type_words(v));
   for (const char* key : required) {
     if (!v.contains(key)) p.bad(join(path, key), "is missing");
   }
@@ -88,7 +75,7 @@ std::uint64_t uint_at(const Part& p, const Json& v, std::string_view path) {
     if (s >= 0) return static_cast<std::uint64_t>(s);  // "-0"
     p.bad(path, "must be a non-negative integer, not {}", s);
   }
-  p.bad(path, "must be a non-negative integer below 2^64, not {}", type_name(v));
+  p.bad(path, "must be a non-negative integer below 2^64, not {}", json_type_words(v));
 }
 
 std::int64_t int_at(const Part& p, const Json& v, std::string_view path) {
@@ -98,11 +85,11 @@ std::int64_t int_at(const Part& p, const Json& v, std::string_view path) {
     return static_cast<std::int64_t>(u);
   }
   if (v.is_number_integer()) return v.get<std::int64_t>();
-  p.bad(path, "must be an integer, not {}", type_name(v));
+  p.bad(path, "must be an integer, not {}", json_type_words(v));
 }
 
 double finite_at(const Part& p, const Json& v, std::string_view path) {
-  if (!v.is_number()) p.bad(path, "must be a number, not {}", type_name(v));
+  if (!v.is_number()) p.bad(path, "must be a number, not {}", json_type_words(v));
   const double d = v.get<double>();
   if (!std::isfinite(d)) p.bad(path, "must be a finite number");  // 1e999 parses as infinity
   return d;
@@ -137,18 +124,18 @@ std::uint64_t bound_of(const Json& counts, const char* key) {
 }
 
 const std::string& string_at(const Part& p, const Json& v, std::string_view path) {
-  if (!v.is_string()) p.bad(path, "must be a string, not {}", type_name(v));
+  if (!v.is_string()) p.bad(path, "must be a string, not {}", json_type_words(v));
   return v.get_ref<const std::string&>();
 }
 
 bool bool_at(const Part& p, const Json& v, std::string_view path) {
-  if (!v.is_boolean()) p.bad(path, "must be true or false, not {}", type_name(v));
+  if (!v.is_boolean()) p.bad(path, "must be true or false, not {}", json_type_words(v));
   return v.get<bool>();
 }
 
 const Json& array_at(const Part& p, const Json& v, std::string_view path, std::uint64_t max_items,
                      std::string_view limit) {
-  if (!v.is_array()) p.bad(path, "must be an array, not {}", type_name(v));
+  if (!v.is_array()) p.bad(path, "must be an array, not {}", json_type_words(v));
   if (v.size() > max_items) p.bad(path, "has {} entries, more than {} ({})", v.size(), max_items, limit);
   return v;
 }
@@ -264,7 +251,7 @@ bool per_part_count(std::string_view key) {
 
 // A verify report of this schema from mx2nv: its keys, window and provenance.
 void check_report_keys(const Part& p, const Json& j) {
-  if (!j.is_object()) p.bad("", "must be a JSON object, not {}", type_name(j));
+  if (!j.is_object()) p.bad("", "must be a JSON object, not {}", json_type_words(j));
   if (!j.contains("command")) p.bad("command", "is missing");
   if (const std::string& command = string_at(p, j["command"], "command"); command != "verify") {
     p.bad("command", "is \"{}\": only verify reports merge", excerpt(command));
