@@ -130,7 +130,7 @@ class Report:
     window: str
     provenance: Provenance
     counts: Counts
-    already_complete: Optional[bool]  # convert only: DST already held this conversion, nothing written
+    already_complete: Optional[bool]  # convert, requantize: DST already held this output, nothing written
     copy: Optional[CopyAccount]  # convert only
     shard_subset: Optional[str]  # verify --shards I/N: the part this report covers
     resolved: Optional[Dict[str, str]]  # verify --shards I/N: {"source", "target"} as they resolved then

@@ -113,8 +113,8 @@ CLI::Option* add_resume(CLI::App* sub, bool& resume, const std::string& run) {
   return sub->add_flag("--resume", resume,
                        "continue an interrupted " + run + " into DST (finished shards whose records still match are "
                        "reused, everything else is redone); on a DST that already holds this " + run + ", exit 0 "
-                       "without writing. Safe to repeat. A DST holding a plan (continue it with --plan) or another "
-                       "conversion (other options, another SRC or mx2nv) is refused");
+                       "without writing. Safe to repeat. A DST holding a plan (continue it with mx2nv convert --plan) "
+                       "or another conversion (other options, another SRC or mx2nv) is refused");
 }
 
 void refuse_empty_paths(std::initializer_list<std::pair<const CLI::Option*, const std::string*>> paths) {

@@ -87,7 +87,7 @@ struct FinishedRecord {
 // into it: a resumed convert, a plan, a planned step or finalize with other
 // options, another mx2nv or another SRC is refused (exit 2) instead of
 // redoing shards of one conversion under another's rules. `mode` is the
-// effective one (plan_mode_name: the window, and the --overspan rewrites the
+// effective one (mode_name(plan_mode(plan)): the window, and the --overspan rewrites the
 // plan needed), so an --overspan choice that changes nothing is no
 // difference.
 struct ConversionIdentity {

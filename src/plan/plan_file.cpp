@@ -205,11 +205,18 @@ std::string v2_path(const std::string& text, std::string_view what, std::string_
 // row is SRC's is for the step to check (convert/planned.cpp).
 void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, std::string_view what) {
   if (p.kind == PlanKind::Requantize) {
-    // Every module requantized under compressed-tensors' global, whatever the window.
+    // Every module requantized under compressed-tensors' global, whatever the
+    // window: no window was fitted, so every count a row carries is 0 (the
+    // counts are summed into the report and finished.json).
     if (m.treatment != Treatment::Requantized || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
         m.divisor <= 0) {
       fail_input("{}: module \"{}\" is not requantized with a positive global (divisor {}) in a requantize plan",
                  what, excerpt(name), m.divisor);
+    }
+    if (m.span != 0 || m.groups_outside != 0 || m.canonical_zero_groups != 0 || m.marlin_zeroed_groups != 0) {
+      fail_input("{}: module \"{}\" of a requantize plan carries window counts (span {}, {} groups outside, {} "
+                 "canonicalised, {} Marlin-zeroed); a requantize plan fits no window",
+                 what, excerpt(name), m.span, m.groups_outside, m.canonical_zero_groups, m.marlin_zeroed_groups);
     }
     return;
   }

@@ -133,7 +133,9 @@ void provenance_fields(Io& io, R& r) {
 
 template <typename Io, typename R>
 void report_fields(Io& io, R& r) {
-  io.optional_field("already_complete", [&] { return r.command == Command::Convert; }, r.already_complete);
+  // The commands that answer a retry on their finished DST.
+  const auto answers_retries = [&] { return r.command == Command::Convert || r.command == Command::Requantize; };
+  io.optional_field("already_complete", answers_retries, r.already_complete);
   io.named("command", r.command, command_text, parse_command);
   io.optional_object("copy", [&] { return r.copy_mode.has_value(); }, [&] {
     io.field("copied_bytes", r.copied_bytes);

@@ -161,6 +161,18 @@ TEST(PlanFile, ARequantizePlanSaysSoAndHoldsOnlyRequantizedRows) {
   negative.modules[0].divisor = -1.0f;
   EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(negative), "p"); }).find("requantize plan"),
             std::string::npos);
+  // Window counts in a requantize plan's row: summed into the report and finished.json, so refused.
+  for (std::size_t field = 0; field < 4; ++field) {
+    PlanFile counted = f;
+    ModulePlan& m = counted.modules[field % counted.modules.size()];
+    if (field == 0) m.span = 3;
+    if (field == 1) m.groups_outside = 1;
+    if (field == 2) m.canonical_zero_groups = std::uint64_t{1} << 63;
+    if (field == 3) m.marlin_zeroed_groups = 2;
+    EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(counted), "p"); }).find("window counts"),
+              std::string::npos)
+        << field;
+  }
   // "kind" spelled otherwise, with the checksum made to agree: still refused.
   Json j = Json::parse(text);
   j["kind"] = "convert";
