@@ -12,26 +12,9 @@
 #include "scan/planner.hpp"
 
 #include <chrono>
-#include <numeric>
 #include <vector>
 
 namespace mx2nv {
-namespace {
-
-// A DST holding a plan is a planned conversion's: its steps continue it
-// (convert --plan P --shards/--finalize). A whole-DST run would finish it
-// under its own options and remove the plan, and the plan's later steps
-// would then answer for a conversion they did not plan.
-void refuse_planned_destination(const Destination& out) {
-  if (out.holds_plan()) {
-    fail(ErrorKind::Usage,
-         "DST {} holds a plan made by mx2nv plan ({}/plan.json); continue it with mx2nv convert --plan ... --shards "
-         "I/N and --finalize, or convert into another DST",
-         out.root().string(), (out.root() / kStateDirName).string());
-  }
-}
-
-}  // namespace
 
 Report convert_checkpoint(const ConvertOptions& options) {
   const auto started = std::chrono::steady_clock::now();
@@ -51,7 +34,7 @@ Report convert_checkpoint(const ConvertOptions& options) {
   // A planned conversion's DST is refused before the plan step's scan.
   // (A finished DST's plan is a leftover of a finalize killed after its
   // commit point: answered for as finished, and tidied away.)
-  if (out.state() != DestinationState::Finished) refuse_planned_destination(out);
+  if (out.state() != DestinationState::Finished) refuse_planned_destination(out, Command::Convert);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
@@ -78,22 +61,12 @@ Report convert_checkpoint(const ConvertOptions& options) {
     report.seconds = seconds_since(started);
     return report;
   }
-  refuse_planned_destination(out);
+  refuse_planned_destination(out, Command::Convert);
   out.claim_identity(identity);
   CopyEngine engine(options.copy);
-  // DST's index does not depend on the shards: written meanwhile (destination/index_writer.hpp).
-  std::optional<BackgroundIndex> index;
-  if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);
-  std::vector<std::size_t> all(ck.shards.size());
-  std::iota(all.begin(), all.end(), std::size_t{0});
-  std::uint64_t resumed = 0;
-  std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, all, options.resume, options.threads, resumed, &engine, &progress);
-  report.resumed_shards = resumed;
-  add_shard_counts(report, records);
-  progress.phase(ProgressPhase::Finalize);
-  finalize_conversion(source, plan, report, std::move(records), out, &engine,
-                      index ? std::optional<WrittenIndex>(index->take()) : std::nullopt);
+  report.resumed_shards = execute_and_finalize(source, plan, report, out, options.resume, options.threads, engine,
+                                               &progress, nullptr,
+                                               [&](const auto& records) { add_shard_counts(report, records); });
   report.seconds = seconds_since(started);
   progress.done();
   return report;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <numeric>
 
 namespace mx2nv {
 namespace {
@@ -141,6 +142,34 @@ std::optional<ShardRecord> reusable_record(const Destination& dst, const ShardRe
     return std::nullopt;
   }
   return record;
+}
+
+std::uint64_t execute_and_finalize(const SourceCheckpoint& source, const Plan& plan, Report& report, Destination& out,
+                                   bool resume, unsigned threads, CopyEngine& engine, ProgressTracker* progress,
+                                   std::vector<ErrorStats>* errors,
+                                   const std::function<void(const std::vector<ShardRecord>&)>& counted) {
+  // DST's index does not depend on the shards: written meanwhile (destination/index_writer.hpp).
+  std::optional<BackgroundIndex> index;
+  if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);
+  std::vector<std::size_t> all(source.checkpoint.shards.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::uint64_t resumed = 0;
+  std::vector<ShardRecord> records =
+      execute_shards(source, plan, out, all, resume, threads, resumed, &engine, progress, errors);
+  counted(records);
+  if (progress) progress->phase(ProgressPhase::Finalize);
+  finalize_conversion(source, plan, report, std::move(records), out, &engine,
+                      index ? std::optional<WrittenIndex>(index->take()) : std::nullopt);
+  return resumed;
+}
+
+void refuse_planned_destination(const Destination& out, Command command) {
+  if (out.holds_plan()) {
+    fail(ErrorKind::Usage,
+         "DST {} holds a plan made by mx2nv plan ({}/plan.json); continue it with mx2nv convert --plan ... --shards "
+         "I/N and --finalize, or {} into another DST",
+         out.root().string(), (out.root() / kStateDirName).string(), command_name(command));
+  }
 }
 
 std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Plan& plan, Destination& out,

@@ -17,6 +17,7 @@
 #include "report/report.hpp"
 #include "sys/copy_engine.hpp"
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -42,6 +43,22 @@ std::vector<ShardRecord> execute_shards(const SourceCheckpoint& source, const Pl
                                         const std::vector<std::size_t>& shards, bool reuse, unsigned threads,
                                         std::uint64_t& reused, CopyEngine* engine = nullptr,
                                         ProgressTracker* progress = nullptr, std::vector<ErrorStats>* errors = nullptr);
+
+// The whole-DST commands (convert, requantize): every shard of `plan`
+// (reused where `resume` allows), then `counted(records)` fills what the
+// report takes from the shards, then finalize. DST's index is written while
+// the shards are when its size is known early (destination/index_writer.hpp).
+// Returns how many shards were reused.
+std::uint64_t execute_and_finalize(const SourceCheckpoint& source, const Plan& plan, Report& report, Destination& out,
+                                   bool resume, unsigned threads, CopyEngine& engine, ProgressTracker* progress,
+                                   std::vector<ErrorStats>* errors,
+                                   const std::function<void(const std::vector<ShardRecord>&)>& counted);
+
+// A DST holding a plan is a planned conversion's: its steps continue it
+// (convert --plan P --shards/--finalize). A whole-DST run (`command`) would
+// finish it under its own options and remove the plan, and the plan's later
+// steps would then answer for a conversion they did not plan: Error(Usage).
+void refuse_planned_destination(const Destination& out, Command command);
 
 // The record of an earlier run's shard, if it still describes this shard of
 // this plan and the output file on disk (shard_record.hpp says why the

@@ -41,16 +41,6 @@ void add_requantize_counts(Report& report, const std::vector<ShardRecord>& recor
   report.written_bytes.reset();
 }
 
-// A DST holding a plan is continued by its planned steps (as convert refuses it).
-void refuse_planned_destination(const Destination& out) {
-  if (out.holds_plan()) {
-    fail(ErrorKind::Usage,
-         "DST {} holds a plan made by mx2nv plan ({}/plan.json); continue it with mx2nv convert --plan ... --shards "
-         "I/N and --finalize, or requantize into another DST",
-         out.root().string(), (out.root() / kStateDirName).string());
-  }
-}
-
 // DST already holds this requantization of SRC: the report says so, and
 // nothing is written.
 bool answer_requantized(Report& report, Destination& out, const Checkpoint& ck) {
@@ -112,7 +102,7 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
   check_new_destination({Command::Requantize, options.source, options.target});
   Destination out(options.source, options.target, options.resume);
   Report report = start_report(Command::Requantize, Window::Marlin, options.source, options.target);
-  if (out.state() != DestinationState::Finished) refuse_planned_destination(out);
+  if (out.state() != DestinationState::Finished) refuse_planned_destination(out, Command::Requantize);
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
@@ -134,21 +124,14 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     if (answer_requantized(report, out, ck)) return done();
     fail(ErrorKind::Usage, "DST {} changed meanwhile", options.target.string());
   }
-  refuse_planned_destination(out);
+  refuse_planned_destination(out, Command::Requantize);
   out.claim_identity(identity);
   CopyEngine engine(options.copy);
-  std::optional<BackgroundIndex> index;
-  if (const auto total = early_index_total(source, plan)) index.emplace(source, plan, *total, out);
-  std::vector<std::size_t> all(ck.shards.size());
-  std::iota(all.begin(), all.end(), std::size_t{0});
-  std::uint64_t resumed = 0;
   std::vector<ErrorStats> errors(source.modules.modules.size());
-  std::vector<ShardRecord> records =
-      execute_shards(source, plan, out, all, options.resume, options.threads, resumed, &engine, nullptr, &errors);
+  const std::uint64_t resumed =
+      execute_and_finalize(source, plan, report, out, options.resume, options.threads, engine, nullptr, &errors,
+                           [&](const auto& records) { add_requantize_counts(report, records); });
   if (options.resume) report.resumed_shards = resumed;
-  add_requantize_counts(report, records);
-  finalize_conversion(source, plan, report, std::move(records), out, &engine,
-                      index ? std::optional<WrittenIndex>(index->take()) : std::nullopt);
   // finalize's byte tallies are convert's report's, not this one's.
   report.shared_bytes.reset();
   report.copied_bytes.reset();
