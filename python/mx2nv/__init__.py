@@ -12,7 +12,7 @@ command line's exit codes (RefusedError 1, UsageError 2, InvalidInputError 3,
 MxIOError 4) with the message and the report attached.
 """
 
-from ._api import (WINDOWS, PlannedConversion, convert, convert_hub, convert_shards, finalize, inspect, plan,
+from ._api import (FORMATS, WINDOWS, PlannedConversion, convert, convert_hub, convert_shards, finalize, inspect, plan,
                    resolve_hub_snapshot, verify)
 from ._card import CardResult, card
 from ._compare import compare
@@ -26,6 +26,7 @@ from ._report import (CopyAccount, Counts, GlobalConflict, Inspection, ModuleSpa
 __version__: str = _version()
 
 __all__ = [
+    "FORMATS",
     "WINDOWS",
     "CardResult",
     "CopyAccount",

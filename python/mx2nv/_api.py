@@ -18,6 +18,7 @@ from ._report import Inspection, Report
 PathLike = Union[str, "os.PathLike[str]"]
 # The names each choice accepts, from the library's choice tables (one spelling).
 WINDOWS = _core.CHOICES["window"]
+FORMATS = _core.CHOICES["format"]  # convert(format=...), plan(format=...)
 
 
 def _threads(threads: Optional[int]) -> int:
@@ -73,8 +74,9 @@ def inspect(src: PathLike, *, window: str = "marlin", threads: Optional[int] = N
 
 
 def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
-            resume: bool = False, copy: str = "auto", overspan: str = "fail", progress: ProgressArg = None,
-            report: Optional[PathLike] = None, html: Optional[PathLike] = None) -> Report:
+            resume: bool = False, copy: str = "auto", overspan: str = "fail", format: str = "compressed-tensors",
+            progress: ProgressArg = None, report: Optional[PathLike] = None,
+            html: Optional[PathLike] = None) -> Report:
     """Transcode the MXFP4 checkpoint ``src`` (a directory or a Hugging Face
     cache snapshot) into ``dst`` (absent or empty, unless ``resume``).
 
@@ -84,7 +86,11 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     reads and writes every byte. ``overspan`` (``--overspan``): what to do with
     scale groups the window refuses: "fail" (refuse, nothing written), "bf16"
     (those modules stored dequantized, exact) or "requantize" (LOSSY, those
-    modules only). ``progress``: a callable taking ``Progress``, or True for a tqdm bar (a
+    modules only). ``format`` (``--format``): the NVFP4 layout written,
+    "compressed-tensors" (``weight_packed``/``weight_global_scale``) or
+    "modelopt" (ModelOpt ``W4A16_NVFP4``: ``weight``/``weight_scale_2`` and
+    ``hf_quant_config.json``; the same packed and block-scale bytes).
+    ``progress``: a callable taking ``Progress``, or True for a tqdm bar (a
     plain stderr line without tqdm). ``report``/``html``: also write the JSON
     report / HTML page there (checked before any work as ``--report`` is:
     never inside ``src`` or ``dst``, else ``UsageError``). Ctrl-C stops like SIGINT on the command line
@@ -95,7 +101,7 @@ def convert(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Op
     sink = make_progress(progress)
     try:
         outcome = _core.convert(os.fspath(src), os.fspath(dst), window, _threads(threads), bool(resume), copy,
-                                overspan, sink, _path(report), _path(html))
+                                overspan, format, sink, _path(report), _path(html))
     finally:
         if sink is not None:
             sink.close()
@@ -136,15 +142,16 @@ class PlannedConversion:
 
 
 def plan(src: PathLike, dst: PathLike, *, window: str = "marlin", threads: Optional[int] = None,
-         plan_out: Optional[PathLike] = None, overspan: str = "fail") -> PlannedConversion:
+         plan_out: Optional[PathLike] = None, overspan: str = "fail",
+         format: str = "compressed-tensors") -> PlannedConversion:
     """``mx2nv plan``: plan the conversion of ``src`` into ``dst`` once, for
     ``convert_shards`` in other processes or on other machines, then
     ``finalize``. The plan goes to ``dst/.mx2nv/plan.json`` unless
     ``plan_out``. Refusals happen here (``RefusedError``, nothing written);
     planning again gives the same plan (another one is a ``UsageError``).
-    ``overspan`` as ``convert``'s, recorded in the plan."""
+    ``overspan`` and ``format`` as ``convert``'s, recorded in the plan."""
     code, text, written = _core.plan(os.fspath(src), os.fspath(dst), window, _threads(threads),
-                                     None if plan_out is None else os.fspath(plan_out), overspan)
+                                     None if plan_out is None else os.fspath(plan_out), overspan, format)
     report = _finish((code, text, None), Report)
     return PlannedConversion(report, None if written is None else Path(written), report.counts.shards)
 

@@ -84,6 +84,7 @@ class GateResult:
     tp_table: Tuple[Mapping[str, Any], ...]
     quick: bool = False  # gate --quick: the block-scale counts in ``scales`` are None (not read)
     architecture: Optional[str] = None  # config.json's architectures[0]
+    format: str = "compressed-tensors"  # the layout judged: "compressed-tensors" or "modelopt" (mx2nv.FORMATS)
 
     @property
     def runs(self) -> bool:
@@ -98,14 +99,14 @@ class GateResult:
                    tuple(GateVerdict.from_json(v) for v in d["verdicts"]), a["asked"], a["not_asked"], a["python"],
                    a["python_version"], a["layer"], a["disagreement"],
                    tuple(RuntimeSelection.from_json(r) for r in a["runtimes"]), tuple(d["tp_table"]),
-                   bool(d.get("quick", False)), d.get("architecture"))
+                   bool(d.get("quick", False)), d.get("architecture"), d.get("format", "compressed-tensors"))
 
 
 def gate(checkpoint: "os.PathLike[str] | str", *, runtime: str = "all", tp: int = 1, ep: int = 1, dtype: str = "both",
          threads: Optional[int] = None, ask_runtimes: bool = True, python: Optional[str] = None,
          ask_timeout: Optional[int] = None, quick: bool = False) -> GateResult:
-    """``mx2nv gate``: will vLLM / SGLang run this compressed-tensors NVFP4A16
-    checkpoint exactly? BLOCKED and a disagreement are answers, not
+    """``mx2nv gate``: will vLLM / SGLang run this NVFP4A16 checkpoint
+    (compressed-tensors, or ModelOpt W4A16_NVFP4) exactly? BLOCKED and a disagreement are answers, not
     exceptions (see ``result``, ``disagreement``, ``exit_code``).
 
     With ``ask_runtimes`` the runtimes' own config parser and selector are

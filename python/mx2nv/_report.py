@@ -214,6 +214,8 @@ class Inspection(Report):
     moe_dims: Optional[MoeDims]  # None when the experts' dimensions are not uniform
     tp_table: Optional[Tuple[Dict[str, Any], ...]]  # per TP degree, each runtime backend's "ok" or why not
     modules: Tuple[ModuleSpan, ...]
+    # Per --format: the tensor names and shapes it writes, its config files and TP table.
+    formats: Dict[str, Dict[str, Any]]
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Inspection":

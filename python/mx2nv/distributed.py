@@ -102,6 +102,7 @@ def convert(
     copy: str = "auto",
     progress: Union[bool, Callable[[ShardProgress], Any], None] = None,
     plan_out: Optional[PathLike] = None,
+    format: str = "compressed-tensors",
 ) -> Report:
     """Converts ``src`` into ``dst`` with one Ray task per shard (each asking
     ``threads_per_task`` CPUs), then finalizes on the driver; returns the
@@ -111,12 +112,13 @@ def convert(
     window refuses a module (nothing written), ``UsageError``,
     ``InvalidInputError``, ``MxIOError`` (an I/O error that outlived
     ``max_retries``, as ``ShardIOError``), or Ray's own error when a worker
-    died more than ``max_retries`` times."""
+    died more than ``max_retries`` times. ``format`` as ``mx2nv.convert``'s
+    (recorded in the plan, which every task follows)."""
     import ray  # optional dependency
 
-    planned = _api.plan(src, dst, window=window, threads=threads_per_task, plan_out=plan_out)
+    planned = _api.plan(src, dst, window=window, threads=threads_per_task, plan_out=plan_out, format=format)
     if planned.plan is None:  # DST already holds this conversion: answer as convert does
-        return _api.convert(src, dst, window=window, threads=threads_per_task, resume=True, copy=copy)
+        return _api.convert(src, dst, window=window, threads=threads_per_task, resume=True, copy=copy, format=format)
     plan = os.fspath(planned.plan)
     shards_total = planned.shards
     bytes_total = planned.report.source_tensor_bytes

@@ -378,6 +378,18 @@ void add_facts(CardFacts& facts, const CardOptions& o, const Evidence& e, const 
   facts.version = MX2NV_VERSION;
 }
 
+// The layout DST's finished record names must be the one its config says
+// (what verify judged it by): the card's format statements rest on both.
+void check_format(TargetFormat recorded, const Checkpoint& dst) {
+  const bool hf_quant_config = std::binary_search(dst.companions.begin(), dst.companions.end(),
+                                                  std::string(kModelOptConfigFileName));
+  const TargetFormat configured = target_format_of(dst.config_text, hf_quant_config);
+  if (configured != recorded) {
+    fail(ErrorKind::InvalidInput, "card: DST's finished record says format {}, its config says {}",
+         choice_name(recorded), choice_name(configured));
+  }
+}
+
 // The result the CLI and the Python package report: the card, the keys, the warnings.
 CardResult describe(const CardFacts& facts, const CardOptions& o, std::string text) {
   CardResult result;
@@ -401,10 +413,7 @@ CardResult describe(const CardFacts& facts, const CardOptions& o, std::string te
       result.list_keys.push_back(k);
     }
   }
-  std::vector<std::string> tags = {"nvfp4", "compressed-tensors", "mx2nv"};
-  const Json& lossy = facts.report->contains("requantized") ? facts.report->at("requantized") : Json();
-  if (facts.kind == EvidenceKind::Requantize || (lossy.is_array() && !lossy.empty())) tags.push_back("requantized");
-  result.front_matter.push_back({"tags", tags});
+  result.front_matter.push_back({"tags", card_tags(facts)});
   result.list_keys.push_back("tags");
   if (!facts.source.problem.empty()) {
     result.warnings.push_back(fmt::format("SRC's README.md: {}; no metadata inherited", printable(facts.source.problem)));
@@ -465,7 +474,7 @@ CardResult run_card(const CardOptions& o) {
   // what card opens and writes there is never followed elsewhere.
   std::error_code ec;
   if (fs::is_directory(o.target, ec)) Destination::check_tree(o.target);
-  check_finished_mode(e, o.target);
+  facts.format = check_finished_mode(e, o.target);
   KillPoints kill;
   const CardLock lock(o.target, kill);
   Destination::check_tree(o.target);
@@ -484,6 +493,7 @@ CardResult run_card(const CardOptions& o) {
   check_fingerprints(e, src, dst);
 
   // Invalid input (exit 3), still before anything is written.
+  check_format(facts.format, dst);
   if (std::binary_search(src.companions.begin(), src.companions.end(), std::string(kSourceCardFileName))) {
     fail(ErrorKind::InvalidInput, "card: SRC holds README.source.md; the card cannot keep SRC's README.md beside it");
   }

@@ -5,6 +5,7 @@
 #include "card/evidence.hpp"
 #include "card/source_card.hpp"
 #include "json/strict_json.hpp"
+#include "model/target_format.hpp"
 
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@ namespace mx2nv {
 
 struct CardFacts {
   EvidenceKind kind = EvidenceKind::Verify;
+  TargetFormat format = TargetFormat::CompressedTensors;  // DST's, from its finished record and config
   const Json* report = nullptr;  // the verify or requantize report
   const Json* gate = nullptr;    // gate_to_json at TP `tp`, runtimes not asked
   SourceCard source;             // .present false: SRC has no README.md
@@ -29,6 +31,10 @@ struct CardFacts {
 };
 
 std::string render_card(const CardFacts& facts);
+
+// The front matter's tags: nvfp4, the format's (compressed-tensors or
+// modelopt), mx2nv, then requantized when any module is lossy.
+std::vector<std::string> card_tags(const CardFacts& facts);
 
 // Parts of the body (card_sections.cpp).
 std::string render_gate_and_load(const CardFacts& f);

@@ -3,19 +3,16 @@
 // the license (docs/reference/model-card.md §5.4-§5.9).
 #include "card/card_render.hpp"
 #include "card/card_text.hpp"
+#include "gate/runtime.hpp"
 
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 namespace mx2nv {
 namespace {
-
-const Json& at(const Json& j, const char* key) {
-  static const Json kNull;
-  return j.is_object() && j.contains(key) ? j.at(key) : kNull;
-}
 
 std::string str(const Json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
 
@@ -33,15 +30,15 @@ std::string gate_tables(const CardFacts& f) {
       f.tp);
   std::vector<std::pair<std::string, std::string>> backends;
   std::vector<std::string> gpus;
-  for (const auto& v : at(g, "verdicts")) {
+  for (const auto& v : member_or_null(g, "verdicts")) {
     std::vector<std::string> reasons;
-    for (const auto& r : at(v, "reasons")) reasons.push_back(str(r));
-    out += table_row({str(at(v, "runtime")), str(at(v, "version")), str(at(v, "backend")), str(at(v, "dtype")),
-                      str(at(v, "tp")), str(at(v, "verdict")), reasons.empty() ? "—" : joined_spans(reasons, true, "; ")});
-    const std::pair<std::string, std::string> rb{str(at(v, "runtime")), str(at(v, "backend"))};
+    for (const auto& r : member_or_null(v, "reasons")) reasons.push_back(str(r));
+    out += table_row({str(member_or_null(v, "runtime")), str(member_or_null(v, "version")), str(member_or_null(v, "backend")), str(member_or_null(v, "dtype")),
+                      str(member_or_null(v, "tp")), str(member_or_null(v, "verdict")), reasons.empty() ? "—" : joined_spans(reasons, true, "; ")});
+    const std::pair<std::string, std::string> rb{str(member_or_null(v, "runtime")), str(member_or_null(v, "backend"))};
     if (std::find(backends.begin(), backends.end(), rb) == backends.end()) {
       backends.push_back(rb);
-      gpus.push_back(str(at(v, "gpus")));
+      gpus.push_back(str(member_or_null(v, "gpus")));
     }
   }
   out += "\n| Runtime | Backend | Selected on |\n|---|---|---|\n";
@@ -50,7 +47,7 @@ std::string gate_tables(const CardFacts& f) {
   }
   out += "\n### Tensor parallelism\n\n";
   std::vector<std::string> columns;
-  for (const auto& row : at(g, "tp_table")) {
+  for (const auto& row : member_or_null(g, "tp_table")) {
     for (const auto& [k, v] : row.items()) {
       if (k != "tp" && std::find(columns.begin(), columns.end(), k) == columns.end()) columns.push_back(k);
     }
@@ -67,10 +64,10 @@ std::string gate_tables(const CardFacts& f) {
     for (std::size_t i = 0; i < columns.size(); ++i) d += "---|";
     return d;
   }() + "\n";
-  for (const auto& row : at(g, "tp_table")) {
-    std::vector<std::string> cells = {str(at(row, "tp"))};
+  for (const auto& row : member_or_null(g, "tp_table")) {
+    std::vector<std::string> cells = {str(member_or_null(row, "tp"))};
     for (const auto& c : columns) {
-      const std::string v = str(at(row, c.c_str()));
+      const std::string v = str(member_or_null(row, c.c_str()));
       cells.push_back(v == "ok" ? v : code_span(v, true));
     }
     out += table_row(cells);
@@ -78,20 +75,55 @@ std::string gate_tables(const CardFacts& f) {
   return out + "\n";
 }
 
+using Runs = std::set<std::tuple<std::string, std::string, std::string>>;  // (runtime, backend, dtype) RUN at TP
+
+// SGLang's weight-only MoE runners for a ModelOpt DST, named on the command
+// line: with `auto`, SGLang 0.5.23 picks a W4A4 runner for ModelOpt NVFP4 on
+// Blackwell (modelopt_quant.py:2377-2387, :3111-3125). The CuTe-DSL W4A16
+// runner also needs its environment variable (:2812-2814).
+struct SglangRunner {
+  Backend backend;              // as gate names it
+  std::string_view runner, env;  // SGLang's --moe-runner-backend value, its environment
+};
+constexpr SglangRunner kModelOptRunners[] = {
+    {Backend::Marlin, "marlin", ""},
+    {Backend::CuteDsl, "flashinfer_cutedsl", "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16=1 "}};
+
+// The SGLang commands at one dtype: one without a runner for a
+// compressed-tensors DST, one per RUN runner for a ModelOpt DST.
+std::vector<std::string> sglang_lines(const CardFacts& f, const Runs& runs, const std::string& dtype,
+                                      const std::string& flag, const std::string& model, const std::string& trc) {
+  const auto run = [&](std::string_view backend) {
+    return std::any_of(runs.begin(), runs.end(), [&](const auto& t) {
+      return std::get<0>(t) == "sglang" && std::get<2>(t) == dtype && (backend.empty() || std::get<1>(t) == backend);
+    });
+  };
+  const std::string launch = fmt::format("python -m sglang.launch_server --model-path {} --tp-size {} --dtype {}",
+                                         model, f.tp, flag);
+  if (f.format != TargetFormat::ModelOpt) return run("") ? std::vector<std::string>{launch + trc} : std::vector<std::string>{};
+  std::vector<std::string> lines;
+  for (const auto& r : kModelOptRunners) {
+    if (run(choice_name(r.backend))) {
+      lines.push_back(fmt::format("{}{} --moe-runner-backend {}{}", r.env, launch, r.runner, trc));
+    }
+  }
+  return lines;
+}
+
 std::string load_section(const CardFacts& f) {
   const Json& g = *f.gate;
   std::set<std::string> judged_vllm;
-  std::set<std::tuple<std::string, std::string, std::string>> runs;
-  for (const auto& v : at(g, "verdicts")) {
-    if (str(at(v, "runtime")) == "vllm") judged_vllm.insert(str(at(v, "backend")));
-    if (str(at(v, "verdict")) == "RUN" && at(v, "tp") == f.tp) {
-      runs.insert({str(at(v, "runtime")), str(at(v, "backend")), str(at(v, "dtype"))});
+  Runs runs;
+  for (const auto& v : member_or_null(g, "verdicts")) {
+    if (str(member_or_null(v, "runtime")) == "vllm") judged_vllm.insert(str(member_or_null(v, "backend")));
+    if (str(member_or_null(v, "verdict")) == "RUN" && member_or_null(v, "tp") == f.tp) {
+      runs.insert({str(member_or_null(v, "runtime")), str(member_or_null(v, "backend")), str(member_or_null(v, "dtype"))});
     }
   }
   const std::string model = f.repo_id.empty() ? "\"$MODEL\"" : f.repo_id;
   const std::string trc = f.trust_remote_code ? " --trust-remote-code" : "";
   std::vector<std::string> lines;
-  bool backend_named = false;
+  bool backend_named = false, runner_named = false;
   const std::vector<std::pair<std::string, std::string>> dtypes = {{"bf16", "bfloat16"}, {"fp16", "float16"}};
   for (const auto& [dtype, flag] : dtypes) {
     std::set<std::string> vllm;
@@ -104,12 +136,9 @@ std::string load_section(const CardFacts& f) {
     lines.push_back(fmt::format("vllm serve {} --tensor-parallel-size {} --dtype {}{}{}", model, f.tp, flag, backend, trc));
   }
   for (const auto& [dtype, flag] : dtypes) {
-    const bool run = std::any_of(runs.begin(), runs.end(), [&](const auto& t) {
-      return std::get<0>(t) == "sglang" && std::get<2>(t) == dtype;
-    });
-    if (run) {
-      lines.push_back(fmt::format("python -m sglang.launch_server --model-path {} --tp-size {} --dtype {}{}", model,
-                                  f.tp, flag, trc));
+    for (auto& line : sglang_lines(f, runs, dtype, flag, model, trc)) {
+      runner_named = runner_named || f.format == TargetFormat::ModelOpt;
+      lines.push_back(std::move(line));
     }
   }
   std::string out = "## How to load\n\n";
@@ -117,8 +146,11 @@ std::string load_section(const CardFacts& f) {
     return out + fmt::format("No backend mx2nv gate judges runs this checkpoint at TP {}; see Runtime gate.\n\n", f.tp);
   }
   out += fmt::format("The commands for every runtime and dtype mx2nv gate says RUN at TP {}. Both runtimes read the "
-                     "quantization method from `config.json`{}.\n\n```sh\n",
-                     f.tp, backend_named ? "" : "; vLLM picks its MoE backend by GPU (see *Selected on* above)");
+                     "quantization method from `config.json`{}.{}\n\n```sh\n",
+                     f.tp, backend_named ? "" : "; vLLM picks its MoE backend by GPU (see *Selected on* above)",
+                     runner_named ? " SGLang's MoE runner is named: with `auto`, SGLang picks a W4A4 runner (FP4 "
+                                    "activations) for ModelOpt NVFP4 on Blackwell."
+                                  : "");
   if (f.repo_id.empty()) out += "MODEL=/path/to/this/checkpoint  # or its Hugging Face repo id\n";
   for (const auto& l : lines) out += l + "\n";
   return out + "```\n\n";
@@ -172,9 +204,10 @@ std::string made_section(const CardFacts& f, const std::string& source_text) {
     out += "mx2nv requantize SRC DST --report requantize-report.json\n";
     out += "mx2nv card SRC DST --requantize-report requantize-report.json" + options + "\n";
   } else {
-    const std::string window = str(at(r, "window"));
+    const std::string window = str(member_or_null(r, "window"));
     out += "mx2nv convert SRC DST --window " + window;
-    if (at(r, "overspan").is_object()) out += " --overspan " + str(at(at(r, "overspan"), "choice"));
+    if (member_or_null(r, "overspan").is_object()) out += " --overspan " + str(member_or_null(member_or_null(r, "overspan"), "choice"));
+    if (f.format != TargetFormat::CompressedTensors) out += fmt::format(" --format {}", choice_name(f.format));
     out += "\nmx2nv verify SRC DST --window " + window + " --report verify-report.json\n";
     out += "mx2nv card SRC DST --verify-report verify-report.json" + options + "\n";
   }
@@ -193,12 +226,12 @@ std::string not_verified_section(const CardFacts& f) {
   out += "- The runtime verdicts are mx2nv gate's rules, read from the pinned releases' source; other versions are not "
          "judged and no runtime was run.";
   bool humming = false;
-  for (const auto& v : at(*f.gate, "verdicts")) {
-    humming = humming || str(at(v, "backend")) == "humming";
-    if (str(at(v, "verdict")) == "UNVERIFIED") {
+  for (const auto& v : member_or_null(*f.gate, "verdicts")) {
+    humming = humming || str(member_or_null(v, "backend")) == "humming";
+    if (str(member_or_null(v, "verdict")) == "UNVERIFIED") {
       std::string reasons;
-      for (const auto& r : at(v, "reasons")) reasons += (reasons.empty() ? "" : "; ") + code_span(str(r));
-      out += fmt::format(" UNVERIFIED: {} {} {}{}.", str(at(v, "runtime")), str(at(v, "backend")), str(at(v, "dtype")),
+      for (const auto& r : member_or_null(v, "reasons")) reasons += (reasons.empty() ? "" : "; ") + code_span(str(r));
+      out += fmt::format(" UNVERIFIED: {} {} {}{}.", str(member_or_null(v, "runtime")), str(member_or_null(v, "backend")), str(member_or_null(v, "dtype")),
                          reasons.empty() ? "" : " (" + reasons + ")");
     }
   }
@@ -213,7 +246,7 @@ std::string not_verified_section(const CardFacts& f) {
     out += "- Where the source checkpoint came from.\n";
   }
   if (f.source.present) out += "- The source card (README.source.md) is the source author's text.\n";
-  if (f.kind == EvidenceKind::Requantize || !at(*f.report, "requantized").empty()) {
+  if (f.kind == EvidenceKind::Requantize || !member_or_null(*f.report, "requantized").empty()) {
     out += "- The error table measures stored weights against the MXFP4 values, not model outputs.\n";
   }
   return out + "\n";

@@ -17,10 +17,6 @@ constexpr std::uint64_t kMaxReportBytes = 64ull << 20;
 
 std::string_view kind_command(EvidenceKind k) { return k == EvidenceKind::Verify ? "verify" : "requantize"; }
 
-const Json& member(const Json& j, const char* key) {
-  static const Json kNull;
-  return j.is_object() && j.contains(key) ? j.at(key) : kNull;
-}
 
 // SRC or DST as reports write them (report/report.cpp start_report).
 std::string as_reported(const fs::path& p) { return json_text(fs::absolute(p).lexically_normal().string()); }
@@ -30,24 +26,24 @@ void check_outcome(const Evidence& e) {
   const auto refuse = [](const std::string& why) {
     fail(ErrorKind::Usage, "card: the report does not prove this card: {}", why);
   };
-  if (member(r, "result") != "ok") refuse(fmt::format("its result is {}, not ok", printable(member(r, "result").dump())));
-  if (member(r, "exit_code") != 0) refuse("its exit_code is not 0");
+  if (member_or_null(r, "result") != "ok") refuse(fmt::format("its result is {}, not ok", printable(member_or_null(r, "result").dump())));
+  if (member_or_null(r, "exit_code") != 0) refuse("its exit_code is not 0");
   if (r.contains("error")) refuse("it records an error");
   if (e.kind == EvidenceKind::Verify) {
-    if (member(r, "mismatches") != 0) refuse("it counts mismatches");
-    if (member(r, "differences") != Json::array()) refuse("it lists differences");
+    if (member_or_null(r, "mismatches") != 0) refuse("it counts mismatches");
+    if (member_or_null(r, "differences") != Json::array()) refuse("it lists differences");
     if (r.contains("shard_subset")) {
-      refuse("it covers only shards " + printable(member(r, "shard_subset").dump()) +
+      refuse("it covers only shards " + printable(member_or_null(r, "shard_subset").dump()) +
              " (verify --merge the parts, or verify all shards)");
     }
-  } else if (!member(r, "requantized").is_array() || member(r, "requantized").empty()) {
+  } else if (!member_or_null(r, "requantized").is_array() || member_or_null(r, "requantized").empty()) {
     refuse("it lists no requantized module");
   }
-  const Json& prov = member(r, "provenance");
-  if (member(prov, "tool") != "mx2nv") refuse("it was not written by mx2nv");
-  if (member(prov, "tool_version") != MX2NV_VERSION) {
+  const Json& prov = member_or_null(r, "provenance");
+  if (member_or_null(prov, "tool") != "mx2nv") refuse("it was not written by mx2nv");
+  if (member_or_null(prov, "tool_version") != MX2NV_VERSION) {
     fail(ErrorKind::Usage, "card: the report is of mx2nv {}, this is mx2nv {}: {} again with this version",
-         printable(member(prov, "tool_version").dump()), MX2NV_VERSION, kind_command(e.kind));
+         printable(member_or_null(prov, "tool_version").dump()), MX2NV_VERSION, kind_command(e.kind));
   }
 }
 
@@ -191,25 +187,25 @@ Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::str
     fail(ErrorKind::Usage, "card: the report is not strict JSON: {}", err.what());
   }
   if (!e.report.is_object()) fail(ErrorKind::Usage, "card: the report is not a JSON object");
-  if (member(e.report, "command") != kind_command(kind)) {
+  if (member_or_null(e.report, "command") != kind_command(kind)) {
     fail(ErrorKind::Usage, "card: --{}-report needs a report of mx2nv {}, this one's command is {}", kind_command(kind),
-         kind_command(kind), printable(member(e.report, "command").dump()));
+         kind_command(kind), printable(member_or_null(e.report, "command").dump()));
   }
   check_field_types(e);
   check_outcome(e);
-  const Json& prov = member(e.report, "provenance");
-  if (member(prov, "source") != as_reported(source)) {
-    fail(ErrorKind::Usage, "card: the report is of another SRC ({}), not {}", printable(member(prov, "source").dump()),
+  const Json& prov = member_or_null(e.report, "provenance");
+  if (member_or_null(prov, "source") != as_reported(source)) {
+    fail(ErrorKind::Usage, "card: the report is of another SRC ({}), not {}", printable(member_or_null(prov, "source").dump()),
          printable(as_reported(source)));
   }
-  if (member(prov, "target") != as_reported(target)) {
-    fail(ErrorKind::Usage, "card: the report is of another DST ({}), not {}", printable(member(prov, "target").dump()),
+  if (member_or_null(prov, "target") != as_reported(target)) {
+    fail(ErrorKind::Usage, "card: the report is of another DST ({}), not {}", printable(member_or_null(prov, "target").dump()),
          printable(as_reported(target)));
   }
   return e;
 }
 
-void check_finished_mode(const Evidence& e, const fs::path& target) {
+TargetFormat check_finished_mode(const Evidence& e, const fs::path& target) {
   const auto finished = Destination::finished_record(target);
   if (!finished) fail(ErrorKind::Usage, "card: DST {} holds no finished conversion", printable(target.string()));
   const std::string& mode = finished->window;
@@ -219,14 +215,16 @@ void check_finished_mode(const Evidence& e, const fs::path& target) {
     if (!requantized) {
       fail(ErrorKind::Usage, "card: DST was written by convert (mode {}), not requantize", printable(mode));
     }
-    return;
+    return recorded->format;
   }
   if (requantized) fail(ErrorKind::Usage, "card: DST was written by requantize; use --requantize-report");
   const std::string window = recorded ? std::string(window_name(recorded->window)) : mode;
-  if (member(e.report, "window") != window) {
+  if (member_or_null(e.report, "window") != window) {
     fail(ErrorKind::Usage, "card: DST was converted with window {}, the report verified window {}", printable(window),
-         printable(member(e.report, "window").dump()));
+         printable(member_or_null(e.report, "window").dump()));
   }
+  if (!recorded) fail(ErrorKind::Usage, "card: DST's finished record has mode {}, which this mx2nv does not know", printable(mode));
+  return recorded->format;
 }
 
 }  // namespace mx2nv

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "json/strict_json.hpp"
+#include "model/target_format.hpp"
 #include "sys/file.hpp"
 
 #include <string>
@@ -26,7 +27,8 @@ Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::str
                        const fs::path& target);
 
 // The window mode recorded in DST/.mx2nv/finished.json must be the report's
-// (verify) or "requantize" (a requantize report).
-void check_finished_mode(const Evidence& e, const fs::path& target);
+// (verify) or "requantize" (a requantize report). Returns the format the
+// record names (the layout convert wrote DST in).
+TargetFormat check_finished_mode(const Evidence& e, const fs::path& target);
 
 }  // namespace mx2nv

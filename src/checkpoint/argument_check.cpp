@@ -17,8 +17,6 @@
 namespace mx2nv {
 namespace {
 
-// ModelOpt writes its quantization settings beside config.json.
-constexpr std::string_view kModelOptConfigName = "hf_quant_config.json";
 // Folders looked into for a checkpoint one or two levels down (a Hugging Face
 // cache's models--org--name/snapshots/<rev>/): a bounded look, not a search.
 constexpr std::size_t kEntriesLookedAt = 64;
@@ -118,7 +116,7 @@ std::optional<QuantizationLook> look_in(const fs::path& dir) {
   if (!fs::exists(fs::symlink_status(config, ec))) return std::nullopt;
   if (!is_file(config)) return QuantizationLook{};  // a folder, a device, a dangling link: the reader says which
   const std::string text = read_small(config);
-  const fs::path hf = dir / std::string(kModelOptConfigName);
+  const fs::path hf = dir / std::string(kModelOptConfigFileName);
   QuantizationLook look = look_at_quantization(text, is_file(hf) ? read_small(hf) : std::string());
   if (look.kind == QuantizationKind::Unquantized) {
     // Quantized tensors under a config that names no quantization: not an

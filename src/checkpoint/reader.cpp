@@ -106,6 +106,12 @@ std::uint64_t Checkpoint::tensor_count() const {
   return total;
 }
 
+std::optional<std::string> hf_quant_config_of(const Checkpoint& checkpoint) {
+  const std::string name(kModelOptConfigFileName);
+  if (!std::binary_search(checkpoint.companions.begin(), checkpoint.companions.end(), name)) return std::nullopt;
+  return read_text_file(checkpoint.root / name, kMaxConfigBytes);
+}
+
 OpenShard Checkpoint::read_shard(std::size_t shard) const {
   const ShardSummary& s = shards[shard];
   OpenShard o{{}, &s, File::open_read(root / s.file), {}};

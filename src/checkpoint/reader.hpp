@@ -80,6 +80,10 @@ struct Checkpoint {
   OpenShard read_shard(std::size_t shard) const;
 };
 
+// The text of the checkpoint's hf_quant_config.json (ModelOpt's settings) when
+// it has one among its companions; capped like config.json.
+std::optional<std::string> hf_quant_config_of(const Checkpoint& checkpoint);
+
 // Called once per shard, from any worker but never concurrently, with the
 // shard's validated header while it is held.
 using ShardVisitor = std::function<void(std::size_t shard, std::string_view file, const ShardHeader& header)>;

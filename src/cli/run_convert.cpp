@@ -70,6 +70,7 @@ class ConvertCommand final : public Subcommand {
     report_opt_ = add_report(app_, report_path_);
     add_copy(app_, copy_);
     overspan_opt_ = add_overspan(app_, overspan_);
+    format_opt_ = add_format(app_, format_);
     add_resume(app_, resume_, "conversion");
     html_opt_ = add_html(app_, html_path_);
     add_progress(app_, progress_);
@@ -86,8 +87,7 @@ class ConvertCommand final : public Subcommand {
     // Where the reports go is checked before any work.
     state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
     if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
-    return run_convert({src_, dst_, window_, threads_, resume_, copy_,
-                        overspan_, progress.callback()},
+    return run_convert({src_, dst_, window_, threads_, resume_, copy_, overspan_, format_, progress.callback()},
                        state.outputs.report, state.outputs.html);
   }
 
@@ -122,11 +122,12 @@ class ConvertCommand final : public Subcommand {
     if (!shards_.empty()) step.selection = parse_shard_selection(shards_);
     if (!shard_.empty()) step.selection = parse_shard_index(shard_);
     step.options = {plan_path_, std::nullopt, std::nullopt, threads_, copy_,
-                    progress.callback(), std::nullopt, std::nullopt};
+                    progress.callback(), std::nullopt, std::nullopt, std::nullopt};
     if (!src_.empty()) step.options.source = src_;
     if (!dst_.empty()) step.options.target = dst_;
     if (window_opt_->count() > 0) step.options.window = window_;
     if (overspan_opt_->count() > 0) step.options.over_span_choice = overspan_;
+    if (format_opt_->count() > 0) step.options.format = format_;
     step.report_path = report_path_;
     step.html_path = html_path_;
     return step;
@@ -135,12 +136,13 @@ class ConvertCommand final : public Subcommand {
   std::string src_, dst_, report_path_, html_path_, plan_path_, shard_, shards_;
   CopyMode copy_ = CopyMode::Auto;
   OverSpanChoice overspan_ = OverSpanChoice::Fail;
+  TargetFormat format_ = TargetFormat::CompressedTensors;
   ProgressMode progress_ = ProgressMode::Auto;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();
   bool resume_ = false, finalize_ = false;
   CLI::Option *plan_opt_ = nullptr, *window_opt_ = nullptr, *report_opt_ = nullptr, *overspan_opt_ = nullptr,
-              *html_opt_ = nullptr;
+              *html_opt_ = nullptr, *format_opt_ = nullptr;
 };
 
 }  // namespace

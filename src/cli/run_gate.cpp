@@ -83,7 +83,7 @@ class GateCommand final : public Subcommand {
  public:
   explicit GateCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Gate, "go/no-go: will vLLM / SGLang run this NVFP4A16 checkpoint exactly?") {
-    app_->add_option("CHECKPOINT", options_.checkpoint, "compressed-tensors NVFP4 checkpoint directory")->required();
+    app_->add_option("CHECKPOINT", options_.checkpoint, "NVFP4 checkpoint directory (compressed-tensors, or ModelOpt W4A16_NVFP4)")->required();
     add_choice_or_every(app_, "--runtime", options_.runtime, kEveryRuntime, "runtimes to judge");
     app_->add_option("--tp", options_.tp, "tensor-parallel degree, 1-1024")
         ->type_name("N")

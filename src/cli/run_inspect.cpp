@@ -45,15 +45,30 @@ void print_overspan_costs(const Inspection::OverSpanCost& c) {
   }
 }
 
+// What each --format writes per module: the same bytes under other names.
+void print_layouts() {
+  for (const Choice<TargetFormat>& f : choices<TargetFormat>()) {
+    const FormatNames& n = format_names(f.value);
+    out("  {:<8} {}: M{} U8, M{} F8_E4M3, M{} F32 {} ({}){}\n", f.value == TargetFormat::CompressedTensors ? "layout" : "",
+        f.name, n.packed, n.scale, n.global, Json(n.global_shape).dump(), n.global_is_divisor ? "divisor" : "multiplier",
+        f.value == TargetFormat::ModelOpt ? ", hf_quant_config.json; same tensor bytes (--format modelopt)" : "");
+  }
+}
+
 // Per TP degree, the runtime backends that would take the converted checkpoint.
 void print_tp_table(const MoeDims& dims) {
   out("  TP       after conversion (hidden {}, intermediate {}):", dims.hidden, dims.intermediate);
-  for (const unsigned tp : tp_degrees()) {
-    std::string ok;
-    for (const auto& b : runtime_backends()) {
-      if (!dims_problem(b, dims, tp)) ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", choice_name(b.runtime), choice_name(b.backend));
+  for (const Choice<TargetFormat>& f : choices<TargetFormat>()) {
+    if (f.value != TargetFormat::CompressedTensors) out("\n           --format {}:", f.name);
+    for (const unsigned tp : tp_degrees()) {
+      std::string ok;
+      for (const RuntimeBackend* b : runtime_backends(f.value)) {
+        if (!dims_problem(*b, dims, tp)) {
+          ok += fmt::format("{}{}-{}", ok.empty() ? "" : ",", choice_name(b->runtime), choice_name(b->backend));
+        }
+      }
+      out(" {}:{}", tp, ok.empty() ? "none" : ok);
     }
-    out(" {}:{}", tp, ok.empty() ? "none" : ok);
   }
   out("\n");
 }
@@ -70,6 +85,7 @@ int run_inspect(const fs::path& src, Window window, bool json, unsigned threads,
   out("mx2nv inspect: {} ({} packed groups probed, {} modules read in full)\n", printable(r.provenance.source),
       in.probes, in.fully_scanned_modules);
   print_counts(r);
+  print_layouts();
   out("  span     widest active-exponent span {} (k_max of the shared global - k_min)\n", in.max_span);
   print_window_outcomes(in, window);
   if (in.overspan) print_overspan_costs(*in.overspan);

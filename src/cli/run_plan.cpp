@@ -53,6 +53,7 @@ class PlanCommand final : public Subcommand {
     plan_out_opt_ = app_->add_option("--plan-out", plan_out_, "write the plan here instead of DST/.mx2nv/plan.json");
     overspan_opt_ = add_overspan(app_, overspan_);
     window_opt_ = add_window(app_, window_);
+    add_format(app_, format_);
     app_->add_flag("--requantize", requantize_,
                    "plan mx2nv requantize instead of a conversion (LOSSY: every expert requantized from its decoded "
                    "values; the steps are the same)");
@@ -78,6 +79,7 @@ class PlanCommand final : public Subcommand {
     o.threads = threads_;
     o.over_span_choice = overspan_;
     o.requantize = requantize_;
+    o.format = format_;
     if (requantize_ && (window_opt_->count() > 0 || overspan_opt_->count() > 0)) {
       fail(ErrorKind::Usage, "--requantize takes no --window or --overspan (requantize has no window to fit)");
     }
@@ -87,6 +89,7 @@ class PlanCommand final : public Subcommand {
  private:
   std::string src_, dst_, plan_out_, report_path_;
   OverSpanChoice overspan_ = OverSpanChoice::Fail;
+  TargetFormat format_ = TargetFormat::CompressedTensors;
   Window window_ = windows().front().window;
   unsigned threads_ = all_cores();
   bool requantize_ = false;

@@ -105,6 +105,10 @@ CLI::Option* add_overspan(CLI::App* sub, OverSpanChoice& choice) {
                     "scale groups the window refuses (with --plan: checked against the plan's)");
 }
 
+CLI::Option* add_format(CLI::App* sub, TargetFormat& format) {
+  return add_choice(sub, "--format", format, "the NVFP4 layout DST is written in (with --plan: checked against the plan's)");
+}
+
 CLI::Option* add_copy(CLI::App* sub, CopyMode& mode) {
   return add_choice(sub, "--copy", mode, "how unchanged bytes reach DST");
 }

@@ -78,6 +78,7 @@ CLI::Option* add_html(CLI::App* sub, std::string& path);
 void add_progress(CLI::App* sub, ProgressMode& mode);
 CLI::Option* add_overspan(CLI::App* sub, OverSpanChoice& choice);
 CLI::Option* add_copy(CLI::App* sub, CopyMode& mode);
+CLI::Option* add_format(CLI::App* sub, TargetFormat& format);
 // --resume; `run` names what is continued ("conversion", "requantization").
 CLI::Option* add_resume(CLI::App* sub, bool& resume, const std::string& run);
 

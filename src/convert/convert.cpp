@@ -38,7 +38,8 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.over_span_choice);
+  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.over_span_choice,
+                                                options.format);
   if (!planned) {
     if (report.already_complete) out.tidy_finished();
     report.seconds = seconds_since(started);
@@ -55,9 +56,12 @@ Report convert_checkpoint(const ConvertOptions& options) {
   progress.phase(ProgressPhase::Shards, report.source_tensor_bytes.value_or(0), ck.shards.size());
 
   // --- execute every shard, then finalize.
-  if (!out.open_for_writing(files_written(ck))) {
+  if (!out.open_for_writing(files_written(ck, options.format))) {
     // Finished by another process since DST was opened: answered, not redone.
-    if (answer_finished(report, out, ck, options.window, options.over_span_choice)) out.tidy_finished();
+    if (answer_finished(report, out, ck, options.window, options.over_span_choice, nullptr, PlanKind::Convert,
+                        options.format)) {
+      out.tidy_finished();
+    }
     report.seconds = seconds_since(started);
     return report;
   }

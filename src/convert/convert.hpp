@@ -21,6 +21,7 @@ struct ConvertOptions {
   bool resume = false;  // continue an interrupted conversion into DST
   CopyMode copy = CopyMode::Auto;  // how unchanged bytes reach DST (--copy)
   OverSpanChoice over_span_choice = OverSpanChoice::Fail;  // scale groups the window refuses (--overspan)
+  TargetFormat format = TargetFormat::CompressedTensors;   // the layout written (--format)
   ProgressCallback progress = {};  // optional; see common/progress.hpp (unit: shards, bytes: source tensor bytes)
 };
 

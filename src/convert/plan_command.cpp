@@ -41,6 +41,7 @@ PlanFile make_plan_file(const SourceCheckpoint& source, const Plan& plan, const 
   }
   for (const auto& m : source.modules.modules) f.module_names.emplace_back(m.name);
   f.modules = plan.modules;
+  f.format = plan.format;
   return f;
 }
 
@@ -62,9 +63,11 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
   const PlanKind kind = options.requantize ? PlanKind::Requantize : PlanKind::Convert;
   std::optional<Plan> planned_here;
   if (kind == PlanKind::Convert) {
-    planned_here = plan_step(report, out, source, options.window, options.threads, options.over_span_choice);
-  } else if (!answer_finished(report, out, source.checkpoint, options.window, options.over_span_choice, nullptr, kind)) {
-    planned_here = requantize_plan(source, options.threads);
+    planned_here = plan_step(report, out, source, options.window, options.threads, options.over_span_choice,
+                             options.format);
+  } else if (!answer_finished(report, out, source.checkpoint, options.window, options.over_span_choice, nullptr, kind,
+                              options.format)) {
+    planned_here = requantize_plan(source, options.threads, options.format);
   }
   if (!planned_here) {
     report.seconds = seconds_since(started);
@@ -96,9 +99,10 @@ Report plan_checkpoint(const PlanOptions& options, fs::path& plan_written) {
              options.target.string(), plan_written.string());
       }
     } else {
-      if (!out.open_for_writing(files_written(source.checkpoint))) {
+      if (!out.open_for_writing(files_written(source.checkpoint, options.format))) {
         // Finished by another process since it was opened: nothing to plan.
-        answer_finished(report, out, source.checkpoint, options.window, options.over_span_choice, nullptr, kind);
+        answer_finished(report, out, source.checkpoint, options.window, options.over_span_choice, nullptr, kind,
+                        options.format);
         report.seconds = seconds_since(started);
         return report;
       }

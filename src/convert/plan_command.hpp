@@ -23,6 +23,7 @@ struct PlanOptions {
   // --requantize: plan `mx2nv requantize` (PlanKind::Requantize) instead of a
   // conversion; window and overspan stay at their defaults.
   bool requantize = false;
+  TargetFormat format = TargetFormat::CompressedTensors;  // as convert --format; recorded in the plan
 };
 // Plans and writes the plan file. report.result is Refused (nothing written)
 // when the window refuses a module.

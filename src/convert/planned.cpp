@@ -49,7 +49,12 @@ struct LoadedPlan {
 
 // --window / --overspan given to a planned step: the plan decides, so a
 // different expectation is a usage error, never a silent override.
-void check_expected_options(const PlannedOptions& options, Window window, OverSpanChoice choice) {
+void check_expected_options(const PlannedOptions& options, Window window, OverSpanChoice choice, TargetFormat format) {
+  if (options.format && *options.format != format) {
+    fail(ErrorKind::Usage, "--format {}: the plan was made with --format {} (a step follows its plan; leave --format "
+                           "out, or plan again)",
+         choice_name(*options.format), choice_name(format));
+  }
   if (options.window && *options.window != window) {
     fail(ErrorKind::Usage, "--window {}: the plan was made with --window {} (a step follows its plan; leave --window "
                            "out, or plan again)",
@@ -130,7 +135,7 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
                            "leave it out",
          options.plan.string(), options.window ? "--window" : "--overspan");
   }
-  check_expected_options(options, l.file.window, l.file.over_span_choice);
+  check_expected_options(options, l.file.window, l.file.over_span_choice, l.file.format);
   l.source = options.source.value_or(fs::path(l.file.source));
   l.target = options.target.value_or(fs::path(l.file.target));
   // A plan kept in a DST's state directory is that DST's plan: it converts
@@ -173,8 +178,10 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
   const OverSpanChoice choice = m.rewritten;
   const PlanKind kind = m.kind;
   if (!recorded ||
-      (options.window && !mode_matches(m, *options.window, options.over_span_choice.value_or(choice))) ||
-      (options.over_span_choice && !mode_matches(m, options.window.value_or(window), *options.over_span_choice))) {
+      (options.format && *options.format != m.format) ||
+      (options.window && !mode_matches(m, *options.window, options.over_span_choice.value_or(choice), m.format)) ||
+      (options.over_span_choice &&
+       !mode_matches(m, options.window.value_or(window), *options.over_span_choice, m.format))) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion under {}, not under the options given", dst.string(),
          printable(mode));
   }
@@ -183,7 +190,7 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
     const SourceCheckpoint source = open_source_checkpoint(*options.source, 1, IndexNames::Drop);
     Report report = start_report(Command::Convert, window, *options.source, dst);
     add_source_counts(report, source);
-    if (!answer_finished(report, out, source.checkpoint, window, choice, nullptr, kind)) return no_plan();
+    if (!answer_finished(report, out, source.checkpoint, window, choice, nullptr, kind, m.format)) return no_plan();
     if (tidy) out.tidy_finished();
     report.seconds = seconds_since(started);
     return report;
@@ -260,7 +267,8 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.over_span_choice, &hashes, loaded->file.kind);
+    answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.over_span_choice, &hashes,
+                    loaded->file.kind, loaded->file.format);
     report.seconds = seconds_since(started);
     return report;
   };
@@ -314,7 +322,10 @@ Report finalize_planned(const PlannedOptions& options) {
   const Plan plan = planned(source, loaded->file);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
-    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.over_span_choice, &hashes, loaded->file.kind)) out.tidy_finished();
+    if (answer_finished(report, out, ck, loaded->file.window, loaded->file.over_span_choice, &hashes, loaded->file.kind,
+                        loaded->file.format)) {
+      out.tidy_finished();
+    }
     report.seconds = seconds_since(started);
     return report;
   };
@@ -323,7 +334,7 @@ Report finalize_planned(const PlannedOptions& options) {
   out.check_identity(identity);
   if (options.copy == CopyMode::Reflink && !ck.shards.empty()) out.require_sharing(*ck.files->open(0));
   progress.phase(ProgressPhase::Finalize);
-  if (!out.open_for_writing(files_written(ck))) return answer();
+  if (!out.open_for_writing(files_written(ck, loaded->file.format))) return answer();
   // Under the exclusive lock: no step writes while the shards are checked.
   out.check_identity(identity);
   // Every shard must be finished: its record matches the plan and SRC, and the

@@ -43,6 +43,7 @@ struct PlannedOptions {
   // to be (exit 2 when it is another); the plan decides either way.
   std::optional<Window> window;
   std::optional<OverSpanChoice> over_span_choice;
+  std::optional<TargetFormat> format;  // --format given to a step, likewise
 };
 Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection);
 // Exits 2 naming the shards not finished yet.

@@ -110,9 +110,10 @@ class ShardWriter {
     const TargetTensor& t = layout_.tensors[layout_.data_order[i]];
     const std::uint64_t dst = data_start_ + t.info.begin;
     if (t.role == TensorRole::Global) {
-      const float divisor = plan_.modules[t.module].divisor;
+      // The divisor, or ModelOpt's multiplier 1/divisor (exact: a power of two).
+      const float stored = stored_global(plan_.format, plan_.modules[t.module].divisor);
       std::byte le[4];
-      std::memcpy(le, &divisor, 4);  // host is little-endian (safetensors.hpp)
+      std::memcpy(le, &stored, 4);  // host is little-endian (safetensors.hpp)
       emit(dst, le);
     } else if (rewritten(t)) {
       write_rewritten(t, dst);

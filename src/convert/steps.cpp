@@ -7,6 +7,7 @@
 #include "common/stream_hash.hpp"
 #include "convert/shard_writer.hpp"
 #include "destination/commit_queue.hpp"
+#include "destination/modelopt_files.hpp"
 #include "plan/target_layout.hpp"
 #include "scan/overspan_values.hpp"
 #include "scan/planner.hpp"
@@ -41,14 +42,17 @@ void copy_companion(const fs::path& from, Destination& out, const std::string& r
 // config's and index's checksums. (`mx2nv verify` is the full proof.)
 std::optional<std::string> finished_mismatch(const Destination& dst, const Checkpoint& ck, Window window,
                                              OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes,
-                                             PlanKind kind) {
+                                             PlanKind kind, TargetFormat format) {
   const FinishedRecord& f = *dst.finished();
   if (f.tool_version != MX2NV_VERSION) return fmt::format("it was written by mx2nv {}", printable(f.tool_version));
   const std::optional<ConversionMode> recorded = parse_mode(f.window);
+  if (recorded && recorded->format != format) {
+    return fmt::format("it holds the {} layout, not {} (--format)", choice_name(recorded->format), choice_name(format));
+  }
   if (kind == PlanKind::Requantize && (!recorded || recorded->kind != PlanKind::Requantize)) {
     return fmt::format("it was converted under window {}, not written by mx2nv requantize", printable(f.window));
   }
-  if (kind == PlanKind::Convert && (!recorded || !mode_matches(*recorded, window, choice))) {
+  if (kind == PlanKind::Convert && (!recorded || !mode_matches(*recorded, window, choice, format))) {
     return fmt::format("it was converted under window {}, not {}{}", printable(f.window), window_name(window),
                        choice == OverSpanChoice::Fail ? "" : fmt::format(" with --overspan {}", choice_name(choice)));
   }
@@ -75,6 +79,9 @@ std::optional<std::string> finished_mismatch(const Destination& dst, const Check
     }
   }
   if (dst.hash(std::string(kConfigFileName)) != f.config_hash) return "DST's config.json changed since";
+  if (f.quant_config_hash != 0 && dst.hash(std::string(kModelOptConfigFileName)) != f.quant_config_hash) {
+    return fmt::format("DST's {} changed since", kModelOptConfigFileName);
+  }
   if (ck.index.has_value() != (f.index_hash != 0) ||
       (ck.index && dst.hash(std::string(kIndexFileName)) != f.index_hash)) {
     return "DST's index changed since";
@@ -84,9 +91,10 @@ std::optional<std::string> finished_mismatch(const Destination& dst, const Check
 
 }  // namespace
 
-std::set<std::string> files_written(const Checkpoint& ck) {
+std::set<std::string> files_written(const Checkpoint& ck, TargetFormat format) {
   std::set<std::string> out(ck.companions.begin(), ck.companions.end());
   out.insert(std::string(kConfigFileName));
+  if (format == TargetFormat::ModelOpt) out.insert(std::string(kModelOptConfigFileName));
   if (ck.index) out.insert(std::string(kIndexFileName));
   for (const auto& s : ck.shards) out.insert(s.file);
   return out;
@@ -255,7 +263,16 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
     if (plan.modules[i].treatment == Treatment::Bf16) bf16_modules.emplace_back(source.modules.modules[i].name);
     if (plan.modules[i].treatment == Treatment::Requantized) requantized_modules.emplace_back(source.modules.modules[i].name);
   }
-  const std::string config = rewrite_config_text(ck.config_text, source.quant, bf16_modules, requantized_modules);
+  std::string config;
+  if (plan.format == TargetFormat::ModelOpt) {
+    ModelOptFiles files = modelopt_files(source, plan.modules);
+    out.write_file(std::string(kModelOptConfigFileName), files.hf_quant_config);
+    finished.quant_config_hash = text_hash(files.hf_quant_config);
+    report.written_bytes += files.hf_quant_config.size();
+    config = std::move(files.config);
+  } else {
+    config = rewrite_config_text(ck.config_text, source.quant, bf16_modules, requantized_modules);
+  }
   finished.config_hash = text_hash(config);
   report.written_bytes += config.size();
   if (!ck.index) {
@@ -298,9 +315,10 @@ ConversionIdentity conversion_identity(const PlanFile& file, const Plan& plan) {
 }
 
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
-                     OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes, PlanKind kind) {
+                     OverSpanChoice choice, const std::vector<std::uint64_t>* plan_hashes, PlanKind kind,
+                     TargetFormat format) {
   if (dst.state() != DestinationState::Finished) return false;
-  if (const auto why = finished_mismatch(dst, source, window, choice, plan_hashes, kind)) {
+  if (const auto why = finished_mismatch(dst, source, window, choice, plan_hashes, kind, format)) {
     fail(ErrorKind::Usage, "DST {} holds a finished conversion, but not of this SRC with these options: {}",
          dst.root().string(), *why);
   }
@@ -314,14 +332,21 @@ bool answer_finished(Report& report, const Destination& dst, const Checkpoint& s
 }
 
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
-                              unsigned threads, OverSpanChoice choice) {
-  if (answer_finished(report, dst, source.checkpoint, window, choice)) return std::nullopt;
+                              unsigned threads, OverSpanChoice choice, TargetFormat format) {
+  if (choice == OverSpanChoice::Requantize) refuse_requantized_modelopt(format, "--overspan requantize");
+  if (answer_finished(report, dst, source.checkpoint, window, choice, nullptr, PlanKind::Convert, format)) {
+    return std::nullopt;
+  }
   const ScanResult scan = scan_modules(source, threads);
   Plan plan = plan_conversion(source, scan, window);
+  plan.format = format;
+  if (format == TargetFormat::ModelOpt) refuse_subnormal_multipliers(source.modules, plan);
   apply_overspan(source, plan, choice, threads);
   if (choice != OverSpanChoice::Fail) add_overspan_report(report, source, plan, threads);
   add_plan_counts(report, plan);
   if (report_refusal(report, source.modules, plan)) return std::nullopt;
+  // A module no ModelOpt exclude entry can name is refused before anything is written.
+  if (format == TargetFormat::ModelOpt) (void)modelopt_files(source, plan.modules);
   throw_if_stopped();
   return plan;
 }

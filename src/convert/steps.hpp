@@ -25,8 +25,8 @@
 
 namespace mx2nv {
 
-// Every file a conversion of `ck` writes, relative to DST.
-std::set<std::string> files_written(const Checkpoint& ck);
+// Every file a conversion of `ck` into `format` writes, relative to DST.
+std::set<std::string> files_written(const Checkpoint& ck, TargetFormat format = TargetFormat::CompressedTensors);
 
 // Counts a report gets from the plan (canonicalised and Marlin-zeroed groups).
 void add_plan_counts(Report& report, const Plan& plan);
@@ -85,10 +85,12 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
 // `plan_hashes` (a planned step: its plan's per-shard fingerprints) also
 // requires every finished shard to have been written under exactly that plan.
 // `kind` Requantize: DST must hold `mx2nv requantize`'s checkpoint instead
-// (window and choice unused), and a conversion's is another.
+// (window and choice unused), and a conversion's is another. A DST in another
+// layout (`format`, --format) is always another.
 bool answer_finished(Report& report, const Destination& dst, const Checkpoint& source, Window window,
                      OverSpanChoice choice = OverSpanChoice::Fail,
-                     const std::vector<std::uint64_t>* plan_hashes = nullptr, PlanKind kind = PlanKind::Convert);
+                     const std::vector<std::uint64_t>* plan_hashes = nullptr, PlanKind kind = PlanKind::Convert,
+                     TargetFormat format = TargetFormat::CompressedTensors);
 
 // SRC's shard identities (source_identity), in order.
 std::vector<ShardRecord> source_identities(const Checkpoint& ck);
@@ -104,7 +106,8 @@ ConversionIdentity conversion_identity(const PlanFile& file, const Plan& plan);
 // With `choice` other than fail, refused scale groups are resolved that way
 // (scan/overspan_values.hpp) and the report gets the over-span section.
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
-                              unsigned threads, OverSpanChoice choice = OverSpanChoice::Fail);
+                              unsigned threads, OverSpanChoice choice = OverSpanChoice::Fail,
+                              TargetFormat format = TargetFormat::CompressedTensors);
 
 // True, with the refusal in `report`, when the plan refuses a module.
 bool report_refusal(Report& report, const ModuleSet& set, const Plan& plan);

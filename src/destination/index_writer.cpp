@@ -15,12 +15,12 @@
 
 namespace mx2nv {
 
-void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
-                         const TextSink& sink) {
-  // convert drops the names of an index too large to keep while it writes
-  // shards (IndexNames::KeepIfSmall) and reads them again here, checking
-  // they are the ones it planned from.
-  std::optional<ShardIndex> reread;
+namespace {
+
+// SRC's index with its names: as kept, or (convert drops the names of an
+// index too large to keep while it writes shards, IndexNames::KeepIfSmall)
+// read again into `reread`, refused if it is not the one planned from.
+const ShardIndex& index_with_names(const SourceCheckpoint& source, std::optional<ShardIndex>& reread) {
   if (source.checkpoint.index.value().tensors.size() == 0) {
     const File file = File::open_read(source.checkpoint.root / std::string(kIndexFileName));
     if (file.size() > kMaxIndexBytes) fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
@@ -31,20 +31,49 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
       fail_input("{}: changed while mx2nv was reading it", kIndexFileName);
     }
   }
-  const ShardIndex& index = reread ? *reread : source.checkpoint.index.value();
+  return reread ? *reread : source.checkpoint.index.value();
+}
+
+}  // namespace
+
+void for_each_source_tensor(const SourceCheckpoint& source, const std::function<void(std::string_view)>& visit) {
+  if (!source.checkpoint.index) {
+    for (std::size_t s = 0; s < source.checkpoint.shards.size(); ++s) {
+      const OpenShard shard = source.checkpoint.read_shard(s);
+      for (const TensorInfo& t : shard.header.tensors()) visit(t.name);
+    }
+    return;
+  }
+  std::optional<ShardIndex> reread;
+  const ShardIndex& index = index_with_names(source, reread);
+  for (std::size_t i = 0; i < index.tensors.size(); ++i) visit(index.tensors.name(static_cast<NameTable::Id>(i)));
+}
+
+void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
+                         const TextSink& sink, TargetFormat format) {
+  std::optional<ShardIndex> reread;
+  const ShardIndex& index = index_with_names(source, reread);
   const auto& set = source.modules;
   const auto& modules = set.modules;
   const std::size_t indexed = index.tensors.size();
   const auto bf16 = [&](std::size_t m) { return !plan.empty() && plan[m].treatment == Treatment::Bf16; };
+  const FormatNames& names = format_names(format);
+  // Packed tensors keep their name in compressed-tensors' layout; a BF16
+  // module's (any layout) and every module's under ModelOpt's are renamed.
   bool any_bf16 = false;
   for (std::size_t m = 0; m < modules.size(); ++m) any_bf16 = any_bf16 || bf16(m);
+  const bool renamed = any_bf16 || names.packed != kPackedSuffix;
   // The sort in render_shard_index asks for an entry O(n log n) times, so an
-  // entry is never a name lookup: the BF16 fate of each indexed tensor is
-  // worked out once here (a bit per tensor), and only when some module is BF16.
-  std::vector<bool> packed_of_bf16(any_bf16 ? indexed : 0), scale_of_bf16(any_bf16 ? indexed : 0);
-  for (std::size_t i = 0; any_bf16 && i < indexed; ++i) {
+  // entry is never a name lookup: the fate of each indexed tensor is worked
+  // out once here (a bit per tensor), and only when some tensor is renamed.
+  std::vector<bool> packed_of_bf16(renamed ? indexed : 0), packed_of_module(renamed ? indexed : 0),
+      scale_of_bf16(renamed ? indexed : 0);
+  for (std::size_t i = 0; renamed && i < indexed; ++i) {
     const std::string_view name = index.tensors.name(static_cast<NameTable::Id>(i));
-    if (const auto m = set.module_of(name, kPackedSuffix); m && bf16(*m)) packed_of_bf16[i] = true;
+    if (const auto m = set.module_of(name, kPackedSuffix)) {
+      packed_of_module[i] = true;
+      packed_of_bf16[i] = bf16(*m);
+    }
     if (const auto m = set.module_of(name, kScaleSuffix); m && bf16(*m)) scale_of_bf16[i] = true;
   }
   const auto entry = [&](std::size_t i) -> IndexEntry {
@@ -53,11 +82,14 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
       const std::string_view name = index.tensors.name(id);
       const std::string_view shard = index.shard_files[index.shard_of[id]];
       // A BF16 module's packed tensor becomes its weight, under the module's name.
-      if (any_bf16 && packed_of_bf16[i]) return {name.substr(0, name.size() - kPackedSuffix.size()), kBf16WeightSuffix, shard};
+      if (renamed && packed_of_module[i]) {
+        return {name.substr(0, name.size() - kPackedSuffix.size()), packed_of_bf16[i] ? kBf16WeightSuffix : names.packed,
+                shard};
+      }
       return {name, {}, shard};
     }
     const QuantModule& m = modules[i - indexed];
-    return {m.name, kGlobalSuffix, source.checkpoint.shards[m.scale_shard].file};
+    return {m.name, names.global, source.checkpoint.shards[m.scale_shard].file};
   };
   // The entries, the index's (those kept) then the globals (of modules kept),
   // merged by name: an index written sorted (transformers sorts its keys)
@@ -66,7 +98,7 @@ void render_target_index(const SourceCheckpoint& source, std::span<const ModuleP
   std::vector<std::uint32_t> kept;
   kept.reserve(indexed + modules.size());
   for (std::size_t i = 0; i < indexed; ++i) {
-    if (!any_bf16 || !scale_of_bf16[i]) kept.push_back(static_cast<std::uint32_t>(i));
+    if (!renamed || !scale_of_bf16[i]) kept.push_back(static_cast<std::uint32_t>(i));
   }
   const auto from_index = static_cast<std::ptrdiff_t>(kept.size());
   for (std::size_t m = 0; m < modules.size(); ++m) {
@@ -82,11 +114,14 @@ WrittenIndex write_target_index(const SourceCheckpoint& source, const Plan& plan
                                 Destination& out) {
   WrittenIndex w{out.begin(std::string(kIndexFileName)), 0, 0, total_size};
   StreamHash hash;
-  render_target_index(source, plan.modules, total_size, [&](std::string_view piece) {
-    w.file.file.write_at(w.bytes, std::as_bytes(std::span(piece)));
-    hash.update(std::as_bytes(std::span(piece)));
-    w.bytes += piece.size();
-  });
+  render_target_index(
+      source, plan.modules, total_size,
+      [&](std::string_view piece) {
+        w.file.file.write_at(w.bytes, std::as_bytes(std::span(piece)));
+        hash.update(std::as_bytes(std::span(piece)));
+        w.bytes += piece.size();
+      },
+      plan.format);
   w.hash = hash.digest();
   return w;
 }

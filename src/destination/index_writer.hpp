@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <span>
 #include <thread>
@@ -25,12 +26,18 @@
 namespace mx2nv {
 
 // The index of the converted checkpoint: the source's, plus each module's
-// weight_global_scale in the shard of its weight_scale. Needs source.checkpoint.index;
-// if its names were dropped, reads the index again and refuses one that changed.
+// second-level scale (weight_global_scale, or ModelOpt's weight_scale_2) in the
+// shard of its weight_scale. Needs source.checkpoint.index; if its names were
+// dropped, reads the index again and refuses one that changed.
 // `plan` (parallel to the modules, or empty: every module exact): a BF16
 // module's weight_packed becomes its `weight`, and it has no scale or global.
+// `format` ModelOpt: every other module's weight_packed becomes its `weight`.
 void render_target_index(const SourceCheckpoint& source, std::span<const ModulePlan> plan, std::uint64_t total_size,
-                         const TextSink& sink);
+                         const TextSink& sink, TargetFormat format = TargetFormat::CompressedTensors);
+
+// Every tensor name of SRC, from its index (read again if its names were
+// dropped, as above) or, for a checkpoint without one, its shards' headers.
+void for_each_source_tensor(const SourceCheckpoint& source, const std::function<void(std::string_view)>& visit);
 
 struct WrittenIndex {
   Destination::Pending file;    // under its temporary name, not yet committed

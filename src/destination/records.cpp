@@ -144,8 +144,13 @@ ShardRecord expected_record(const SourceCheckpoint& source, const Plan& plan, co
   ShardRecord r = source_identity(source.checkpoint, shard);
   // A new version may write different bytes, hence the version.
   // A requantize plan's shards are another command's: never taken for a conversion's.
-  std::string fingerprint = fmt::format("{}|{}|", MX2NV_VERSION,
-                                        plan.kind == PlanKind::Requantize ? "requantize" : window_name(plan.window));
+  // The layout too, beside the default's (whose fingerprints read as they always have).
+  std::string fingerprint = fmt::format("{}|{}{}|", MX2NV_VERSION,
+                                        plan.kind == PlanKind::Requantize ? choice_name(PlanKind::Requantize)
+                                                                          : window_name(plan.window),
+                                        plan.format == TargetFormat::CompressedTensors
+                                            ? std::string()
+                                            : fmt::format("@{}", choice_name(plan.format)));
   for (const auto& t : layout.tensors) {
     if (t.role == TensorRole::PassThrough || t.role == TensorRole::Packed || t.role == TensorRole::Global) continue;
     const ModulePlan& p = plan.modules[t.module];
@@ -174,14 +179,15 @@ std::string finished_record_to_text(const FinishedRecord& f) {
   for (const auto& c : f.companions) {
     companions.push_back({{"name", json_text(c.name)}, {"size", c.size}});
   }
-  const Json j = {{"tool_version", f.tool_version},
-                  {"window", f.window},
-                  {"shards", shards},
-                  {"companions", companions},
-                  {"config_hash", f.config_hash},
-                  {"index_hash", f.index_hash},
-                  {"canonicalised_zero_groups", f.canonicalised_zero_groups},
-                  {"marlin_zeroed_groups", f.marlin_zeroed_groups}};
+  Json j = {{"tool_version", f.tool_version},
+            {"window", f.window},
+            {"shards", shards},
+            {"companions", companions},
+            {"config_hash", f.config_hash},
+            {"index_hash", f.index_hash},
+            {"canonicalised_zero_groups", f.canonicalised_zero_groups},
+            {"marlin_zeroed_groups", f.marlin_zeroed_groups}};
+  if (f.quant_config_hash != 0) j["quant_config_hash"] = f.quant_config_hash;
   return dump_json(j) + "\n";
 }
 
@@ -196,6 +202,7 @@ std::optional<FinishedRecord> finished_record_from_text(std::string_view text) {
     }
     f.config_hash = j.at("config_hash").get<std::uint64_t>();
     f.index_hash = j.at("index_hash").get<std::uint64_t>();
+    if (j.contains("quant_config_hash")) f.quant_config_hash = j.at("quant_config_hash").get<std::uint64_t>();
     f.canonicalised_zero_groups = j.at("canonicalised_zero_groups").get<std::uint64_t>();
     f.marlin_zeroed_groups = j.at("marlin_zeroed_groups").get<std::uint64_t>();
     return f;

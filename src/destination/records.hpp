@@ -77,6 +77,7 @@ struct FinishedRecord {
   std::vector<ShardRecord> shards;     // in the source's shard order
   std::vector<FileStamp> companions;   // DST's copies, sorted by name
   std::uint64_t config_hash = 0;       // XXH3-64 of DST's config.json
+  std::uint64_t quant_config_hash = 0; // of DST's hf_quant_config.json (ModelOpt layout; 0: none, not recorded)
   std::uint64_t index_hash = 0;        // of DST's index (0 for a single-file model)
   std::uint64_t canonicalised_zero_groups = 0;
   std::uint64_t marlin_zeroed_groups = 0;

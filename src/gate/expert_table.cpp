@@ -15,8 +15,9 @@ Role role_of(Projection p) { return p == Projection::Gate ? W1 : p == Projection
 
 // Which of an NVFP4 module's tensors `name` is (0 packed, 1 scale, 2 global),
 // and the module's name.
-std::optional<std::pair<std::string_view, int>> nvfp4_tensor(std::string_view name) {
-  const std::string_view suffixes[] = {kPackedSuffix, kScaleSuffix, kGlobalSuffix};
+std::optional<std::pair<std::string_view, int>> nvfp4_tensor(std::string_view name, TargetFormat format) {
+  const FormatNames& names = format_names(format);
+  const std::string_view suffixes[] = {names.packed, names.scale, names.global};
   for (int k = 0; k < 3; ++k) {
     const std::string_view suffix = suffixes[k];
     if (name.ends_with(suffix)) return std::pair{name.substr(0, name.size() - suffix.size()), k};
@@ -28,8 +29,9 @@ std::optional<std::pair<std::string_view, int>> nvfp4_tensor(std::string_view na
 
 void ExpertCollector::add(std::size_t shard, const ShardHeader& header) {
   for (const auto& t : header.tensors()) {
-    const auto which = nvfp4_tensor(t.name);
+    const auto which = nvfp4_tensor(t.name, x_.format);
     if (!which) continue;
+    if (which->second == 0 && x_.format == TargetFormat::ModelOpt && t.dtype != Dtype::U8) continue;  // a BF16 weight
     const auto parsed = parse_expert_module(which->first);
     if (!parsed) continue;
     ExpertModule& m = module_for(which->first, *parsed);
@@ -110,7 +112,9 @@ void check_nvfp4(Experts& x) {
   for (auto& m : x.modules) {
     const std::string_view base = x.name(m);
     if (!m.scale.present || !m.global.present) {
-      fail_input("\"{}\": an NVFP4 module needs weight_packed, weight_scale and weight_global_scale", base);
+      const FormatNames& n = format_names(x.format);
+      fail_input("\"{}\": an NVFP4 module needs {}, {} and {}", base, n.packed.substr(1), n.scale.substr(1),
+                 n.global.substr(1));
     }
     const ExpertTensor& p = m.packed;
     const ExpertTensor& s = m.scale;

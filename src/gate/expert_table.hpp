@@ -7,6 +7,8 @@
 // (model/module_names.hpp); a module is a weight_packed.
 #pragma once
 
+#include "model/target_format.hpp"
+
 #include "gate/rules.hpp"
 #include "safetensors/header.hpp"
 
@@ -49,7 +51,7 @@ struct ExpertModule {
   ExpertTensor packed, scale, global;
   std::uint64_t rows = 0, blocks = 0;  // N, K/16
   // Filled by the scan.
-  float global_value = 0;
+  float global_value = 0;  // as stored: a divisor (compressed-tensors) or a multiplier (ModelOpt)
   double max_scale = 0;
   std::uint64_t suspects = 0;  // blocks with 0 < scale < 2^-6 (active or not)
   std::uint64_t negative = 0;
@@ -86,6 +88,7 @@ class NameChunks {
 // the headers stream by: a fixed record per module plus its name's bytes
 // (a deque: no module is copied while it grows).
 struct Experts {
+  TargetFormat format = TargetFormat::CompressedTensors;  // whose names the modules were found under
   NameChunks names;
   std::deque<ExpertModule> modules;
   std::vector<ExpertLayer> layers;  // sorted by prefix once complete
@@ -96,6 +99,9 @@ struct Experts {
 // what gate reads later is kept.
 class ExpertCollector {
  public:
+  // Collects the modules of `format`'s names (a ModelOpt packed `weight` is
+  // U8; a BF16 `weight` is no NVFP4 module's).
+  explicit ExpertCollector(TargetFormat format = TargetFormat::CompressedTensors) { x_.format = format; }
   // Called once per shard header (never concurrently).
   void add(std::size_t shard, const ShardHeader& header);
   Experts finish();
@@ -107,8 +113,9 @@ class ExpertCollector {
 };
 
 // Every module holds NVFP4 tensors: weight_packed U8 [N, K/2], weight_scale
-// F8_E4M3 [N, K/16], weight_global_scale F32 with one value (else
-// Error(InvalidInput)); fills each module's rows and blocks.
+// F8_E4M3 [N, K/16], weight_global_scale F32 with one value (ModelOpt:
+// weight, weight_scale, weight_scale_2) (else Error(InvalidInput)); fills
+// each module's rows and blocks.
 void check_nvfp4(Experts& x);
 
 inline const ExpertModule& module_at(const Experts& x, const std::array<std::uint32_t, 3>& slots, Role r) {

@@ -8,6 +8,7 @@
 #include "gate/expert_table.hpp"
 #include "model/modules.hpp"
 #include "numerics/formats.hpp"
+#include "safetensors/file_names.hpp"
 #include "sys/heap.hpp"
 
 #include <algorithm>
@@ -125,15 +126,23 @@ bool is_power_of_two(float v) {
   return std::frexp(static_cast<double>(v), &e) == 0.5;
 }
 
-// Every module's global: a positive finite divisor; the range of the
-// multipliers g = 1/global, and which are no powers of two.
+// The multiplier g a module's stored global stands for: 1/weight_global_scale,
+// or ModelOpt's weight_scale_2 itself.
+double multiplier(const Experts& x, const ExpertModule& m) {
+  const double v = static_cast<double>(m.global_value);
+  return format_names(x.format).global_is_divisor ? 1.0 / v : v;
+}
+
+// Every module's global: positive and finite; the range of the multipliers
+// g, and which are no powers of two.
 void add_global_facts(const Experts& x, ScaleFacts& s) {
   bool first = true;
   for_each_module(x, [&](const ExpertModule& m) {
     if (!std::isfinite(m.global_value) || m.global_value <= 0) {
-      fail_input("\"{}{}\" = {} is not a positive finite divisor", x.name(m), kGlobalSuffix, m.global_value);
+      fail_input("\"{}{}\" = {} is not positive and finite", x.name(m), format_names(x.format).global,
+                 m.global_value);
     }
-    const double g = 1.0 / static_cast<double>(m.global_value);
+    const double g = multiplier(x, m);
     s.min_multiplier = first ? g : std::min(s.min_multiplier, g);
     s.max_multiplier = first ? g : std::max(s.max_multiplier, g);
     first = false;
@@ -169,7 +178,7 @@ void add_channel_facts(const Experts& x, const std::vector<bool>& mixed, ScaleFa
   bool first_channel = true;
   for_each_module(x, [&](const ExpertModule& m) {
     if (m.role == W2 || !mixed[m.layer]) return;
-    const double g = 1.0 / static_cast<double>(m.global_value);
+    const double g = multiplier(x, m);
     s.channel_min_multiplier = first_channel ? g : std::min(s.channel_min_multiplier, g);
     s.channel_max_multiplier = first_channel ? g : std::max(s.channel_max_multiplier, g);
     first_channel = false;
@@ -241,7 +250,13 @@ GateResult run_gate(const GateOptions& o) {
   // Only the expert modules' tensors are kept from each header as it streams
   // by, as fixed records: memory follows the module count, not the
   // checkpoint's size or every tensor's name.
-  ExpertCollector collect;
+  // The layout decides which names are the experts' (model/target_format.hpp).
+  const fs::path hf = o.checkpoint / std::string(kModelOptConfigFileName);
+  std::error_code ec;
+  const TargetFormat format = target_format_of(read_text_file(o.checkpoint / std::string(kConfigFileName), kMaxConfigBytes),
+                                               fs::is_regular_file(fs::symlink_status(hf, ec)));
+  result.format = format;
+  ExpertCollector collect(format);
   const auto keep = [&](std::size_t shard, std::string_view, const ShardHeader& header) { collect.add(shard, header); };
   Checkpoint ck = open_checkpoint(o.checkpoint, CheckpointRole::Target, o.threads, keep);  // an mx2nv output may hold .mx2nv/
   // The index was checked against the shards; gate reads by the records it
@@ -269,13 +284,23 @@ GateResult run_gate(const GateOptions& o) {
   add_channel_facts(experts, add_pair_facts(experts, s), s);
   if (!o.quick) add_small_scale_facts(experts, io, o.threads, s);
 
-  for (const auto& b : runtime_backends()) {
-    if (o.runtime && *o.runtime != b.runtime) continue;
+  const ModelOptScheme modelopt = format == TargetFormat::ModelOpt ? modelopt_scheme(config) : ModelOptScheme{};
+  std::vector<std::string> layers;
+  for (const ExpertLayer& l : experts.layers) layers.push_back(l.prefix);
+  for (const RuntimeBackend* b : runtime_backends(format)) {
+    if (o.runtime && *o.runtime != b->runtime) continue;
     for (const ActivationDtype d : o.dtypes) {
-      result.verdicts.push_back(judge_backend(b, d, {o.tp, o.ep}, result.architecture, schemes, result.dims, s));
+      result.verdicts.push_back(
+          judge_backend(*b, d, {o.tp, o.ep}, result.architecture, schemes, result.dims, s, modelopt, layers));
     }
   }
-  ask_own_selectors(o, config, experts.layers, result);
+  if (format == TargetFormat::ModelOpt) {
+    // The probe asks compressed-tensors' selectors; ModelOpt's are judged from their code above.
+    result.not_asked = "the runtime probe asks compressed-tensors' scheme selectors; a ModelOpt checkpoint's are judged "
+                       "from the pinned releases' code";
+  } else {
+    ask_own_selectors(o, config, experts.layers, result);
+  }
   return result;
 }
 
@@ -290,6 +315,7 @@ Json gate_to_json(const GateResult& r) {
   };
   j["checkpoint"] = json_text(r.checkpoint);
   j["result"] = r.result();
+  j["format"] = choice_name(r.format);
   j["architecture"] = r.architecture.empty() ? Json(nullptr) : Json(json_text(r.architecture));
   j["dims"] = {{"hidden", r.dims.hidden},
                {"intermediate", r.dims.intermediate},
@@ -329,7 +355,7 @@ Json gate_to_json(const GateResult& r) {
                              {"reasons", texts(v.reasons)},
                              {"notes", texts(v.notes)}});
   }
-  j["tp_table"] = tp_table_json(r.dims);
+  j["tp_table"] = tp_table_json(r.dims, r.format);
   Json asked = {{"asked", r.not_asked.empty()},
                 {"not_asked", json_text(r.not_asked)},
                 {"python", json_text(r.asked.python)},

@@ -40,6 +40,7 @@ struct RuntimeCheck {
 
 struct GateResult {
   std::string checkpoint;
+  TargetFormat format = TargetFormat::CompressedTensors;  // the layout the checkpoint is in (its config says)
   std::string architecture;  // config.json "architectures"[0]; "" when none
   MoeDims dims;
   ScaleFacts scales;

@@ -1,6 +1,7 @@
 // Which model class each pinned runtime release builds for a checkpoint's
 // `architectures`, and whether that class's own `load_weights` fills every
-// routed-expert parameter of a compressed-tensors NVFP4A16 checkpoint.
+// routed-expert parameter of a compressed-tensors NVFP4A16 checkpoint, and of
+// a ModelOpt W4A16_NVFP4 one (tests/conformance/test_modelopt_loaders.py).
 //
 // A scheme rule and a kernel rule say nothing about the loader: SGLang
 // 0.5.23's Kimi K3 class renames `weight_packed` for MXFP4 and then skips the
@@ -11,6 +12,7 @@
 #pragma once
 
 #include "gate/runtime.hpp"
+#include "model/target_format.hpp"
 
 #include <string_view>
 #include <vector>
@@ -19,6 +21,7 @@ namespace mx2nv {
 
 struct ModelClassRule {
   Runtime runtime;
+  TargetFormat format;            // the layout whose expert names the loader is judged for
   std::string_view architecture;  // config.json "architectures"[0]
   std::string_view model_class;   // the class the release's registry builds
   std::string_view registry;      // where the release maps the architecture to it (file:line in the wheel)
@@ -27,8 +30,9 @@ struct ModelClassRule {
   std::string_view unblock;       // when !loads_experts: what would make it load them
 };
 
-// The rule for (runtime, architecture); nullptr when gate has none.
-const ModelClassRule* model_class_rule(Runtime runtime, std::string_view architecture);
+// The rule for (runtime, architecture, layout); nullptr when gate has none.
+const ModelClassRule* model_class_rule(Runtime runtime, std::string_view architecture,
+                                       TargetFormat format = TargetFormat::CompressedTensors);
 const std::vector<ModelClassRule>& model_class_rules();
 
 }  // namespace mx2nv

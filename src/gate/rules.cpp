@@ -1,6 +1,7 @@
 #include "gate/rules.hpp"
 
 #include "common/error.hpp"
+#include "gate/exclusion.hpp"
 #include "gate/model_class.hpp"
 #include "model/module_names.hpp"
 
@@ -27,6 +28,20 @@ const RuntimeBackend kBackends[] = {
     {Runtime::Vllm, "0.34.0", Backend::Humming, "sm90 (H100/H200): utils/humming/priority.py:11 puts it ahead of Marlin "
                                   "(humming-kernels 0.1.19)", true},
     {Runtime::Sglang, "0.5.23", Backend::Marlin, "sm80+ (compressed_tensors_w4a16_nvfp4_moe.py:52-55)", true},
+    // ModelOpt W4A16_NVFP4 (docs/reference/modelopt-output.md). vLLM asks its backend oracle exactly what it
+    // asks for compressed-tensors A16 (modelopt.py:887-910), and Marlin's preparation is the same function
+    // with weight_scale_2 passed as is (marlin_utils_fp4.py:289-400).
+    {Runtime::Vllm, "0.34.0", Backend::Marlin, "GPUs from sm75 without a native FP4 A16 path, and sm100+ (W4A4 kernels "
+                                 "reject A16); --moe-backend marlin anywhere (modelopt.py:887-910)", true,
+     TargetFormat::ModelOpt},
+    {Runtime::Vllm, "0.34.0", Backend::Humming, "sm90 (H100/H200): utils/humming/priority.py:11; humming's ModelOpt "
+                                  "schema (humming schema/modelopt.py:39-142)", false, TargetFormat::ModelOpt},
+    {Runtime::Sglang, "0.5.23", Backend::Marlin, "sm80+ with --moe-runner-backend marlin (the default only on sm80-"
+                                 "sm9x; on Blackwell `auto` selects W4A4 kernels, modelopt_quant.py:3111-3125)", true,
+     TargetFormat::ModelOpt},
+    {Runtime::Sglang, "0.5.23", Backend::CuteDsl, "Blackwell (SM100/103) with --moe-runner-backend flashinfer_cutedsl "
+                                  "and SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16=1 (modelopt_quant.py:2812-2814)", false,
+     TargetFormat::ModelOpt},
 };
 
 bool is_nvfp4a16(const SchemeFacts& s) {
@@ -99,6 +114,32 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
   }
 }
 
+// SGLang's FlashInfer CuTe-DSL W4A16 MoE (ModelOpt layout): the E4M3 block
+// scale bytes reach the kernel unchanged and weight_scale_2 is its FP32
+// alpha (sglang/srt/layers/quantization/modelopt_quant.py:2976-3097,
+// moe_runner/flashinfer_cutedsl.py:123-136). FlashInfer's kernel is not in
+// the wheel, so how it decodes subnormal and negative scales is not known:
+// negative ones block, small active ones are named (the backend is
+// UNVERIFIED at best, settle()).
+void judge_cutedsl(Verdict& v, const ScaleFacts& s) {
+  const auto block = [&](std::string reason) {
+    v.kind = Verdict::Blocked;
+    v.reasons.push_back(std::move(reason));
+  };
+  v.notes.push_back("block scales: the E4M3 bytes reach FlashInfer's kernel unchanged (modelopt_quant.py:2976-3097); "
+                    "weight_scale_2 is its FP32 alpha (flashinfer_cutedsl.py:123-136)");
+  if (s.negative_scales) block(fmt::format("{} negative block scales: how FlashInfer's kernel reads them is not known",
+                                           s.negative_scales));
+  if (s.active_below_fp16) {
+    v.reasons.push_back(fmt::format("{} active blocks have block scales below 2^-6: whether FlashInfer's kernel "
+                                    "decodes E4M3 subnormals exactly is not known", s.active_below_fp16));
+  }
+  if (s.max_multiplier > 0 && (s.min_multiplier < std::ldexp(1.0, -126) || s.max_multiplier >= std::ldexp(1.0, 128))) {
+    block(fmt::format("weight_scale_2 from {:g} to {:g}: not every one is a normal FP32 alpha", s.min_multiplier,
+                      s.max_multiplier));
+  }
+}
+
 // The model class the architecture selects on this runtime, and whether its
 // loader reads every routed-expert tensor (gate/model_class.hpp). Unknown
 // is recorded in the verdict and settled last: a block found elsewhere
@@ -106,16 +147,17 @@ void judge_humming(Verdict& v, bool fp16, const ScaleFacts& s) {
 bool unknown_class(const Verdict& v) { return v.model_class.empty(); }
 
 void judge_model_class(Verdict& v, const RuntimeBackend& b, std::string_view architecture) {
+  const std::string_view layout = choice_name(b.format);
   if (architecture.empty()) {
     v.reasons.push_back("config.json names no architectures: which model class the runtime builds, and whether "
                         "its loader reads every expert tensor, is unknown");
     return;
   }
-  const ModelClassRule* rule = model_class_rule(b.runtime, architecture);
+  const ModelClassRule* rule = model_class_rule(b.runtime, architecture, b.format);
   if (rule == nullptr) {
     v.reasons.push_back(fmt::format("architecture {}: mx2nv has not run {} {}'s loader for it, so whether its "
-                                    "model class loads every routed-expert tensor of this format is unknown",
-                                    architecture, choice_name(b.runtime), b.version));
+                                    "model class loads every routed-expert tensor of the {} layout is unknown",
+                                    architecture, choice_name(b.runtime), b.version, layout));
     return;
   }
   v.model_class = std::string(rule->model_class);
@@ -129,11 +171,56 @@ void judge_model_class(Verdict& v, const RuntimeBackend& b, std::string_view arc
                                   rule->model_class, rule->registry, rule->loader, rule->unblock));
 }
 
+// The ModelOpt scheme: the config selects W4A16 NVFP4 for the routed
+// experts, no exclude entry reaches one of their layers, and (SGLang's
+// DeepSeek class) the BF16 shared experts are kept out of the FP4 MoE.
+void judge_modelopt_scheme(Verdict& v, const RuntimeBackend& b, const ModelOptScheme& m,
+                           const std::vector<std::string>& expert_layers) {
+  const bool vllm = b.runtime == Runtime::Vllm;
+  if (!m.selected) {
+    v.kind = Verdict::Blocked;
+    v.reasons.push_back(fmt::format("scheme: {}; {} runs ModelOpt's weight-only NVFP4 MoE only for quant_method "
+                                    "modelopt* with quant_algo W4A16_NVFP4 and groups of 16 ({})",
+                                    m.why_not, choice_name(b.runtime),
+                                    vllm ? "vllm/model_executor/layers/quantization/modelopt.py:292-309, :798-866"
+                                         : "sglang/srt/layers/quantization/modelopt_quant.py:1595-1702"));
+    return;
+  }
+  v.scheme_selected = true;
+  v.notes.push_back(fmt::format("scheme: {}",
+                                vllm ? "ModelOptNvFp4FusedMoE, use_a16 (vllm/model_executor/layers/quantization/"
+                                       "modelopt.py:869-910)"
+                                     : "ModelOptNvFp4FusedMoEMethod (sglang/srt/layers/quantization/"
+                                       "modelopt_quant.py:1704-1728, is_w4a16 :1701)"));
+  const bool k3_mapper = v.model_class == "KimiK3ForConditionalGeneration";
+  if (const auto why = excluded_expert_layer(b.runtime, k3_mapper, m.exclude, expert_layers)) {
+    v.kind = Verdict::Blocked;
+    v.reasons.push_back(*why);
+  }
+  const bool shared_named = std::any_of(m.exclude.begin(), m.exclude.end(), [](const std::string& e) {
+    return e.find("shared_expert") != std::string::npos && e.find("shared_expert_gate") == std::string::npos;
+  });
+  if (!vllm && b.backend == Backend::Marlin && v.model_class == "DeepseekV3ForCausalLM" && !shared_named) {
+    v.kind = Verdict::Blocked;
+    v.reasons.push_back("no exclude entry names the shared experts: SGLang fuses the BF16 shared expert into the FP4 "
+                        "MoE (sglang/srt/models/deepseek_v2.py:3334-3339, layers/quantization/modelopt_quant.py:"
+                        "1552-1559)");
+  }
+}
+
 // The final kind: BLOCKED wins; then UNKNOWN (no loader rule), then
 // UNVERIFIED (a rule not checked), then RUN.
 Verdict& settle(Verdict& v) {
   if (v.kind == Verdict::Blocked) return v;
-  if (unknown_class(v)) v.kind = Verdict::Unknown;
+  if (unknown_class(v)) {
+    v.kind = Verdict::Unknown;
+  } else if (!v.backend->verified) {
+    v.kind = Verdict::Unverified;
+    v.reasons.push_back(fmt::format("{} {} on the {} layout: its kernel's decode is not established here (no "
+                                    "conformance test runs it), so exactness is not claimed",
+                                    choice_name(v.backend->runtime), choice_name(v.backend->backend),
+                                    choice_name(v.backend->format)));
+  }
   return v;
 }
 
@@ -161,6 +248,78 @@ std::string_view verdict_name(Verdict::Kind k) {
 const std::vector<RuntimeBackend>& runtime_backends() {
   static const std::vector<RuntimeBackend> all(std::begin(kBackends), std::end(kBackends));
   return all;
+}
+
+std::vector<const RuntimeBackend*> runtime_backends(TargetFormat format) {
+  std::vector<const RuntimeBackend*> out;
+  for (const RuntimeBackend& b : runtime_backends()) {
+    if (b.format == format) out.push_back(&b);
+  }
+  return out;
+}
+
+ModelOptScheme modelopt_scheme(const Json& config) {
+  ModelOptScheme m;
+  const Json* qc = quantization_config_of(config);
+  if (qc == nullptr || !qc->is_object()) {
+    m.why_not = "config.json has no quantization_config";
+    return m;
+  }
+  const auto text = [&](const char* key) {
+    const auto it = qc->find(key);
+    return it != qc->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  // The exclude list: the first of these members present is the one both runtimes read
+  // (sglang modelopt_quant.py:1652-1655, vllm modelopt.py:380-384), and it must be a list of names.
+  std::string list_problem;
+  for (const char* key : {"ignore", "modules_to_not_convert", "exclude_modules"}) {
+    const auto it = qc->find(key);
+    if (it == qc->end()) continue;
+    const bool names = it->is_array() && std::all_of(it->begin(), it->end(), [](const Json& e) { return e.is_string(); });
+    if (!names) {
+      list_problem = fmt::format("{} is {}, not a list of module names (vLLM raises, modelopt.py:380-384)", key,
+                                 it->type_name());
+    } else {
+      for (const Json& e : *it) m.exclude.push_back(e.get<std::string>());
+    }
+    break;
+  }
+  // Groups of 16, as an integer (SGLang sizes its parameters with hidden // group_size, modelopt_quant.py:2541):
+  // the top level's, else each config group's (:1640-1650).
+  std::string group_problem;
+  const auto check_group_size = [&](const Json& holder, const std::string& where) {
+    const auto it = holder.find("group_size");
+    if (it != holder.end() && (!it->is_number_integer() || *it != 16)) {
+      group_problem = fmt::format("{}group_size is {}, not 16 (Marlin reads groups of 16)", where, it->dump());
+    }
+  };
+  check_group_size(*qc, "");
+  if (!qc->contains("group_size") && qc->contains("config_groups") && (*qc)["config_groups"].is_object()) {
+    for (const auto& [name, group] : (*qc)["config_groups"].items()) {
+      if (group.is_object() && group.contains("weights") && group["weights"].is_object()) {
+        check_group_size(group["weights"], "config_groups." + name + ".weights.");
+      }
+    }
+  }
+  if (!text("quant_method").starts_with("modelopt")) {
+    m.why_not = fmt::format("quant_method is \"{}\", not modelopt", text("quant_method"));
+  } else if (qc->contains("quantization")) {
+    m.why_not = "a nested `quantization` member (vLLM refuses W4A16_NVFP4 in that form, "
+                "transformers_utils/model_arch_config_convertor.py:248-266)";
+  } else if (qc->contains("producer") && !(*qc)["producer"].is_object()) {
+    m.why_not = "producer is no object (vLLM reads producer.name, model_arch_config_convertor.py:249)";
+  } else if (qc->contains("weight_scale_encoding")) {
+    m.why_not = "a weight_scale_encoding, which gate has no rule for (modelopt.py:757-764)";
+  } else if (text("quant_algo") != "W4A16_NVFP4") {
+    m.why_not = fmt::format("quant_algo is \"{}\", not W4A16_NVFP4", text("quant_algo"));
+  } else if (!group_problem.empty()) {
+    m.why_not = group_problem;
+  } else if (!list_problem.empty()) {
+    m.why_not = list_problem;
+  } else {
+    m.selected = true;
+  }
+  return m;
 }
 
 const Json* quantization_config_of(const Json& config) {
@@ -213,6 +372,17 @@ std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& 
     return fmt::format("intermediate size {} is not divisible by TP {}", d.intermediate, tp);
   }
   const std::uint64_t n = d.intermediate / tp;
+  if (b.backend == Backend::CuteDsl) {
+    // sglang/srt/layers/moe/moe_runner/flashinfer_cutedsl.py:56-64 (interleave_w13_halves raises)
+    if (n % 64 != 0) return fmt::format("intermediate per partition {} % 64 != 0 (flashinfer_cutedsl.py:56-64)", n);
+    return std::nullopt;
+  }
+  if (b.runtime == Runtime::Sglang && b.format == TargetFormat::ModelOpt) {
+    // No Python check on this path: the kernel's own need (layers/quantization/marlin_utils.py:250-256).
+    if (d.hidden % 128 != 0) return fmt::format("hidden size {} % 128 != 0 (marlin_utils.py:250-256)", d.hidden);
+    if (n % 64 != 0) return fmt::format("intermediate per partition {} % 64 != 0 (marlin_utils.py:250-256)", n);
+    return std::nullopt;
+  }
   if (b.runtime == Runtime::Sglang) {
     // compressed_tensors_w4a16_nvfp4_moe.py:220-229
     if (d.hidden % 128 != 0) return fmt::format("hidden size {} % 128 != 0 (scheme :220-224)", d.hidden);
@@ -279,7 +449,7 @@ RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, con
   }
   r.intermediate = d.intermediate / split;
   r.padded_intermediate = r.intermediate;
-  const ModelClassRule* rule = model_class_rule(b.runtime, architecture);
+  const ModelClassRule* rule = model_class_rule(b.runtime, architecture, b.format);
   const bool vllm_k3 = b.runtime == Runtime::Vllm && rule != nullptr && rule->model_class == "KimiK3ForConditionalGeneration";
   if (vllm_k3 && ep == 1 && tp > 1 && r.intermediate < 256) {
     // Padded with zeros, so the values are unchanged (model.py:579-590).
@@ -303,7 +473,8 @@ RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, con
 
 Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Deployment& deployment,
                       std::string_view architecture, const std::vector<SchemeFacts>& schemes, const MoeDims& dims,
-                      const ScaleFacts& s) {
+                      const ScaleFacts& s, const ModelOptScheme& modelopt_scheme,
+                      const std::vector<std::string>& expert_layers) {
   const unsigned tp = deployment.tp;
   Verdict v;
   v.backend = &b;
@@ -318,8 +489,10 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
   };
   judge_model_class(v, b, architecture);
 
-  bool selected = !schemes.empty();
-  for (const auto& sc : schemes) {
+  const bool modelopt = b.format == TargetFormat::ModelOpt;
+  if (modelopt) judge_modelopt_scheme(v, b, modelopt_scheme, expert_layers);
+  bool selected = !modelopt && !schemes.empty();
+  for (const auto& sc : modelopt ? std::vector<SchemeFacts>{} : schemes) {
     if (!is_nvfp4a16(sc)) {
       selected = false;
       block(fmt::format("scheme: quantization_config group is not NVFP4A16 ({}); {} selects the NVFP4 weight-only "
@@ -328,7 +501,7 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
                         describe(sc), choice_name(b.runtime), b.runtime == Runtime::Vllm ? kVllmSelect : kSglangSelect));
     }
   }
-  v.scheme_selected = selected;
+  if (!modelopt) v.scheme_selected = selected;
   if (selected) {
     v.notes.push_back(fmt::format("scheme: {} ({})",
                                   b.runtime == Runtime::Vllm ? "CompressedTensorsW4A4Nvfp4MoEMethod(use_a16=True)"
@@ -350,7 +523,14 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
 
   if (s.gate_up_differ != 0) {
     const std::string first = s.gate_up_differ_first.empty() ? std::string() : s.gate_up_differ_first.front();
-    if (b.runtime == Runtime::Sglang) {
+    if (modelopt && b.backend != Backend::Humming) {
+      block(fmt::format("gate/up weight_scale_2 differ for {} experts (first: {}): {} applies w1's to w3's half too "
+                        "({}), so the up projection is wrong",
+                        s.gate_up_differ, first, choice_name(b.runtime),
+                        b.runtime == Runtime::Vllm ? "vllm/model_executor/layers/quantization/modelopt.py:1090-1098"
+                        : b.backend == Backend::CuteDsl ? "sglang/srt/layers/moe/moe_runner/flashinfer_cutedsl.py:130-134"
+                                                         : "sglang/srt/layers/quantization/modelopt_quant.py:2742-2763"));
+    } else if (b.runtime == Runtime::Sglang) {
       block(fmt::format("gate/up globals differ for {} experts (first: {}): SGLang raises ValueError "
                         "(compressed_tensors_w4a16_nvfp4_moe.py:191-201)", s.gate_up_differ, first));
     } else if (b.backend == Backend::Marlin) {
@@ -362,6 +542,10 @@ Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Depl
 
   if (b.backend == Backend::Humming) {
     judge_humming(v, fp16, s);
+    return settle(v);
+  }
+  if (b.backend == Backend::CuteDsl) {
+    judge_cutedsl(v, s);
     return settle(v);
   }
 
@@ -430,13 +614,13 @@ std::optional<MoeDims> moe_dims_of(const std::vector<ModuleShape>& modules) {
 
 std::vector<unsigned> tp_degrees() { return {1, 2, 4, 8, 16, 32, 64}; }
 
-Json tp_table_json(const MoeDims& dims) {
+Json tp_table_json(const MoeDims& dims, TargetFormat format) {
   Json rows = Json::array();
   for (const unsigned tp : tp_degrees()) {
     Json row = {{"tp", tp}};
-    for (const auto& b : runtime_backends()) {
-      const auto p = dims_problem(b, dims, tp);
-      row[fmt::format("{}-{}", choice_name(b.runtime), choice_name(b.backend))] = p ? Json(*p) : Json("ok");
+    for (const RuntimeBackend* b : runtime_backends(format)) {
+      const auto p = dims_problem(*b, dims, tp);
+      row[fmt::format("{}-{}", choice_name(b->runtime), choice_name(b->backend))] = p ? Json(*p) : Json("ok");
     }
     rows.push_back(row);
   }

@@ -11,6 +11,7 @@
 
 #include "gate/runtime.hpp"
 #include "json/strict_json.hpp"
+#include "model/target_format.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -26,10 +27,24 @@ struct RuntimeBackend {
   std::string_view version;  // the pinned release the rules were read from
   Backend backend;
   std::string_view gpus;     // where it is selected
-  bool verified;             // value-exact rules established (judged by tests/conformance)
+  // Value-exact rules established (judged by tests/conformance); a backend
+  // whose kernel mx2nv could not read is never RUN, at best UNVERIFIED.
+  bool verified;
+  TargetFormat format = TargetFormat::CompressedTensors;  // the layout this path reads
 };
-// vllm/marlin, vllm/humming, sglang/marlin.
+// Every path: for compressed-tensors vllm/marlin, vllm/humming, sglang/marlin;
+// for ModelOpt also sglang/flashinfer-cutedsl.
 const std::vector<RuntimeBackend>& runtime_backends();
+// Those that read `format`.
+std::vector<const RuntimeBackend*> runtime_backends(TargetFormat format);
+
+// What gate reads of a ModelOpt quantization_config (config.json's flat form).
+struct ModelOptScheme {
+  bool selected = false;                // W4A16_NVFP4 weights, groups of 16, nothing else quantized
+  std::string why_not;                  // when not selected
+  std::vector<std::string> exclude;     // `ignore` (else modules_to_not_convert, exclude_modules)
+};
+ModelOptScheme modelopt_scheme(const Json& config);
 
 // What the scheme selectors read from quantization_config (per config group).
 struct SchemeFacts {
@@ -122,9 +137,13 @@ std::optional<std::string> dims_problem(const RuntimeBackend& b, const MoeDims& 
 RankShare rank_share(const RuntimeBackend& b, std::string_view architecture, const MoeDims& dims,
                      const Deployment& deployment);
 
+// A ModelOpt path (b.format) reads `modelopt` and checks its exclude list
+// against `expert_layers` (the routed-expert layers' prefixes) instead of the
+// compressed-tensors `schemes`.
 Verdict judge_backend(const RuntimeBackend& b, ActivationDtype dtype, const Deployment& deployment,
                       std::string_view architecture, const std::vector<SchemeFacts>& schemes, const MoeDims& dims,
-                      const ScaleFacts& scales);
+                      const ScaleFacts& scales, const ModelOptScheme& modelopt = {},
+                      const std::vector<std::string>& expert_layers = {});
 
 // config.json's "architectures"[0] ("" when absent or not a string array).
 std::string architecture_of(const Json& config);
@@ -140,6 +159,7 @@ std::optional<MoeDims> moe_dims_of(const std::vector<ModuleShape>& modules);
 
 // TP degrees for the feasibility table: 1, 2, 4, ..., 64.
 std::vector<unsigned> tp_degrees();
-Json tp_table_json(const MoeDims& dims);
+// The backends of `format`, keyed "<runtime>-<backend>".
+Json tp_table_json(const MoeDims& dims, TargetFormat format = TargetFormat::CompressedTensors);
 
 }  // namespace mx2nv

@@ -10,6 +10,8 @@ constexpr Choice<Runtime> kRuntimes[] = {
 constexpr Choice<Backend> kBackends[] = {
     {Backend::Marlin, "marlin", "the FP4 Marlin MoE kernel"},
     {Backend::Humming, "humming", "humming-kernels' NVFP4 MoE kernel (vLLM on sm90)"},
+    {Backend::CuteDsl, "flashinfer-cutedsl",
+     "FlashInfer's CuTe-DSL W4A16 MoE kernel (SGLang, ModelOpt layout, Blackwell, opt-in)"},
 };
 constexpr Choice<ActivationDtype> kDtypes[] = {
     {ActivationDtype::Fp16, "fp16", "float16 activations"},

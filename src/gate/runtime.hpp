@@ -12,7 +12,7 @@ enum class Runtime { Vllm, Sglang };
 template <>
 std::span<const Choice<Runtime>> choices<Runtime>();
 
-enum class Backend { Marlin, Humming };
+enum class Backend { Marlin, Humming, CuteDsl };
 template <>
 std::span<const Choice<Backend>> choices<Backend>();
 

@@ -8,6 +8,7 @@
 #include "common/stopwatch.hpp"
 #include "gate/rules.hpp"
 #include "plan/target_layout.hpp"
+#include "safetensors/file_names.hpp"
 #include "scan/overspan_values.hpp"
 #include "scan/planner.hpp"
 
@@ -134,6 +135,22 @@ Json inspection_to_json(const Inspection& in) {
                                {"size_change_bytes", in.overspan->bf16_size_change}}},
                      {"requantize", {{"result", result(in.overspan->requantize_refused)}, {"lossless", false},
                                      {"lossy_modules", rows}, {"size_change_bytes", 0}}}};
+  }
+  // The layouts --format chooses between: the same tensor bytes, other names.
+  j["formats"] = Json::object();
+  for (const Choice<TargetFormat>& f : choices<TargetFormat>()) {
+    const FormatNames& names = format_names(f.value);
+    Json files = Json::array({std::string(kConfigFileName)});
+    if (f.value == TargetFormat::ModelOpt) files.push_back(std::string(kModelOptConfigFileName));
+    j["formats"][std::string(f.name)] = {
+        {"packed", std::string(names.packed)},
+        {"block_scales", std::string(names.scale)},
+        {"global", std::string(names.global)},
+        {"global_shape", names.global_shape},
+        {"global_is", names.global_is_divisor ? "divisor" : "multiplier"},
+        {"target_tensor_bytes", in.report.target_tensor_bytes ? Json(*in.report.target_tensor_bytes) : Json(nullptr)},
+        {"config_files", files}};
+    if (in.moe_dims) j["formats"][std::string(f.name)]["tp_table"] = tp_table_json(*in.moe_dims, f.value);
   }
   if (const auto& dims = in.moe_dims) {
     j["moe_dims"] = {{"hidden", dims->hidden}, {"intermediate", dims->intermediate}, {"experts", dims->experts},

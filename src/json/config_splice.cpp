@@ -72,4 +72,30 @@ std::optional<TextSpan> find_member_value(std::string_view text, std::size_t obj
   return std::nullopt;
 }
 
+std::string insert_top_level_member(std::string_view text, std::string_view key, const Json& value) {
+  const std::size_t open = skip_json_whitespace(text, 0);
+  if (open >= text.size() || text[open] != '{') fail_input("config.json: not a JSON object");
+  const std::size_t first = skip_json_whitespace(text, open + 1);
+  if (first >= text.size() || text[first] != '"') fail_input("config.json: an empty object has no member to follow");
+  const std::string_view gap = text.substr(open + 1, first - open - 1);
+  std::string member = Json(std::string(key)).dump() + ": ";
+  const std::size_t line = gap.rfind('\n');
+  if (line == std::string_view::npos) {
+    member += value.dump() + ", ";
+  } else {
+    // Laid out like the file: the member's key at the first member's indent,
+    // nested lines under it.
+    const std::string indent(gap.substr(line + 1));
+    for (const char c : value.dump(2)) {
+      member += c;
+      if (c == '\n') member += indent;
+    }
+    member += ",\n" + indent;
+  }
+  std::string out(text.substr(0, first));
+  out += member;
+  out += text.substr(first);
+  return out;
+}
+
 }  // namespace mx2nv

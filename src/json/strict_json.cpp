@@ -94,4 +94,11 @@ StrictJson parse_strict_json(std::string_view text, std::string_view what, std::
   return std::move(builder).result();
 }
 
+const Json& member_or_null(const Json& v, std::string_view key) {
+  static const Json kNull;
+  if (!v.is_object()) return kNull;
+  const auto it = v.find(key);
+  return it == v.end() ? kNull : *it;
+}
+
 }  // namespace mx2nv

@@ -55,4 +55,8 @@ struct StrictJson {
 StrictJson parse_strict_json(std::string_view text, std::string_view what,
                              std::size_t max_values = static_cast<std::size_t>(-1));
 
+// The member `key` of `v` when v is an object holding it, else null: how
+// checkers read documents of any shape without throwing.
+const Json& member_or_null(const Json& v, std::string_view key);
+
 }  // namespace mx2nv

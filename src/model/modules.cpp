@@ -13,7 +13,8 @@ namespace mx2nv {
 namespace {
 
 // Tensors an MXFP4 weight-only module cannot already have.
-constexpr std::string_view kClashSuffixes[] = {kGlobalSuffix, ".weight_zero_point", ".input_global_scale"};
+constexpr std::string_view kClashSuffixes[] = {kGlobalSuffix, ".weight_zero_point", ".input_global_scale",
+                                               ".weight_scale_2", ".input_scale"};
 
 std::string shape_text(std::span<const std::uint64_t> shape) {
   return Json(std::vector<std::uint64_t>(shape.begin(), shape.end())).dump();

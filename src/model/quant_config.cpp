@@ -269,6 +269,10 @@ Json nvfp4_quant_config(const Json& source_quant_config, const std::vector<std::
 std::string rewrite_config_text(std::string_view text, const SourceQuantConfig& source,
                                 const std::vector<std::string>& bf16_modules,
                                 const std::vector<std::string>& requantized_modules) {
+  return splice_quant_config(text, source, nvfp4_quant_config(source.quant_config, bf16_modules, requantized_modules));
+}
+
+std::string splice_quant_config(std::string_view text, const SourceQuantConfig& source, const Json& target) {
   std::size_t object_begin = 0;
   if (!source.parent.empty()) {
     const auto parent = find_member_value(text, 0, source.parent);
@@ -277,8 +281,6 @@ std::string rewrite_config_text(std::string_view text, const SourceQuantConfig& 
   }
   const auto span = find_member_value(text, object_begin, "quantization_config");
   if (!span) fail_input("config.json: cannot locate quantization_config in the text");
-
-  const Json target = nvfp4_quant_config(source.quant_config, bf16_modules, requantized_modules);
   const std::string_view old_value = text.substr(span->begin, span->end - span->begin);
   std::string replacement;
   if (old_value.find('\n') == std::string_view::npos) {
@@ -394,7 +396,11 @@ QuantizationLook look_at_quantization(std::string_view config_text, std::string_
       found.emplace_back(key + ".quantization_config", &value["quantization_config"]);
     }
   }
-  if (found.size() > 1) return look;
+  // Several: ambiguous, unless each is the same object (a ModelOpt-layout
+  // mx2nv DST keeps one at the top level and one where its source had it).
+  for (const auto& f : found) {
+    if (*f.second != *found.front().second) return look;
+  }
   Json hf;
   if (!hf_quant_config_text.empty()) {
     try {

@@ -45,6 +45,10 @@ std::string rewrite_config_text(std::string_view config_text, const SourceQuantC
                                 const std::vector<std::string>& bf16_modules = {},
                                 const std::vector<std::string>& requantized_modules = {});
 
+// config.json text with the quantization_config value (where SRC has it)
+// replaced by `target`, indented like the file; every other byte is kept.
+std::string splice_quant_config(std::string_view config_text, const SourceQuantConfig& source, const Json& target);
+
 // Keys compressed-tensors' QuantizationArgs and QuantizationScheme accept.
 bool is_known_quantization_args_key(std::string_view key);
 bool is_known_scheme_key(std::string_view key);

@@ -81,17 +81,10 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
 }
 
 namespace {
-constexpr std::string_view kRequantizeMode = "requantize";
-}  // namespace
+const std::string_view kRequantizeMode = choice_name(PlanKind::Requantize);
+constexpr char kFormatMark = '@';
 
-std::string mode_name(const ConversionMode& mode) {
-  if (mode.kind == PlanKind::Requantize) return std::string(kRequantizeMode);
-  std::string name(window_name(mode.window));
-  if (mode.rewritten != OverSpanChoice::Fail) name.append("+").append(choice_name(mode.rewritten));
-  return name;
-}
-
-std::optional<ConversionMode> parse_mode(std::string_view text) {
+std::optional<ConversionMode> parse_unformatted_mode(std::string_view text) {
   if (text == kRequantizeMode) return ConversionMode{PlanKind::Requantize, Window::Marlin, OverSpanChoice::Fail};
   const std::size_t plus = text.find('+');
   const auto window = parse_window(text.substr(0, plus));
@@ -103,10 +96,33 @@ std::optional<ConversionMode> parse_mode(std::string_view text) {
   mode.rewritten = *choice;
   return mode;
 }
+}  // namespace
+
+std::string mode_name(const ConversionMode& mode) {
+  std::string name;
+  if (mode.kind == PlanKind::Requantize) {
+    name = kRequantizeMode;
+  } else {
+    name = window_name(mode.window);
+    if (mode.rewritten != OverSpanChoice::Fail) name.append("+").append(choice_name(mode.rewritten));
+  }
+  if (mode.format != TargetFormat::CompressedTensors) name.append(1, kFormatMark).append(choice_name(mode.format));
+  return name;
+}
+
+std::optional<ConversionMode> parse_mode(std::string_view text) {
+  const std::size_t mark = text.find(kFormatMark);
+  auto mode = parse_unformatted_mode(text.substr(0, mark));
+  if (!mode || mark == std::string_view::npos) return mode;
+  const auto format = parse_choice<TargetFormat>(text.substr(mark + 1));
+  if (!format || *format == TargetFormat::CompressedTensors) return std::nullopt;  // the default is never spelled
+  mode->format = *format;
+  return mode;
+}
 
 ConversionMode plan_mode(const Plan& plan) {
-  if (plan.kind == PlanKind::Requantize) return {PlanKind::Requantize, plan.window, OverSpanChoice::Fail};
-  ConversionMode mode{PlanKind::Convert, plan.window, OverSpanChoice::Fail};
+  if (plan.kind == PlanKind::Requantize) return {PlanKind::Requantize, plan.window, OverSpanChoice::Fail, plan.format};
+  ConversionMode mode{PlanKind::Convert, plan.window, OverSpanChoice::Fail, plan.format};
   // One choice resolves a plan, so its rewrites are all of one treatment.
   for (const auto& m : plan.modules) {
     if (m.treatment == Treatment::Requantized) mode.rewritten = OverSpanChoice::Requantize;
@@ -115,8 +131,8 @@ ConversionMode plan_mode(const Plan& plan) {
   return mode;
 }
 
-bool mode_matches(const ConversionMode& recorded, Window window, OverSpanChoice choice) {
-  if (recorded.kind != PlanKind::Convert || recorded.window != window) return false;
+bool mode_matches(const ConversionMode& recorded, Window window, OverSpanChoice choice, TargetFormat format) {
+  if (recorded.kind != PlanKind::Convert || recorded.window != window || recorded.format != format) return false;
   // Nothing needed the choice, or the choice given is the one that rewrote.
   return recorded.rewritten == OverSpanChoice::Fail || recorded.rewritten == choice;
 }

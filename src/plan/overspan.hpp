@@ -38,11 +38,14 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
 // conversion identity): a conversion under a window, with the --overspan
 // choice some module was rewritten with, or `mx2nv requantize`'s output.
 // Read and written only by mode_name/parse_mode; on disk "<window>",
-// "<window>+requantize", "<window>+bf16" or "requantize".
+// "<window>+requantize", "<window>+bf16" or "requantize", followed by
+// "@modelopt" for a ModelOpt-layout DST (the compressed-tensors layout, the
+// default, has no suffix, so its records read as they always have).
 struct ConversionMode {
   PlanKind kind = PlanKind::Convert;
   Window window = Window::Marlin;                    // a conversion's window
   OverSpanChoice rewritten = OverSpanChoice::Fail;   // a conversion's rewrites (Fail: none)
+  TargetFormat format = TargetFormat::CompressedTensors;
   bool operator==(const ConversionMode&) const = default;
 };
 std::string mode_name(const ConversionMode& mode);
@@ -50,8 +53,8 @@ std::string mode_name(const ConversionMode& mode);
 std::optional<ConversionMode> parse_mode(std::string_view text);
 // The mode of a plan's output.
 ConversionMode plan_mode(const Plan& plan);
-// Whether a conversion under (window, choice) may have written `recorded`.
-bool mode_matches(const ConversionMode& recorded, Window window, OverSpanChoice choice);
+// Whether a conversion under (window, choice, format) may have written `recorded`.
+bool mode_matches(const ConversionMode& recorded, Window window, OverSpanChoice choice, TargetFormat format);
 
 // The BF16 layers of a plan with why: every MoE layer with a Bf16 module, the
 // refused modules in it, and the size change (bytes of BF16 weights minus the

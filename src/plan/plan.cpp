@@ -1,10 +1,23 @@
 #include "plan/plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 
 namespace mx2nv {
+
+namespace {
+constexpr Choice<PlanKind> kPlanKinds[] = {
+    {PlanKind::Convert, "convert", "an exact conversion (mx2nv convert)"},
+    {PlanKind::Requantize, "requantize", "the LOSSY companion (mx2nv requantize)"},
+};
+}  // namespace
+
+template <>
+std::span<const Choice<PlanKind>> choices<PlanKind>() {
+  return kPlanKinds;
+}
 
 SparseHistogram::SparseHistogram(std::size_t size)
     : block_(size == 0 ? nullptr : std::make_unique<std::byte[]>(size * (sizeof(std::uint64_t) + 1))), size_(size) {}
@@ -148,7 +161,23 @@ std::string bad_global_name(const ModuleSet& set, const BadGlobal& bad) {
   if (bad.requantized_global) {
     name += " (requantized global " + std::to_string(*bad.requantized_global) + " is outside the window's range)";
   }
+  if (bad.no_normal_multiplier) name += " (its weight_scale_2, 1/global, would be no normal FP32: --format modelopt)";
   return name;
+}
+
+void refuse_subnormal_multipliers(const ModuleSet& set, Plan& plan) {
+  for (std::size_t sg = 0; sg < set.scale_groups.size(); ++sg) {
+    bool bad = false;
+    for (const std::size_t i : set.scale_groups[sg]) {
+      const ModulePlan& m = plan.modules[i];
+      bad = bad || (m.treatment != Treatment::Bf16 && !std::isnormal(1.0f / m.divisor));
+    }
+    const bool listed = std::any_of(plan.bad_globals.begin(), plan.bad_globals.end(),
+                                    [&](const BadGlobal& b) { return b.scale_group == sg; });
+    if (bad && !listed) plan.bad_globals.push_back({sg, std::nullopt, true});
+  }
+  std::sort(plan.bad_globals.begin(), plan.bad_globals.end(),
+            [](const BadGlobal& a, const BadGlobal& b) { return a.scale_group < b.scale_group; });
 }
 
 std::vector<std::string> bad_global_names(const ModuleSet& set, const Plan& plan) {

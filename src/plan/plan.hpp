@@ -16,6 +16,7 @@
 
 #include "model/modules.hpp"
 #include "model/scale_scan.hpp"
+#include "model/target_format.hpp"
 #include "numerics/formats.hpp"
 
 #include <functional>
@@ -101,6 +102,10 @@ std::span<const Choice<OverSpanChoice>> choices<OverSpanChoice>();
 // Requantized under compressed-tensors' global of its scale group, in the
 // layout of an exact conversion (make_target_layout), with no window to fit.
 enum class PlanKind : std::uint8_t { Convert = 0, Requantize = 1 };
+// How records and plan files name the kind (the one spelling of "requantize"
+// in a mode, a plan's "kind" and a shard's fingerprint).
+template <>
+std::span<const Choice<PlanKind>> choices<PlanKind>();
 
 struct ModulePlan {
   Treatment treatment = Treatment::Exact;
@@ -144,11 +149,13 @@ struct GlobalConflict {
 struct BadGlobal {
   std::size_t scale_group = 0;                // index into ModuleSet::scale_groups
   std::optional<float> requantized_global;  // set when the requantized global is what does not fit
+  bool no_normal_multiplier = false;        // ModelOpt layout: 1/divisor is no normal FP32
 };
 
 struct Plan {
   PlanKind kind = PlanKind::Convert;
   Window window = Window::Marlin;
+  TargetFormat format = TargetFormat::CompressedTensors;  // the layout written (--format)
   std::vector<ModulePlan> modules;         // parallel to ModuleSet::modules
   std::vector<OverSpan> refused_spans;         // every module refused by the window
   std::vector<BadGlobal> bad_globals;      // scale groups no global exponent serves, ascending
@@ -177,6 +184,12 @@ std::vector<GlobalConflict> named_global_conflicts(const ModuleSet& set, const P
 // capped by k_min - min_exp and global_max. Deterministic, and k_max - 8
 // whenever that already meets the preferred minimum.
 std::optional<int> choose_global_exponent(int k_max, int k_min, const WindowLimits& limits);
+
+// The ModelOpt layout stores 1/divisor (weight_scale_2): a scale group whose
+// divisor has no normal FP32 reciprocal (e4m3's widest globals) joins
+// plan.bad_globals, so the plan refuses it as it refuses any global it
+// cannot write.
+void refuse_subnormal_multipliers(const ModuleSet& set, Plan& plan);
 
 Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Window window,
                const ActiveCounter& count_active, const HistogramReader& read_histogram = {});

@@ -29,7 +29,7 @@ namespace {
 constexpr std::string_view kPlanFormatV2 = "mx2nv-plan/2";
 
 // The "kind" member's one value: a requantize plan (absent for a conversion's).
-constexpr std::string_view kRequantizeKind = "requantize";
+const std::string_view kRequantizeKind = choice_name(PlanKind::Requantize);
 
 constexpr std::array<std::string_view, 9> kModuleColumns = {
     "name", "m", "divisor_bits", "zero_scales", "span", "groups_outside", "canonical_zero_groups",
@@ -106,6 +106,10 @@ void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_
     out.end_array();
   }
   out.end_array();
+  if (p.format != TargetFormat::CompressedTensors) {  // absent for the default: such plans read as they always have
+    out.key("output_format");
+    out.string(choice_name(p.format));
+  }
   out.key("overspan");
   out.string(choice_name(p.over_span_choice));
   out.key("shards");
@@ -204,6 +208,15 @@ std::string v2_path(const std::string& text, std::string_view what, std::string_
 // Each row's fields against each other and the plan's options; whether the
 // row is SRC's is for the step to check (convert/planned.cpp).
 void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, std::string_view what) {
+  // ModelOpt stores 1/global, exact only for an exact transcode's power of two.
+  if (p.format == TargetFormat::ModelOpt && m.treatment == Treatment::Requantized) {
+    fail_input("{}: module \"{}\" is requantized in a plan for the modelopt layout, which mx2nv never writes (a "
+               "requantized global has no exact reciprocal)", what, excerpt(name));
+  }
+  if (p.format == TargetFormat::ModelOpt && m.treatment == Treatment::Exact && !std::isnormal(1.0f / m.divisor)) {
+    fail_input("{}: module \"{}\" has a global (divisor {}) whose reciprocal, its weight_scale_2, is no normal float",
+               what, excerpt(name), m.divisor);
+  }
   if (p.kind == PlanKind::Requantize) {
     // Every module requantized under compressed-tensors' global, whatever the
     // window: no window was fitted, so every count a row carries is 0 (the
@@ -302,11 +315,11 @@ class PlanReader final : public StrictSax {
   enum class Section { Top, Shards, Shard, Modules, Row, Columns, Ignored };
   enum Top : unsigned {
     kFingerprint, kFormat, kToolVersion, kWindow, kOverspan, kSource, kTarget, kSourceBytes, kTargetBytes,
-    kShards, kModules, kColumns, kKind, kTopCount
+    kShards, kModules, kColumns, kKind, kOutputFormat, kTopCount
   };
   static constexpr std::array<std::string_view, kTopCount> kTopNames = {
       "fingerprint", "format", "tool_version", "window", "overspan", "source", "target", "source_bytes",
-      "target_bytes", "shards", "modules", "module_columns", "kind"};
+      "target_bytes", "shards", "modules", "module_columns", "kind", "output_format"};
   struct Frame {
     Section section;
     bool array;
@@ -660,6 +673,15 @@ PlanFile PlanReader::finish() {
     if (p_.over_span_choice != OverSpanChoice::Fail) fail_input("{}: a requantize plan with --overspan", what());
     p_.kind = PlanKind::Requantize;
   }
+  if (seen_[kOutputFormat]) {
+    const auto output = strings_[kOutputFormat] ? parse_choice<TargetFormat>(*strings_[kOutputFormat]) : std::nullopt;
+    // The default is never spelled (a plan's text is one canonical text).
+    if (!output || *output == TargetFormat::CompressedTensors || v2) {
+      fail_input("{}: unknown output_format {}", what(),
+                 strings_[kOutputFormat] ? fmt::format("\"{}\"", excerpt(*strings_[kOutputFormat])) : "(not a string)");
+    }
+    p_.format = *output;
+  }
   const std::string& source_text = *strings_[kSource];
   const std::string& target_text = *strings_[kTarget];
   if (v2) {
@@ -744,6 +766,7 @@ Plan plan_for_modules(const PlanFile& file, const std::vector<std::string_view>&
   Plan plan;
   plan.kind = file.kind;
   plan.window = file.window;
+  plan.format = file.format;
   plan.over_span_choice = file.over_span_choice;
   plan.modules = file.modules;
   return plan;

@@ -62,6 +62,9 @@ struct PlanFile {
   std::string tool_version;
   Window window = Window::Marlin;
   OverSpanChoice over_span_choice = OverSpanChoice::Fail;  // convert --overspan (each module's treatment is in its row)
+  // The layout the steps write (convert --format); "output_format" only
+  // where it is not compressed-tensors', so such plans' text is unchanged.
+  TargetFormat format = TargetFormat::CompressedTensors;
   // The absolute paths `mx2nv plan` was given, exactly (any bytes but NUL):
   // what a step opens unless told otherwise (another machine may mount the
   // storage elsewhere).

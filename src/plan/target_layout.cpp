@@ -35,7 +35,9 @@ class ModuleLookup {
 };
 
 void build_header_order(TargetLayout& layout, const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
-                        std::span<const ModulePlan> plan, std::vector<std::size_t>& position_of_source) {
+                        std::span<const ModulePlan> plan, TargetFormat format,
+                        std::vector<std::size_t>& position_of_source) {
+  const FormatNames& names = format_names(format);
   const auto treatment = [&](std::size_t m) { return plan.empty() ? Treatment::Exact : plan[m].treatment; };
   const auto& src = source.tensors();
   position_of_source.resize(src.size());
@@ -48,6 +50,13 @@ void build_header_order(TargetLayout& layout, const ShardHeader& source, std::si
       t.role = TensorRole::Packed;
       t.module = *m;
       if (treatment(*m) == Treatment::Requantized) t.role = TensorRole::Requantized;
+      if (names.packed != kPackedSuffix && treatment(*m) != Treatment::Bf16) {
+        t.info.name = std::string(modules.modules[*m].name) + std::string(names.packed);
+        if (source.find(t.info.name) != nullptr) {
+          fail_input("tensor \"{}\" exists beside a quantized module of that name (it would be the module's {} weight)",
+                     t.info.name, choice_name(format));
+        }
+      }
       if (treatment(*m) == Treatment::Bf16) {
         t.role = TensorRole::Bf16Weight;
         t.info.name = std::string(modules.modules[*m].name) + std::string(kBf16WeightSuffix);
@@ -70,9 +79,10 @@ void build_header_order(TargetLayout& layout, const ShardHeader& source, std::si
       TargetTensor g;
       g.role = TensorRole::Global;
       g.module = t.module;
-      g.info.name = std::string(modules.modules[t.module].name) + std::string(kGlobalSuffix);
+      g.info.name = std::string(modules.modules[t.module].name) + std::string(names.global);
+      if (source.find(g.info.name) != nullptr) fail_input("tensor \"{}\" exists beside a quantized module", g.info.name);
       g.info.dtype = Dtype::F32;
-      g.info.shape = {1};
+      g.info.shape = names.global_shape;
       layout.tensors.push_back(g);
     }
   }
@@ -81,11 +91,11 @@ void build_header_order(TargetLayout& layout, const ShardHeader& source, std::si
 }  // namespace
 
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
-                                std::span<const ModulePlan> plan) {
+                                std::span<const ModulePlan> plan, TargetFormat format) {
   TargetLayout layout;
   layout.metadata = source.metadata();
   std::vector<std::size_t> position_of_source;
-  build_header_order(layout, source, shard, modules, plan, position_of_source);
+  build_header_order(layout, source, shard, modules, plan, format, position_of_source);
 
   std::uint64_t cursor = 0;
   const auto place = [&](std::size_t index) {
@@ -149,8 +159,8 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
 
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
                                 const Plan& plan) {
-  if (plan.kind == PlanKind::Convert) return make_target_layout(source, shard, modules, plan.modules);
-  TargetLayout layout = make_target_layout(source, shard, modules);
+  if (plan.kind == PlanKind::Convert) return make_target_layout(source, shard, modules, plan.modules, plan.format);
+  TargetLayout layout = make_target_layout(source, shard, modules, {}, plan.format);
   for (TargetTensor& t : layout.tensors) {
     if (t.role != TensorRole::Packed) continue;
     t.role = TensorRole::Requantized;

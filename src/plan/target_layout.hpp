@@ -75,9 +75,12 @@ struct TargetLayout {
 };
 
 // `plan` (parallel to modules.modules, or empty: every module exact) says
-// which modules are requantized or written as BF16.
+// which modules are requantized or written as BF16; `format` names the
+// packed tensor and the second-level scale (model/target_format.hpp). A
+// source tensor that already bears a name the layout gives is refused.
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
-                                std::span<const ModulePlan> plan = {});
+                                std::span<const ModulePlan> plan = {},
+                                TargetFormat format = TargetFormat::CompressedTensors);
 // The layout `plan` writes: as above for a conversion; for a requantize plan
 // (PlanKind::Requantize) the exact layout with every packed tensor
 // Requantized in its place (the bytes `mx2nv requantize` has always written:

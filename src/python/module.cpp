@@ -149,6 +149,7 @@ nb::dict choice_tables() {
   put("window", choice_names<Window>());
   put("overspan", choice_names<OverSpanChoice>());
   put("copy", choice_names<CopyMode>());
+  put("format", choice_names<TargetFormat>());
   std::vector<std::string> runtimes{std::string(kEveryRuntime)}, dtypes{std::string(kEveryDtype)};
   for (auto& n : choice_names<Runtime>()) runtimes.push_back(n);
   for (auto& n : choice_names<ActivationDtype>()) dtypes.push_back(n);
@@ -187,8 +188,9 @@ CommandReturn error_return(Command command, Window window, const fs::path& src, 
 }
 
 CommandReturn convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-                      bool resume, const std::string& copy, const std::string& overspan, const nb::object& callback,
-                      const std::optional<std::string>& report, const std::optional<std::string>& html) {
+                      bool resume, const std::string& copy, const std::string& overspan, const std::string& format,
+                      const nb::object& callback, const std::optional<std::string>& report,
+                      const std::optional<std::string>& html) {
   ProgressMailbox mailbox;
   ConvertOptions o{src, dst, Window::Marlin, threads, resume};
   if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
@@ -200,6 +202,7 @@ CommandReturn convert(const std::string& src, const std::string& dst, const std:
           o.window = choice_arg<Window>("window", window);
           o.copy = choice_arg<CopyMode>("copy", copy);
           o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
+          o.format = choice_arg<TargetFormat>("format", format);
           const Report r = convert_checkpoint(o);
           std::optional<std::string> page;
           if (html) page = render_html_for(r, nullptr, threads);
@@ -287,7 +290,8 @@ CommandReturn inspect(const std::string& src, const std::string& window, unsigne
 
 // mx2nv plan: (exit code, report JSON, the plan file written or None).
 CommandReturn plan(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-                   const std::optional<std::string>& plan_out, const std::string& overspan) {
+                   const std::optional<std::string>& plan_out, const std::string& overspan,
+                   const std::string& format) {
   ProgressMailbox mailbox;
   PlanOptions o{src, dst, Window::Marlin, threads, std::nullopt};
   if (plan_out) o.plan_out = *plan_out;
@@ -296,6 +300,7 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
         try {
           o.window = choice_arg<Window>("window", window);
           o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
+          o.format = choice_arg<TargetFormat>("format", format);
           fs::path written_to;
           const Report r = plan_checkpoint(o, written_to);
           std::optional<std::string> plan_path;
@@ -310,7 +315,8 @@ CommandReturn plan(const std::string& src, const std::string& dst, const std::st
 
 PlannedOptions planned_options(const std::string& plan_path, const std::optional<std::string>& src,
                                const std::optional<std::string>& dst, unsigned threads) {
-  PlannedOptions o{plan_path, std::nullopt, std::nullopt, threads, CopyMode::Auto, {}, std::nullopt, std::nullopt};
+  PlannedOptions o{plan_path, std::nullopt, std::nullopt, threads, CopyMode::Auto, {}, std::nullopt, std::nullopt,
+                   std::nullopt};
   if (src) o.source = *src;
   if (dst) o.target = *dst;
   return o;
@@ -486,7 +492,8 @@ NB_MODULE(_core, m) {
   m.def("version", [] { return std::string(MX2NV_VERSION); });
   m.attr("CHOICES") = choice_tables();
   m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
-        nb::arg("resume"), nb::arg("copy"), nb::arg("overspan"), nb::arg("progress").none(), nb::arg("report").none(),
+        nb::arg("resume"), nb::arg("copy"), nb::arg("overspan"), nb::arg("format"), nb::arg("progress").none(),
+        nb::arg("report").none(),
         nb::arg("html").none(),
         "Convert, writing the report / HTML page to the paths given (checked first); returns (exit code, report "
         "JSON, HTML page or None).");
@@ -500,7 +507,7 @@ NB_MODULE(_core, m) {
   m.def("inspect", &inspect, nb::arg("src"), nb::arg("window"), nb::arg("threads"), nb::arg("html").none(),
         "Inspect, writing the HTML page to the path given; returns (exit code, inspection JSON, HTML page or None).");
   m.def("plan", &plan, nb::arg("src"), nb::arg("dst"), nb::arg("window"), nb::arg("threads"),
-        nb::arg("plan_out").none(), nb::arg("overspan"), "Plan; returns (exit code, report JSON, plan file written or None).");
+        nb::arg("plan_out").none(), nb::arg("overspan"), nb::arg("format"), "Plan; returns (exit code, report JSON, plan file written or None).");
   m.def("convert_shards", &convert_shards, nb::arg("plan"), nb::arg("selection"), nb::arg("src").none(),
         nb::arg("dst").none(), nb::arg("threads"), nb::arg("copy"), nb::arg("progress").none(),
         nb::arg("report").none(),

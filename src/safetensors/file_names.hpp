@@ -12,6 +12,9 @@ namespace mx2nv {
 inline constexpr std::string_view kConfigFileName = "config.json";
 inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
 inline constexpr std::string_view kSingleShardName = "model.safetensors";
+// ModelOpt's quantization settings, beside config.json in its checkpoints (and
+// in an mx2nv DST written with --format modelopt).
+inline constexpr std::string_view kModelOptConfigFileName = "hf_quant_config.json";
 
 // DST/.mx2nv/: the lock, which conversion an unfinished DST is receiving, the
 // per-shard records of an unfinished run, and the record of a finished one.

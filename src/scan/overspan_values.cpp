@@ -32,10 +32,21 @@ void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice c
   }
 }
 
-Plan requantize_plan(const SourceCheckpoint& source, unsigned threads) {
+void refuse_requantized_modelopt(TargetFormat format, std::string_view what) {
+  if (format != TargetFormat::ModelOpt) return;
+  fail(ErrorKind::Usage,
+       "{} with --format modelopt: a requantized module's global (compressed-tensors' 448*6/amax) is no power of two, "
+       "so ModelOpt's multiplier weight_scale_2 = 1/global would not be exact; write it in the compressed-tensors "
+       "layout, or use --overspan bf16",
+       what);
+}
+
+Plan requantize_plan(const SourceCheckpoint& source, unsigned threads, TargetFormat format) {
+  refuse_requantized_modelopt(format, "mx2nv requantize");
   const ModuleSet& set = source.modules;
   Plan plan;
   plan.kind = PlanKind::Requantize;
+  plan.format = format;
   plan.modules.resize(set.modules.size());
   parallel_for(set.scale_groups.size(), threads, [&](std::size_t sg) {
     const float global = nvfp4_global_scale(scale_group_amax(source, sg));

@@ -22,7 +22,11 @@ void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice c
 // under compressed-tensors' global of its scale group (from the group's
 // absolute max: a gate/up pair shares one), whatever the window. Throws
 // Error(InvalidInput) for a NaN scale or a value beyond float32.
-Plan requantize_plan(const SourceCheckpoint& source, unsigned threads);
+Plan requantize_plan(const SourceCheckpoint& source, unsigned threads,
+                     TargetFormat format = TargetFormat::CompressedTensors);
+// Requantized modules have no exact ModelOpt form (their global is no power of
+// two, ModelOpt stores its reciprocal): Error(Usage) naming `what` for ModelOpt.
+void refuse_requantized_modelopt(TargetFormat format, std::string_view what);
 
 // The report's error table: every requantized module of the plan, measured
 // against its MXFP4 values (one streaming pass each), sorted by name.

@@ -61,7 +61,7 @@ struct TargetModule {
   // convert --overspan bf16: DST's BF16 `weight` in place of the NVFP4 tensors.
   MaybeOffset bf16_offset;
   std::uint32_t packed_shard = 0, scale_shard = 0, bf16_shard = 0;  // DST shard indices (kMaxShards fits)
-  std::optional<float> global;  // present, F32 [1], positive normal
+  std::optional<float> global;  // the divisor: present, of the format's shape, positive normal (ModelOpt: 1/multiplier)
   bool global_seen = false;     // found anywhere (even if wrong)
   bool scale_absent = false;  // SRC's weight_scale is not in DST (right only for a BF16 module)
 };
@@ -71,6 +71,9 @@ struct VerifyContext {
   const Checkpoint& target;
   const VerifyOptions& options;
   Differences& diff;
+  // The layout DST is in, as its config says (model/target_format.hpp):
+  // which names its module tensors bear and how its global is stored.
+  TargetFormat format = TargetFormat::CompressedTensors;
   // verify --shards I/N: the shards whose bytes and values this part compares
   // (a module belongs to its packed tensor's shard). Structure is checked everywhere.
   std::vector<bool> selected;
@@ -80,6 +83,10 @@ struct VerifyContext {
   std::vector<Treatment> treatments;
   std::vector<std::string> bf16_modules;         // the config's ignore must list them
   std::vector<std::string> requantized_modules;  // the config must name them as lossy
+  // ModelOpt layout: SRC's `M.weight` tensors that are no quantized module's
+  // (the shard pass collects them; the exclude list must name each).
+  std::mutex unquantized_mutex;
+  std::vector<std::string> unquantized_weights;
   Treatment treatment(std::size_t module) const { return treatments.empty() ? Treatment::Exact : treatments[module]; }
   // Bytes compared on both sides (pass-through tensors in the shard pass,
   // then each selected module's packed and scale bytes); one unit per module.

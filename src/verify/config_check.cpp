@@ -7,14 +7,6 @@
 namespace mx2nv {
 namespace {
 
-// The member `key` of `v` when v is an object holding it, else null.
-const Json& member(const Json& v, const std::string& key) {
-  static const Json kNull;
-  if (!v.is_object()) return kNull;
-  const auto it = v.find(key);
-  return it == v.end() ? kNull : *it;
-}
-
 Json without_quant_config(Json config, const std::string& parent) {
   if (!config.is_object()) return config;
   if (parent.empty()) {
@@ -49,7 +41,7 @@ void check_weights(const std::string& group, const Json& source_weights, const J
   }
   for (const auto& [key, value] : w.items()) {
     if (!is_known_quantization_args_key(key)) diff.add("config.json: group {}: weights.{} unknown", group, key);
-    if (!expected.contains(key) && member(source_weights, key) != value) {
+    if (!expected.contains(key) && member_or_null(source_weights, key) != value) {
       diff.add("config.json: group {}: weights.{} changed", group, key);
     }
   }
@@ -66,16 +58,16 @@ void check_group(const std::string& name, const Json& scheme, const Json& d, con
   for (const auto& [key, value] : d.items()) {
     if (!is_known_scheme_key(key)) diff.add("config.json: group {}: key {} unknown to compressed-tensors", name, key);
   }
-  const Json& format = d.contains("format") ? d["format"] : member(qc, "format");
+  const Json& format = d.contains("format") ? d["format"] : member_or_null(qc, "format");
   if (format != kTargetFormat) diff.add("config.json: group {}: format {}", name, format.dump());
   for (const char* key : {"targets", "input_activations", "output_activations"}) {
-    if (member(scheme, key) != member(d, key)) diff.add("config.json: group {}: {} changed", name, key);
+    if (member_or_null(scheme, key) != member_or_null(d, key)) diff.add("config.json: group {}: {} changed", name, key);
   }
-  if (!member(d, "weights").is_object()) {
+  if (!member_or_null(d, "weights").is_object()) {
     diff.add("config.json: group {}: no weights", name);
     return;
   }
-  check_weights(name, member(scheme, "weights"), d["weights"], diff);
+  check_weights(name, member_or_null(scheme, "weights"), d["weights"], diff);
 }
 
 }  // namespace
@@ -98,8 +90,8 @@ std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::
   if (without_quant_config(src.config, src.parent) != without_quant_config(dst, src.parent)) {
     diff.add("config.json: differs outside quantization_config");
   }
-  const Json& qc = src.parent.empty() ? member(dst, "quantization_config")
-                                      : member(member(dst, src.parent), "quantization_config");
+  const Json& qc = src.parent.empty() ? member_or_null(dst, "quantization_config")
+                                      : member_or_null(member_or_null(dst, src.parent), "quantization_config");
   if (!qc.is_object()) {
     diff.add("config.json: quantization_config missing where the source has it");
     return diff.list;
@@ -123,7 +115,7 @@ std::vector<std::string> check_target_config(const SourceQuantConfig& src, std::
   if (qc.contains("format") && qc["format"] != kTargetFormat) {
     diff.add("config.json: quantization_config.format is {}", qc["format"].dump());
   }
-  const Json& groups = member(qc, "config_groups");
+  const Json& groups = member_or_null(qc, "config_groups");
   if (!groups.is_object() || groups.size() != s["config_groups"].size()) {
     diff.add("config.json: config_groups differ in number");
     return diff.list;

@@ -65,6 +65,8 @@ void check_files(const VerifyContext& ctx) {
   std::set<std::string> a, b(dst.companions.begin(), dst.companions.end());
   for (const auto& f : src.companions) a.insert(in_dst(f));
   if (card) b.erase(std::string(kCardFileName));
+  // ModelOpt's settings file is DST's own (checked with config.json).
+  if (ctx.format == TargetFormat::ModelOpt) b.erase(std::string(kModelOptConfigFileName));
   if (a != b) {
     for (const auto& f : a) if (!b.count(f)) diff.add("{}: companion file missing from DST", f);
     for (const auto& f : b) if (!a.count(f)) diff.add("{}: unexpected file in DST", f);

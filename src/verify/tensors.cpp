@@ -89,12 +89,16 @@ void note_module_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t ds
   t.scale_offset = out.header.data_start() + d.begin;
 }
 
-// A tensor only DST has: the global of a module whose scale is in this shard, or a difference.
+// A tensor only DST has: the global of a module whose scale is in this shard,
+// a module's BF16 weight, a ModelOpt module's packed `weight` (noted with
+// SRC's tensors), or a difference.
 void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src_shard, std::size_t dst_shard,
                        const TensorInfo& d) {
   const auto& set = ctx.source.modules;
+  const FormatNames& names = format_names(ctx.format);
   const std::string& file = out.summary->file;
   if (const auto module = set.module_of(d.name, kBf16WeightSuffix)) {
+    if (names.packed == kBf16WeightSuffix && d.dtype != Dtype::BF16) return;  // ModelOpt's packed weight
     const QuantModule& m = set.modules[*module];
     if (m.packed_shard != src_shard) {
       ctx.diff.add("\"{}\" is in {}, not where its weight_packed was ({})", d.name, file,
@@ -110,7 +114,7 @@ void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src
     ctx.modules[*module].bf16_offset = out.header.data_start() + d.begin;
     return;
   }
-  const auto module = set.module_of(d.name, kGlobalSuffix);
+  const auto module = set.module_of(d.name, names.global);
   if (!module) {
     ctx.diff.add("{}: unexpected tensor \"{}\"", file, d.name);
     return;
@@ -123,13 +127,26 @@ void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src
                  ctx.source.checkpoint.shards[m.scale_shard].file);
     return;
   }
-  if (d.dtype != Dtype::F32 || d.shape != std::vector<std::uint64_t>{1}) {
-    ctx.diff.add("{}: \"{}\" is not F32 [1]", file, d.name);
+  if (d.dtype != Dtype::F32 || d.shape != names.global_shape) {
+    ctx.diff.add("{}: \"{}\" is not F32 {}", file, d.name, Json(names.global_shape).dump());
     return;
   }
-  const float v = read_f32(out.handle, out.header.data_start() + d.begin);
-  if (!std::isfinite(v) || v <= 0 || !std::isnormal(v)) {
-    ctx.diff.add("{}: \"{}\" = {} is not a positive normal float", file, d.name, v);
+  const float stored = read_f32(out.handle, out.header.data_start() + d.begin);
+  if (!std::isfinite(stored) || stored <= 0 || !std::isnormal(stored)) {
+    ctx.diff.add("{}: \"{}\" = {} is not a positive normal float", file, d.name, stored);
+    return;
+  }
+  // A multiplier is exact as a divisor only when it is a power of two, and
+  // every multiplier an exact conversion writes is one.
+  int exponent = 0;
+  if (!names.global_is_divisor && std::frexp(stored, &exponent) != 0.5f) {
+    ctx.diff.add("{}: \"{}\" = {} is no power of two (its reciprocal, the divisor the values need, is not exact)",
+                 file, d.name, stored);
+    return;
+  }
+  const float v = *divisor_of_stored(ctx.format, stored);
+  if (!std::isnormal(v)) {
+    ctx.diff.add("{}: \"{}\" = {}: its reciprocal is not a normal float", file, d.name, stored);
     return;
   }
   t.global = v;
@@ -145,6 +162,8 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
   const OpenShard in = ctx.source.checkpoint.read_shard(s);
   const OpenShard out = ctx.target.read_shard(d);
   const std::string& file = in.summary->file;
+  const FormatNames& names = format_names(ctx.format);
+  const bool renamed = names.packed != kPackedSuffix;  // ModelOpt: M.weight_packed is M.weight
 
   // Header order is kept: the target's order minus inserted globals.
   {
@@ -152,8 +171,9 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
     std::size_t i = 0;
     bool same = true;
     for (const TensorInfo& t : out.header.tensors()) {
-      if (set.module_of(t.name, kGlobalSuffix)) continue;
-      // A BF16 module (--overspan bf16): its weight stands where weight_packed was, its scale is gone.
+      if (set.module_of(t.name, names.global)) continue;
+      // A BF16 module (--overspan bf16), or any module in ModelOpt's layout:
+      // its weight stands where weight_packed was (a BF16 module's scale is gone).
       std::string_view name = t.name;
       std::string packed;
       if (const auto m = set.module_of(t.name, kBf16WeightSuffix); m && in.header.find(t.name) == nullptr) {
@@ -173,6 +193,20 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
 
   for (const TensorInfo& t : in.header.tensors()) {
     const TensorInfo* dt = out.header.find(t.name);
+    if (renamed) {
+      if (const auto m = set.module_of(t.name, kPackedSuffix)) {
+        if (dt != nullptr) ctx.diff.add("{}: \"{}\" keeps its compressed-tensors name in a ModelOpt DST", file, t.name);
+        const std::string weight = std::string(set.modules[*m].name) + std::string(names.packed);
+        dt = out.header.find(weight);
+        if (dt != nullptr && dt->dtype == Dtype::BF16) continue;  // a BF16 module's (noted as a tensor only DST has)
+        if (dt == nullptr) {
+          report_absent(ctx, file, weight);
+          continue;
+        }
+        note_module_tensor(ctx, out, d, *dt, *m, true);
+        continue;
+      }
+    }
     if (dt == nullptr) {
       if (const auto m = set.module_of(t.name, kPackedSuffix);
           m && out.header.find(std::string(set.modules[*m].name) + std::string(kBf16WeightSuffix)) != nullptr) {
@@ -192,6 +226,10 @@ void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
     if (const auto m = set.module_of(t.name, kScaleSuffix)) {
       note_module_tensor(ctx, out, d, *dt, *m, false);
       continue;
+    }
+    if (renamed && t.name.ends_with(kBf16WeightSuffix)) {
+      std::lock_guard lock(ctx.unquantized_mutex);
+      ctx.unquantized_weights.emplace_back(t.name.substr(0, t.name.size() - kBf16WeightSuffix.size()));
     }
     if (!ctx.selected[s]) continue;  // another part of verify --shards compares its bytes
     ++ctx.passthrough_tensors;
@@ -254,7 +292,9 @@ void check_shards(VerifyContext& ctx) {
     if (t.bf16_offset && (t.global_seen || t.packed_offset || t.scale_offset)) {
       ctx.diff.add("\"{}\" is in DST both as BF16 weight and as NVFP4 tensors", modules[i].name);
     }
-    if (!t.global_seen && !t.bf16_offset) ctx.diff.add("tensor \"{}\" missing from DST", modules[i].global_name());
+    if (!t.global_seen && !t.bf16_offset) {
+      ctx.diff.add("tensor \"{}{}\" missing from DST", modules[i].name, format_names(ctx.format).global);
+    }
   }
 }
 

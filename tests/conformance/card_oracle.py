@@ -40,7 +40,22 @@ FRONT_MATTER_ORDER = ("base_model", "base_model_relation", "license", "license_n
 INHERITED_KEYS = ("license", "license_name", "license_link", "library_name", "pipeline_tag", "language",
                   "datasets")  # §3.2
 LIST_KEYS = frozenset({"language", "datasets"})  # a string or a list of strings
-BASE_TAGS = ("nvfp4", "compressed-tensors", "mx2nv")
+BASE_TAGS = ("nvfp4", "compressed-tensors", "mx2nv")  # a compressed-tensors DST's
+# What the card says of the layout DST is in (`convert --format`): its tag, the
+# Format row, the summary's name and second-level scale, the Global scales row.
+FORMATS = {
+    "compressed-tensors": dict(tag="compressed-tensors", row="`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)",
+                               name="compressed-tensors NVFP4A16", second="an FP32 global",
+                               seconds="FP32 global scales"),
+    "modelopt": dict(tag="modelopt", row="ModelOpt `W4A16_NVFP4` (`weight`, `weight_scale`, `weight_scale_2`)",
+                     name="ModelOpt W4A16_NVFP4", second="an exact FP32 multiplier (`weight_scale_2`)",
+                     seconds="FP32 `weight_scale_2` multipliers"),
+}
+# SGLang's weight-only MoE runners a ModelOpt DST's commands name (with `auto`
+# SGLang 0.5.23 picks a W4A4 runner on Blackwell): backend -> environment prefix.
+# gate's backend name -> (SGLang's --moe-runner-backend value, its environment)
+MODELOPT_SGLANG_RUNNERS = {"marlin": ("marlin", ""),
+                           "flashinfer-cutedsl": ("flashinfer_cutedsl", "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16=1 ")}
 LOSSY_TAG = "requantized"
 GATED_PREFIXES = ("extra_gated_",)
 
@@ -573,6 +588,7 @@ class CardInputs:
     repo_id: Optional[str] = None
     gpu_check: Optional[str] = None
     convert_report: Optional[dict] = None
+    target_format: str = "compressed-tensors"  # DST's layout: target_format_of(DST)
 
     @property
     def source_card(self) -> SourceCard:
@@ -591,6 +607,14 @@ class CardInputs:
         """(base_model written, snapshot repo, snapshot revision)."""
         repo, rev = infer_base_model(self.report["provenance"]["source"])
         return (self.base_model or repo), repo, rev
+
+
+def target_format_of(checkpoint: Path) -> str:
+    """The layout DST is in, as its finished record names it: the mode after
+    `@` (`marlin@modelopt`), compressed-tensors when none is spelled."""
+    import json
+    mode = json.loads((checkpoint / ".mx2nv" / "finished.json").read_text())["window"]
+    return mode.split("@", 1)[1] if "@" in mode else "compressed-tensors"
 
 
 def needs_trust_remote_code(checkpoint: Path) -> bool:
@@ -615,7 +639,7 @@ def expected_front_matter(inputs: CardInputs) -> dict:
         out["base_model"] = base_model
         out["base_model_relation"] = "quantized"
     out.update(inputs.source_card.inherited)
-    tags = list(BASE_TAGS)
+    tags = ["nvfp4", FORMATS[inputs.target_format]["tag"], "mx2nv"]
     if inputs.kind == "requantize" or inputs.lossy_modules:
         tags.append(LOSSY_TAG)
     out["tags"] = tags
@@ -692,7 +716,10 @@ def check_format(card: ParsedCard, inputs: CardInputs) -> list[str]:
                 _want(problems, f"{label} vs {who}", got, [report_field(rep, f) for f in paths])
         if "Size change" in rows and rep.get("size_change_percent") is not None:
             _want(problems, f"Size change vs {who}", rows.get("Size change"), percent_text(rep["size_change_percent"]))
-    _want(problems, "Format", rows.get("Format"), "`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)")
+    fmt = FORMATS[inputs.target_format]
+    _want(problems, "Format", rows.get("Format"), fmt["row"])
+    if "Global scales" in rows and fmt["seconds"] + " (" not in rows["Global scales"]:
+        problems.append(f"Global scales must say {fmt['seconds']!r}: {rows['Global scales']!r}")
     _want(problems, "Local scales", rows.get("Local scales"), "FP8 (E4M3), one per 16 weights")
     _want(problems, "Activations", rows.get("Activations"), "not quantized (fp16 or bf16 at run time)")
     _want(problems, "Window", rows.get("Window"),
@@ -853,6 +880,8 @@ def check_gate(card: ParsedCard, inputs: CardInputs) -> list[str]:
     else:
         tp_tables = parse_tables(tp_text)
         columns = [k for k in BACKEND_COLUMNS if any(k in row for row in gate["tp_table"])]
+        for row in gate["tp_table"]:  # columns gate adds later: after the known ones, as they first appear
+            columns += [k for k in row if k != "tp" and k not in columns]
         want_header = ["TP", *columns]
         want = [[str(row["tp"]), *[row[k] if row[k] == "ok" else md_code(row[k], in_table=True).replace("\\|", "|")
                                    for k in columns]] for row in gate["tp_table"]]
@@ -880,8 +909,14 @@ def expected_load_commands(inputs: CardInputs) -> list[str]:
             backend = "" if vllm == judged else f" --moe-backend {vllm[0]}"
             lines.append(f"vllm serve {model} --tensor-parallel-size {inputs.tp} --dtype {flag}{backend}{trc}")
     for dtype, flag in (("bf16", "bfloat16"), ("fp16", "float16")):
-        if any(r == "sglang" and d == dtype for (r, _, d) in runs):
-            lines.append(f"python -m sglang.launch_server --model-path {model} --tp-size {inputs.tp} --dtype {flag}{trc}")
+        launch = f"python -m sglang.launch_server --model-path {model} --tp-size {inputs.tp} --dtype {flag}"
+        if inputs.target_format != "modelopt":
+            if any(r == "sglang" and d == dtype for (r, _, d) in runs):
+                lines.append(launch + trc)
+            continue
+        for backend, (runner, env) in MODELOPT_SGLANG_RUNNERS.items():
+            if ("sglang", backend, dtype) in runs:
+                lines.append(f"{env}{launch} --moe-runner-backend {runner}{trc}")
     return lines
 
 
@@ -896,6 +931,9 @@ def check_load(card: ParsedCard, inputs: CardInputs) -> list[str]:
         return [f"## How to load: expected one sh block, found {len(blocks)}"]
     problems: list[str] = []
     _want(problems, "## How to load commands", blocks[0].rstrip("\n").split("\n"), want)
+    named = inputs.target_format == "modelopt" and any("sglang.launch_server" in line for line in want)
+    if named != ("SGLang's MoE runner is named" in text):
+        problems.append("## How to load must say why SGLang's MoE runner is named iff a ModelOpt SGLang command names it")
     return problems
 
 
@@ -978,6 +1016,8 @@ def check_made(card: ParsedCard, inputs: CardInputs) -> list[str]:
         convert = f"mx2nv convert SRC DST --window {r['window']}"
         if r.get("overspan"):
             convert += f" --overspan {r['overspan']['choice']}"
+        if inputs.target_format != "compressed-tensors":
+            convert += f" --format {inputs.target_format}"
         want = [convert, f"mx2nv verify SRC DST --window {r['window']} --report verify-report.json",
                 " ".join(["mx2nv card SRC DST --verify-report verify-report.json", *options])]
     else:
@@ -1070,6 +1110,12 @@ def check_intro(card: ParsedCard, inputs: CardInputs) -> list[str]:
                 problems.append(f"summary does not give {label}")
     if f"mx2nv {r['provenance']['tool_version']}" not in intro:
         problems.append("summary does not name the mx2nv version")
+    fmt = FORMATS[inputs.target_format]
+    done = "transcoded" if inputs.kind == "verify" else "requantized"
+    if f"{done} to {fmt['name']} by mx2nv" not in intro:
+        problems.append(f"summary does not say '{done} to {fmt['name']}'")
+    if inputs.kind == "verify" and f"an FP8 E4M3 scale and {fmt['second']}:" not in intro:
+        problems.append(f"summary does not name the second-level scale as {fmt['second']!r}")
     return problems
 
 

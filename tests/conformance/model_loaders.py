@@ -54,6 +54,11 @@ vLLM 0.34.0 (vllm/...):
   shard order: files by _natural_sort_key (weight_utils.py:1144), tensors in
   safe_open's key order (:1258-1262).
 
+The quant method is the one DST's config.json declares: compressed-tensors
+(sglang_marlin.py / vllm_marlin.py's schemes) or ModelOpt (`--format
+modelopt`: the wheel's own ModelOpt config from DST's config, its own
+get_quant_method for each experts layer, modelopt_loaders.py).
+
 Stubs, each unable to change the verdict (which tensor reaches which routed
 expert parameter, and what that parameter then holds):
   * the model's non-expert modules (attention, norms, embeddings, router
@@ -92,13 +97,16 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+import modelopt_loaders
 import sglang_marlin
 import vllm_marlin
 from wheels import SGLANG, VLLM, RecordingLogger, WheelCode, stub_modules, wheel_dir
 
 SENTINELS = (0x5A, 0xA5)
 # Routed-expert parameters a 16-bit-activation NVFP4 kernel reads.
-ROUTED = re.compile(r"(?:^|\.)(w13|w2)_(weight_packed|weight|weight_scale|weight_global_scale)$")
+# (compressed-tensors: weight_packed, weight_scale, weight_global_scale;
+# ModelOpt: weight, weight_scale, weight_scale_2.)
+ROUTED = re.compile(r"(?:^|\.)(w13|w2)_(weight_packed|weight|weight_scale|weight_global_scale|weight_scale_2)$")
 
 
 def class_attribute(c: WheelCode, rel: str, cls: str, name: str):
@@ -168,6 +176,21 @@ def put(root: torch.nn.Module, dotted: str, value) -> None:
         m.register_parameter(leaf, value)
 
 
+def record_loader(p: torch.nn.Parameter, fed: Fed) -> None:
+    """Wrap a parameter's weight_loader with the recording one. SGLang's
+    BasevLLMParameter (ModelOpt's parameters) exposes `weight_loader` as a
+    read-only property over `_weight_loader` (sglang/srt/layers/parameter.py:
+    93-108), so that attribute is wrapped instead. A parameter without a
+    loader (SGLang ModelOpt's w*_blockscale_swizzled, derived from the
+    scales, modelopt_quant.py:2562-2583) is never loaded from a file."""
+    if not hasattr(p, "weight_loader"):
+        return
+    try:
+        p.weight_loader = fed.record(p.weight_loader)
+    except AttributeError:
+        p._weight_loader = fed.record(p.weight_loader)
+
+
 def fill_sentinel(layer: torch.nn.Module, value: int) -> None:
     for name, p in layer.named_parameters(recurse=False):
         if ROUTED.search(name):
@@ -194,6 +217,10 @@ class Run:
     fed: Fed
     sources: dict[str, str] = field(default_factory=dict)  # layer prefix -> checkpoint `...experts` prefix
     proj_names: dict[str, str] = field(default_factory=lambda: {"w1": "w1", "w3": "w3", "w2": "w2"})
+    quant_format: str = "compressed-tensors"  # DST's quant_method (modelopt_loaders.quant_format)
+    quant_config: object = None            # ModelOpt: the wheel's config object from DST's config.json
+    finish: Callable | None = None         # (layer, method, warnings) -> KernelInputs: post-load processing
+    placed: dict[str, str] = field(default_factory=dict)  # non-expert tensor -> model parameter it was placed at
 
     def source_module(self, prefix: str, expert: int, proj: str) -> str:
         return f"{self.sources[prefix]}.{expert}.{self.proj_names[proj]}"
@@ -294,14 +321,21 @@ SG_EXPERT = re.compile(r"\.experts\.\d+\.")
 
 
 def _sglang_experts(root: torch.nn.Module, layers: int, experts: int, hidden: int, inter: int, dtype, fed: Fed,
-                    sentinel: int, mlp: str) -> dict:
+                    sentinel: int, mlp: str, quant_config=None) -> dict:
+    """quant_config None: compressed-tensors (sglang_marlin.py's scheme);
+    else the ModelOpt config, whose own get_quant_method picks the method."""
     out = {}
     for layer_id in range(layers):
-        layer, scheme = sglang_marlin.make_layer(list(range(experts)), hidden, inter, dtype)
-        for _, p in layer.named_parameters(recurse=False):
-            p.weight_loader = fed.record(p.weight_loader)
-        fill_sentinel(layer, sentinel)
         prefix = f"model.layers.{layer_id}.{mlp}.experts"
+        if quant_config is None:
+            layer, scheme = sglang_marlin.make_layer(list(range(experts)), hidden, inter, dtype)
+        else:
+            layer, scheme = modelopt_loaders.sglang_make_layer(quant_config, prefix, list(range(experts)), hidden,
+                                                               inter, dtype)
+            assert scheme is not None, f"SGLang's ModelOpt config excludes the routed experts {prefix}"
+        for _, p in layer.named_parameters(recurse=False):
+            record_loader(p, fed)
+        fill_sentinel(layer, sentinel)
         put(root, prefix, layer)
         out[prefix] = (layer, scheme)
     return out
@@ -310,6 +344,32 @@ def _sglang_experts(root: torch.nn.Module, layers: int, experts: int, hidden: in
 def _k3_sources(experts: dict) -> dict[str, str]:
     return {p: "language_model.model.layers.{}.block_sparse_moe.experts".format(p.split(".layers.")[1].split(".")[0])
             for p in experts}
+
+
+def _sglang_quant(dst: Path, packed: dict, mapper) -> tuple[str, object, Callable]:
+    """DST's format; for ModelOpt the wheel's ModelOptFp4Config from DST's
+    config.json (modelopt_loaders.sglang_config); the post-load processing."""
+    fmt = modelopt_loaders.quant_format(dst)
+    if fmt != "modelopt":
+        return fmt, None, sglang_marlin.finish_layer
+    return fmt, modelopt_loaders.sglang_config(dst, packed, mapper), modelopt_loaders.sglang_finish_layer
+
+
+def _vllm_quant(dst: Path, c: WheelCode, packed: dict, mapper) -> tuple[str, object, Callable]:
+    """As _sglang_quant; compressed-tensors keeps the base QuantizationConfig
+    (its checkpoint/cache-scale mappers are all the chain asks of it)."""
+    fmt = modelopt_loaders.quant_format(dst)
+    if fmt != "modelopt":
+        return fmt, _vllm_quant_config(c), vllm_marlin.finish_layer
+    return fmt, modelopt_loaders.vllm_config(dst, packed, mapper), modelopt_loaders.vllm_finish_layer
+
+
+def _vllm_layer(config, fmt: str, prefix: str, n_exp: int, hidden: int, inter: int, dtype):
+    if fmt != "modelopt":
+        return vllm_marlin.make_layer(list(range(n_exp)), hidden, inter, dtype, layer_name=prefix)
+    layer, method = modelopt_loaders.vllm_make_layer(config, prefix, list(range(n_exp)), hidden, inter, dtype)
+    assert method is not None, f"vLLM's ModelOpt config excludes the routed experts {prefix}"
+    return layer, method
 
 
 def sglang_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
@@ -340,8 +400,13 @@ def sglang_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     model = torch.nn.Module()
     model.start_layer, model.end_layer = 0, layers
     inner.add_module("model", model)
+    # The loader seeds packed_modules_mapping from the outer class (loader.py:180),
+    # KimiK3LinearForCausalLM.__init__ merges its own (kimi_k3.py:3002-3016).
+    packed = {**class_attribute(c, SG_K3, "KimiK3ForConditionalGeneration", "packed_modules_mapping"),
+              **class_attribute(c, SG_K3, "KimiK3LinearForCausalLM", "packed_modules_mapping")}
+    fmt, quant_config, finish = _sglang_quant(dst, packed, ns["KimiK3ForConditionalGeneration"].hf_to_sglang_mapper)
     experts = _sglang_experts(inner, layers, text["n_routed_experts"], text["hidden_size"],
-                              text["moe_intermediate_size"], dtype, fed, sentinel, "mlp")
+                              text["moe_intermediate_size"], dtype, fed, sentinel, "mlp", quant_config)
     for n, t in _non_expert(stream, SG_EXPERT):
         put(inner, by_source[n], _stub_param(t, fed))
 
@@ -353,7 +418,8 @@ def sglang_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     with sglang_marlin.local_imports():
         outer.load_weights(iter(stream))
     return Run("sglang", SGLANG[1], "KimiK3ForConditionalGeneration", cfg["architectures"][0], fed.unconsumed(),
-               experts, sentinel, fed, _k3_sources(experts))
+               experts, sentinel, fed, _k3_sources(experts), quant_format=fmt, quant_config=quant_config,
+               finish=finish, placed={n: by_source[n] for n, _ in _non_expert(stream, SG_EXPERT)})
 
 
 # ---------------------------------------------------------------- vLLM
@@ -431,7 +497,10 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     layers, n_exp = text["num_hidden_layers"], text["n_routed_experts"]
 
     top = ns["KimiK3ForConditionalGeneration"]()
-    top.quant_config = _vllm_quant_config(c)
+    # SupportsQuant (interfaces.py:1291-1298): the outer class's rename mapper;
+    # KimiLinearModel (also SupportsQuant) adds its packed_modules_mapping.
+    fmt, top.quant_config, finish = _vllm_quant(
+        dst, c, class_attribute(c, VL_K3, "KimiLinearModel", "packed_modules_mapping"), top.hf_to_vllm_mapper)
     lm = ns["KimiLinearForCausalLM"]()
     lm.quant_config = top.quant_config
     model = ns["KimiLinearModel"]()
@@ -444,10 +513,10 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     for layer_id in range(layers):
         moe_module = ns["KimiMoE"]()
         put(model, f"layers.{layer_id}.block_sparse_moe", moe_module)
-        layer, method = vllm_marlin.make_layer(list(range(n_exp)), text["hidden_size"], text["moe_intermediate_size"],
-                                               dtype, layer_name=f"language_model.model.layers.{layer_id}.block_sparse_moe.experts")
+        layer, method = _vllm_layer(top.quant_config, fmt, f"language_model.model.layers.{layer_id}.block_sparse_moe.experts",
+                                    n_exp, text["hidden_size"], text["moe_intermediate_size"], dtype)
         for _, p in layer.named_parameters(recurse=False):
-            p.weight_loader = fed.record(p.weight_loader)
+            record_loader(p, fed)
         fill_sentinel(layer, sentinel)
         put(moe_module, "experts.routed_experts", layer)
         experts[f"language_model.model.layers.{layer_id}.block_sparse_moe.experts.routed_experts"] = (layer, method)
@@ -462,7 +531,9 @@ def vllm_k3(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
             "vllm.model_executor.models.utils": types.SimpleNamespace(WeightsMapper=ns["WeightsMapper"])}):
         top.load_weights(iter(stream))
     return Run("vllm", VLLM[1], "KimiK3ForConditionalGeneration", cfg["architectures"][0], fed.unconsumed(),
-               experts, sentinel, fed, _k3_sources(experts))
+               experts, sentinel, fed, _k3_sources(experts), quant_format=fmt,
+               quant_config=top.quant_config if fmt == "modelopt" else None, finish=finish,
+               placed={n: mapper.map_name(n) for n, _ in _non_expert(stream, VL_EXPERT)})
 
 
 # ---------------------------------------------------------------- DeepSeek V3 (flat layout)
@@ -505,7 +576,10 @@ def sglang_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     layers, n_exp = cfg["num_hidden_layers"], cfg["n_routed_experts"]
     top = ns["DeepseekV2ForCausalLM"]()
     top.config = types.SimpleNamespace(n_routed_experts=n_exp, num_hidden_layers=layers, num_nextn_predict_layers=0)
-    top.quant_config = types.SimpleNamespace(get_name=lambda: "compressed-tensors")
+    # DeepseekV2ForCausalLM.packed_modules_mapping is {} (deepseek_v2.py:3250);
+    # __init__ adds fused_qkv_a_proj_with_mqa only with q_lora_rank (:3262-3270).
+    fmt, quant_config, finish = _sglang_quant(dst, {}, None)  # DeepSeek has no hf_to_sglang_mapper
+    top.quant_config = quant_config or types.SimpleNamespace(get_name=lambda: "compressed-tensors")
     top.num_fused_shared_experts = 0
     top.pp_group = types.SimpleNamespace(is_last_rank=True)
     top.post_load_weights = lambda is_nextn=False, weight_names=None: None
@@ -513,14 +587,15 @@ def sglang_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     model.start_layer, model.end_layer = 0, layers
     top.add_module("model", model)
     experts = _sglang_experts(top, layers, n_exp, cfg["hidden_size"], cfg["moe_intermediate_size"], dtype, fed,
-                              sentinel, "mlp")
+                              sentinel, "mlp", quant_config)
     for n, t in _non_expert(stream, SG_EXPERT):
         put(top, n, _stub_param(t, fed))
     ns["logger"].messages.clear()
     with sglang_marlin.local_imports():
         top.load_weights(iter(stream))
     return Run("sglang", SGLANG[1], "DeepseekV3ForCausalLM", cfg["architectures"][0], fed.unconsumed(), experts,
-               sentinel, fed, {p: p for p in experts}, FLAT_PROJ)
+               sentinel, fed, {p: p for p in experts}, FLAT_PROJ, quant_format=fmt, quant_config=quant_config,
+               finish=finish, placed={n: n for n, _ in _non_expert(stream, SG_EXPERT)})
 
 
 @functools.cache
@@ -546,7 +621,10 @@ def vllm_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     fed = Fed(stream)
     layers, n_exp = cfg["num_hidden_layers"], cfg["n_routed_experts"]
     top = ns["DeepseekV2ForCausalLM"]()
-    top.quant_config = _vllm_quant_config(c)
+    # Not SupportsQuant: configure_quant_config hands it the class's
+    # packed_modules_mapping (model_loader/utils.py:381-388); no hf_to_vllm_mapper.
+    fmt, top.quant_config, finish = _vllm_quant(
+        dst, c, dict(class_attribute(c, VL_DS, "DeepseekV2ForCausalLM", "packed_modules_mapping")), None)
     model = ns["DeepseekV2Model"]()
     model.config = types.SimpleNamespace(n_routed_experts=n_exp, n_shared_experts=1, num_hidden_layers=layers,
                                          num_nextn_predict_layers=0)
@@ -556,10 +634,10 @@ def vllm_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
     top.add_module("model", model)
     experts = {}
     for layer_id in range(layers):
-        layer, method = vllm_marlin.make_layer(list(range(n_exp)), cfg["hidden_size"], cfg["moe_intermediate_size"],
-                                               dtype, layer_name=f"model.layers.{layer_id}.mlp.experts")
+        layer, method = _vllm_layer(top.quant_config, fmt, f"model.layers.{layer_id}.mlp.experts", n_exp,
+                                    cfg["hidden_size"], cfg["moe_intermediate_size"], dtype)
         for _, p in layer.named_parameters(recurse=False):
-            p.weight_loader = fed.record(p.weight_loader)
+            record_loader(p, fed)
         fill_sentinel(layer, sentinel)
         put(model, f"layers.{layer_id}.mlp.experts.routed_experts", layer)
         experts[f"model.layers.{layer_id}.mlp.experts"] = (layer, method)
@@ -570,9 +648,11 @@ def vllm_deepseek(dst: Path, dtype: torch.dtype, sentinel: int) -> Run:
             "vllm.model_executor.models.utils": types.SimpleNamespace(WeightsMapper=ns["WeightsMapper"])}):
         top.load_weights(iter(stream))
     return Run("vllm", VLLM[1], "DeepseekV3ForCausalLM", cfg["architectures"][0], fed.unconsumed(), experts,
-               sentinel, fed, {p: p for p in experts}, FLAT_PROJ)
+               sentinel, fed, {p: p for p in experts}, FLAT_PROJ, quant_format=fmt,
+               quant_config=top.quant_config if fmt == "modelopt" else None, finish=finish,
+               placed={n: n for n, _ in _non_expert(stream, VL_EXPERT)})
 
 
 CHAINS = {("sglang", "DeepseekV3ForCausalLM"): sglang_deepseek,
-          ("vllm", "DeepseekV3ForCausalLM"): vllm_deepseek,("sglang", "KimiK3ForConditionalGeneration"): sglang_k3,
+          ("vllm", "DeepseekV3ForCausalLM"): vllm_deepseek, ("sglang", "KimiK3ForConditionalGeneration"): sglang_k3,
           ("vllm", "KimiK3ForConditionalGeneration"): vllm_k3}

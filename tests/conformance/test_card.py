@@ -45,7 +45,7 @@ def _inputs(src: Path, dst: Path, report: dict, **options) -> co.CardInputs:
     return co.CardInputs(kind="verify", report=report, gate=gate,
                          source_readme=readme.read_bytes() if readme.is_file() else None,
                          companions=co.companions_of(dst), trust_remote_code=co.needs_trust_remote_code(dst),
-                         **options)
+                         target_format=co.target_format_of(dst), **options)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,28 @@ def test_card_parses_and_every_figure_matches(carded):
     first = (dst / "README.md").read_bytes()
     mx2nv("card", src, dst, "--verify-report", report_path, "--companion", companion)
     assert (dst / "README.md").read_bytes() == first
+    mx2nv("verify", src, dst)
+
+
+@pytest.mark.parametrize("layout", ["k3", "flat"])
+def test_card_of_a_modelopt_destination(built, tmp_path, layout):
+    """convert --format modelopt: the card names ModelOpt W4A16_NVFP4 (tag, Format row, summary, convert
+    --format, SGLang's runner), every figure still the report's."""
+    src = tmp_path / "src"
+    mx2nv("generate", src, "--layout", layout, *SMALL)
+    (src / "README.md").write_bytes(SOURCE_README)
+    dst, report_path = tmp_path / "dst", tmp_path / "verify-report.json"
+    mx2nv("convert", src, dst, "--format", "modelopt")
+    mx2nv("verify", src, dst, "--report", report_path)
+    report = json.loads(report_path.read_text())
+    assert co.target_format_of(dst) == "modelopt"
+    for options in ({}, dict(repo_id="me/demo-W4A16_NVFP4", tp=2, base_model="example-org/demo")):
+        argv = [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+        mx2nv("card", src, dst, "--verify-report", report_path, *argv)
+        card = co.parse_card(dst / "README.md")
+        assert co.check_card(card, _inputs(src, dst, report, **options)) == []
+        assert card.model_card.data.tags == ["nvfp4", "modelopt", "mx2nv"]
+        assert "compressed-tensors NVFP4A16" not in card.text
     mx2nv("verify", src, dst)
 
 
@@ -152,7 +174,7 @@ def test_requantized_companion_card(built, tmp_path):
     gate = json.loads(mx2nv("gate", rq, "--runtime", "all", "--dtype", "both", "--ask-runtimes", "never", "--json",
                             check=False).stdout)
     inputs = co.CardInputs(kind="requantize", report=report, gate=gate, source_readme=SOURCE_README,
-                           companions=co.companions_of(rq), companion=lossless)
+                           companions=co.companions_of(rq), companion=lossless, target_format=co.target_format_of(rq))
     assert co.check_card(rq / "README.md", inputs) == []
     assert "requantized" in co.parse_card(rq / "README.md").model_card.data.tags
     # A requantize report cannot card a lossless DST, nor a verify report a requantized one.

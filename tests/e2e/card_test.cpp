@@ -28,10 +28,10 @@ const std::string kSourceReadme =
 struct Carded {
   ScratchDir d;
   fs::path src = d / "src", dst = d / "dst", report = d / "v.json";
-  explicit Carded(const std::string& readme = kSourceReadme) {
+  explicit Carded(const std::string& readme = kSourceReadme, const std::string& convert_options = "") {
     write_fixture(src, tiny_spec());
     if (!readme.empty()) write_file(src / "README.md", readme);
-    EXPECT_EQ(run_cli("convert " + q(src) + " " + q(dst)).exit_code, 0);
+    EXPECT_EQ(run_cli("convert " + convert_options + " " + q(src) + " " + q(dst)).exit_code, 0);
     const CliResult v = run_cli("verify " + q(src) + " " + q(dst) + " --report " + q(report));
     EXPECT_EQ(v.exit_code, 0) << v.err;
   }
@@ -75,6 +75,93 @@ TEST(Card, WritesTheCardKeepsTheSourceCardAndVerifyStillPasses) {
   // A changed SRC README.md is a difference verify reports.
   write_file(c.src / "README.md", kSourceReadme + "edited\n");
   EXPECT_EQ(run_cli("verify " + q(c.src) + " " + q(c.dst)).exit_code, 1);
+}
+
+// The SGLang commands of a card (lines of its sh blocks).
+std::vector<std::string> sglang_commands(const std::string& card) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while ((at = card.find("python -m sglang.launch_server", at)) != std::string::npos) {
+    const std::size_t start = card.rfind('\n', at) + 1;
+    out.push_back(card.substr(start, card.find('\n', at) - start));
+    at = card.find('\n', at);
+  }
+  return out;
+}
+
+// Whether gate says SGLang's Marlin runs DST at TP 1 in `dtype`.
+bool sglang_marlin_runs(const fs::path& dst, const std::string& dtype) {
+  const CliResult g = run_cli("gate " + q(dst) + " --runtime all --dtype both --tp 1 --ask-runtimes never --json");
+  const json gate = json::parse(g.out);  // named: a range-for over a temporary's member reads freed memory
+  for (const auto& v : gate["verdicts"]) {
+    if (v["runtime"] == "sglang" && v["backend"] == "marlin" && v["dtype"] == dtype && v["verdict"] == "RUN") return true;
+  }
+  return false;
+}
+
+// A ModelOpt DST's card says so, from DST's finished record and config: the
+// tag, the Format row, the summary, convert's --format, and SGLang's runner.
+TEST(Card, FollowsAModelOptDestination) {
+  Carded c(kSourceReadme, "--format modelopt");
+  const CliResult r = c.card();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string card = read_file(c.dst / "README.md");
+  EXPECT_NE(card.find("tags:\n- \"nvfp4\"\n- \"modelopt\"\n- \"mx2nv\"\n---\n"), std::string::npos) << card;
+  EXPECT_EQ(card.find("compressed-tensors"), std::string::npos) << card;
+  EXPECT_NE(card.find("| Format | ModelOpt `W4A16_NVFP4` (`weight`, `weight_scale`, `weight_scale_2`) |"),
+            std::string::npos) << card;
+  EXPECT_NE(card.find("transcoded to ModelOpt W4A16_NVFP4 by mx2nv"), std::string::npos) << card;
+  EXPECT_NE(card.find("an exact FP32 multiplier (`weight_scale_2`)"), std::string::npos) << card;
+  EXPECT_NE(card.find("\nmx2nv convert SRC DST --window marlin --format modelopt\n"), std::string::npos) << card;
+  // Every SGLang command names the weight-only Marlin runner (SGLang's `auto`
+  // picks a W4A4 runner on Blackwell); one per dtype gate says RUN.
+  for (const auto& line : sglang_commands(card)) {
+    EXPECT_NE(line.find(" --moe-runner-backend "), std::string::npos) << line;
+  }
+  for (const auto& [dtype, flag] : {std::pair<std::string, std::string>{"bf16", "bfloat16"}, {"fp16", "float16"}}) {
+    const std::string want = "--tp-size 1 --dtype " + flag + " --moe-runner-backend marlin";
+    EXPECT_EQ(card.find(want) != std::string::npos, sglang_marlin_runs(c.dst, dtype)) << dtype << "\n" << card;
+  }
+  const json record = json::parse(read_file(c.dst / ".mx2nv/card.json"));
+  EXPECT_EQ(record["card_bytes"], card.size());
+  EXPECT_EQ(run_cli("verify " + q(c.src) + " " + q(c.dst)).exit_code, 0);
+
+  // A finished record that names another format than the config: exit 3, nothing written.
+  const std::string finished = read_file(c.dst / ".mx2nv/finished.json");
+  const std::size_t at = finished.find("\"marlin@modelopt\"");
+  ASSERT_NE(at, std::string::npos) << finished;
+  write_file(c.dst / ".mx2nv/finished.json", finished.substr(0, at) + "\"marlin\"" + finished.substr(at + 17));
+  const auto before = snapshot(c.dst);
+  const CliResult mixed = c.card();
+  EXPECT_EQ(mixed.exit_code, 3) << mixed.err;
+  EXPECT_NE(mixed.err.find("finished record says format compressed-tensors, its config says modelopt"),
+            std::string::npos) << mixed.err;
+  EXPECT_EQ(snapshot(c.dst), before);
+}
+
+// A compressed-tensors DST's card is the one it always was: its tag, Format
+// row, summary and commands, nothing of ModelOpt.
+TEST(Card, CompressedTensorsCardIsUnchanged) {
+  Carded c;
+  ASSERT_EQ(c.card().exit_code, 0);
+  const std::string card = read_file(c.dst / "README.md");
+  EXPECT_NE(card.find("tags:\n- \"nvfp4\"\n- \"compressed-tensors\"\n- \"mx2nv\"\n---\n"), std::string::npos) << card;
+  EXPECT_NE(card.find("| Format | `compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16) |"), std::string::npos);
+  EXPECT_NE(card.find("transcoded to compressed-tensors NVFP4A16 by mx2nv"), std::string::npos);
+  EXPECT_NE(card.find("re-expressed as an FP8 E4M3 scale and an FP32 global: `mx2nv verify`"), std::string::npos);
+  EXPECT_NE(card.find(" FP32 global scales (one per module; a gate/up pair shares one) |"), std::string::npos);
+  EXPECT_NE(card.find("\nmx2nv convert SRC DST --window marlin\n"), std::string::npos) << card;
+  // (gate's reasons may name ModelOpt; the card's own words never do here)
+  EXPECT_EQ(card.find("- \"modelopt\""), std::string::npos);
+  EXPECT_EQ(card.find("--format"), std::string::npos);
+  EXPECT_EQ(card.find("W4A16_NVFP4 by"), std::string::npos);
+  EXPECT_EQ(card.find("`weight_scale_2`"), std::string::npos);
+  EXPECT_EQ(card.find("--moe-runner-backend"), std::string::npos);
+  EXPECT_EQ(card.find("SGLang's MoE runner"), std::string::npos);
+  if (sglang_marlin_runs(c.dst, "bf16")) {
+    EXPECT_NE(card.find("python -m sglang.launch_server --model-path \"$MODEL\" --tp-size 1 --dtype bfloat16"),
+              std::string::npos) << card;
+  }
 }
 
 TEST(Card, RefusesWhatTheReportDoesNotProve) {

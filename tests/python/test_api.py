@@ -112,6 +112,24 @@ def test_overspan_choices(tmp_path: Path) -> None:
         mx2nv.convert(src, tmp_path / "x", overspan="round")
 
 
+def test_format_modelopt(tmp_path: Path) -> None:
+    """format= is --format: ModelOpt's W4A16_NVFP4 layout, verified; plan
+    records it and a step follows it; names come from mx2nv.FORMATS."""
+    assert mx2nv.FORMATS == ("compressed-tensors", "modelopt")
+    src = generate(tmp_path / "src", "--layers", "1", "--experts", "2")
+    dst = tmp_path / "mo"
+    report = mx2nv.convert(src, dst, format="modelopt")
+    assert report.ok and (dst / "hf_quant_config.json").is_file()
+    assert json.loads((dst / "config.json").read_text())["quantization_config"]["quant_method"] == "modelopt"
+    assert mx2nv.verify(src, dst).ok
+    planned = mx2nv.plan(src, tmp_path / "planned", format="modelopt")
+    assert planned.plan is not None and json.loads(planned.plan.read_text())["output_format"] == "modelopt"
+    with pytest.raises(mx2nv.UsageError):
+        mx2nv.convert(src, tmp_path / "x", format="ModelOpt")
+    with pytest.raises(mx2nv.UsageError):  # a requantized module has no exact ModelOpt global
+        mx2nv.convert(src, tmp_path / "y", format="modelopt", overspan="requantize")
+
+
 def test_usage_errors(tmp_path: Path, demo_src: Path, demo_dst: Path) -> None:
     with pytest.raises(mx2nv.UsageError) as caught:  # DST not empty
         mx2nv.convert(demo_src, demo_dst)

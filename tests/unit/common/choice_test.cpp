@@ -7,6 +7,7 @@
 #include "gate/ask.hpp"
 #include "gate/runtime.hpp"
 #include "numerics/window.hpp"
+#include "model/target_format.hpp"
 #include "plan/plan.hpp"
 #include "sys/copy_engine.hpp"
 
@@ -50,7 +51,9 @@ TEST(Choice, EveryTableIsComplete) {
   expect_table<CopyMode>({CopyMode::Auto, CopyMode::Reflink, CopyMode::Copy}, CopyMode::Auto);
   expect_table<FixtureLayout>({FixtureLayout::K3, FixtureLayout::Flat}, FixtureLayout::K3);
   expect_table<Runtime>({Runtime::Vllm, Runtime::Sglang}, Runtime::Vllm);
-  expect_table<Backend>({Backend::Marlin, Backend::Humming}, Backend::Marlin);
+  expect_table<Backend>({Backend::Marlin, Backend::Humming, Backend::CuteDsl}, Backend::Marlin);
+  expect_table<PlanKind>({PlanKind::Convert, PlanKind::Requantize}, PlanKind::Convert);
+  expect_table<TargetFormat>({TargetFormat::CompressedTensors, TargetFormat::ModelOpt}, TargetFormat::CompressedTensors);
   expect_table<ActivationDtype>({ActivationDtype::Fp16, ActivationDtype::Bf16}, ActivationDtype::Fp16);
   expect_table<AskRuntimes>({AskRuntimes::Auto, AskRuntimes::Never}, AskRuntimes::Auto);
 }

@@ -33,6 +33,15 @@ std::vector<SchemeFacts> nvfp4a16() {
 }
 
 const MoeDims kDims{256, 128, 4, 2};
+
+// A ModelOpt config as mx2nv writes it: W4A16_NVFP4, the shared experts named.
+ModelOptScheme modelopt_w4a16() {
+  ModelOptScheme m;
+  m.selected = true;
+  m.exclude = {"lm_head", "model.layers.0.mlp.shared_experts.gate_proj",
+               "language_model.model.layers.0.block_sparse_moe.shared_experts.w1"};
+  return m;
+}
 constexpr std::string_view kK3 = "KimiK3ForConditionalGeneration";
 
 const RuntimeBackend& backend(std::string_view runtime, std::string_view name) {
@@ -119,8 +128,10 @@ TEST(ModelClassRules, CheckedLoadersRun) {
 TEST(ModelClassRules, UncheckedOrMissingArchitecturesAreUnknownNeverRun) {
   for (const std::string_view arch : {"", "Qwen3MoeForCausalLM", "KimiK3ForCausalLM", "DeepseekV4ForCausalLM"}) {
     for (const auto& b : runtime_backends()) {
-      const Verdict v = judge_backend(b, ActivationDtype::Fp16, {}, arch, nvfp4a16(), kDims, powers_of_two(-4, 4));
-      EXPECT_EQ(v.kind, Verdict::Unknown) << arch << " " << choice_name(b.runtime) << " " << choice_name(b.backend);
+      const Verdict v = judge_backend(b, ActivationDtype::Fp16, {}, arch, nvfp4a16(), kDims, powers_of_two(-4, 4),
+                                      modelopt_w4a16());
+      EXPECT_EQ(v.kind, Verdict::Unknown) << arch << " " << choice_name(b.runtime) << " " << choice_name(b.backend)
+                                          << " " << choice_name(b.format);
       EXPECT_TRUE(v.model_class.empty());
     }
   }
@@ -131,6 +142,66 @@ TEST(ModelClassRules, UncheckedOrMissingArchitecturesAreUnknownNeverRun) {
   EXPECT_EQ(judge_backend(backend("sglang", "marlin"), ActivationDtype::Fp16, {}, "Qwen3MoeForCausalLM", nvfp4a16(),
                           kDims, s).kind,
             Verdict::Blocked);
+}
+
+const RuntimeBackend& modelopt_backend(Runtime runtime, Backend name) {
+  for (const RuntimeBackend* b : runtime_backends(TargetFormat::ModelOpt)) {
+    if (b->runtime == runtime && b->backend == name) return *b;
+  }
+  throw std::logic_error("no such ModelOpt backend");
+}
+
+const std::vector<std::string> kK3Layers = {"language_model.model.layers.0.block_sparse_moe.experts"};
+const std::vector<std::string> kDsLayers = {"model.layers.0.mlp.experts"};
+
+Verdict judge_modelopt(Runtime r, Backend b, std::string_view arch, const ModelOptScheme& m = modelopt_w4a16(),
+                       const ScaleFacts& s = powers_of_two(-4, 4)) {
+  const bool k3 = arch.starts_with("KimiK3");
+  return judge_backend(modelopt_backend(r, b), ActivationDtype::Bf16, {}, arch, {}, kDims, s, m,
+                       k3 ? kK3Layers : kDsLayers);
+}
+
+TEST(ModelOptRules, TheK3LoadersThatReadModelOptNamesRun) {
+  EXPECT_EQ(judge_modelopt(Runtime::Sglang, Backend::Marlin, kK3).kind, Verdict::Run);
+  EXPECT_EQ(judge_modelopt(Runtime::Vllm, Backend::Marlin, kK3).kind, Verdict::Run);
+  EXPECT_EQ(judge_modelopt(Runtime::Vllm, Backend::Marlin, "DeepseekV3ForCausalLM").kind, Verdict::Run);
+  EXPECT_EQ(judge_modelopt(Runtime::Sglang, Backend::Marlin, "DeepseekV3ForCausalLM").kind, Verdict::Run);
+  // No block_sparse_moe mapper in SGLang's K3 linear class: its experts are skipped.
+  EXPECT_EQ(judge_modelopt(Runtime::Sglang, Backend::Marlin, "KimiK3LinearForCausalLM").kind, Verdict::Blocked);
+  // Kernels no conformance test runs are never RUN.
+  EXPECT_EQ(judge_modelopt(Runtime::Sglang, Backend::CuteDsl, kK3).kind, Verdict::Unverified);
+  EXPECT_EQ(judge_modelopt(Runtime::Vllm, Backend::Humming, kK3).kind, Verdict::Unverified);
+}
+
+TEST(ModelOptRules, WhatTheConfigAndTheExcludeListMustSay) {
+  ModelOptScheme m = modelopt_w4a16();
+  m.selected = false;
+  m.why_not = "quant_algo is \"NVFP4\", not W4A16_NVFP4";
+  EXPECT_EQ(judge_modelopt(Runtime::Vllm, Backend::Marlin, kK3, m).kind, Verdict::Blocked);
+  ModelOptScheme wide = modelopt_w4a16();
+  wide.exclude.push_back("experts");
+  for (const Runtime r : {Runtime::Vllm, Runtime::Sglang}) {
+    const Verdict v = judge_modelopt(r, Backend::Marlin, kK3, wide);
+    EXPECT_EQ(v.kind, Verdict::Blocked);
+    ASSERT_FALSE(v.reasons.empty());
+    EXPECT_NE(v.reasons.back().find("\"experts\""), std::string::npos) << v.reasons.back();
+  }
+  // SGLang's DeepSeek class fuses BF16 shared experts into the FP4 MoE unless they are excluded by name.
+  ModelOptScheme unnamed = modelopt_w4a16();
+  unnamed.exclude = {"lm_head"};
+  EXPECT_EQ(judge_modelopt(Runtime::Sglang, Backend::Marlin, "DeepseekV3ForCausalLM", unnamed).kind, Verdict::Blocked);
+  EXPECT_EQ(judge_modelopt(Runtime::Vllm, Backend::Marlin, "DeepseekV3ForCausalLM", unnamed).kind, Verdict::Run);
+}
+
+TEST(ModelOptRules, GateAndUpMustShareWeightScale2WhereOneHalfsIsUsedForBoth) {
+  ScaleFacts s = powers_of_two(-4, 4);
+  s.gate_up_differ = 1;
+  s.gate_up_differ_first = {"layers.0.experts.0"};
+  for (const auto& [r, b] : {std::pair{Runtime::Vllm, Backend::Marlin}, std::pair{Runtime::Sglang, Backend::Marlin},
+                             std::pair{Runtime::Sglang, Backend::CuteDsl}}) {
+    const Verdict v = judge_modelopt(r, b, kK3, modelopt_w4a16(), s);
+    EXPECT_EQ(v.kind, Verdict::Blocked) << choice_name(r) << " " << choice_name(b);
+  }
 }
 
 TEST(RankShare, VllmK3PadsSmallPerRankInnerDimensionTo256) {

@@ -9,6 +9,8 @@
 namespace mx2nv {
 namespace {
 
+constexpr TargetFormat kCt = TargetFormat::CompressedTensors;
+
 // Two MoE layers of two experts (gate/up pair + down each); layer 1 expert 0's
 // down projection and layer 0 expert 1's pair are over the window.
 ModuleSet two_layers() {
@@ -75,26 +77,40 @@ TEST(OverSpanChoice, RequantizeRewritesOnlyTheRefusedScaleGroupsWithTheirOwnGlob
   }
   EXPECT_EQ(plan.modules[4].divisor, plan.modules[5].divisor);  // the pair keeps one global
   EXPECT_EQ(mode_name(plan_mode(plan)), "marlin+requantize");
-  EXPECT_TRUE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Requantize));
-  EXPECT_FALSE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Fail));
-  EXPECT_FALSE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Bf16));
-  EXPECT_TRUE(mode_matches(*parse_mode("marlin"), Window::Marlin, OverSpanChoice::Bf16));
-  EXPECT_FALSE(mode_matches(*parse_mode("e4m3"), Window::Marlin, OverSpanChoice::Fail));
-  EXPECT_FALSE(mode_matches(*parse_mode("requantize"), Window::Marlin, OverSpanChoice::Requantize));
+  EXPECT_TRUE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Requantize, kCt));
+  EXPECT_FALSE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Fail, kCt));
+  EXPECT_FALSE(mode_matches(*parse_mode("marlin+requantize"), Window::Marlin, OverSpanChoice::Bf16, kCt));
+  EXPECT_TRUE(mode_matches(*parse_mode("marlin"), Window::Marlin, OverSpanChoice::Bf16, kCt));
+  EXPECT_FALSE(mode_matches(*parse_mode("e4m3"), Window::Marlin, OverSpanChoice::Fail, kCt));
+  EXPECT_FALSE(mode_matches(*parse_mode("requantize"), Window::Marlin, OverSpanChoice::Requantize, kCt));
+  // A layout is part of the mode: never matched by the other.
+  EXPECT_TRUE(mode_matches(*parse_mode("marlin+requantize@modelopt"), Window::Marlin, OverSpanChoice::Requantize,
+                           TargetFormat::ModelOpt));
+  EXPECT_FALSE(mode_matches(*parse_mode("marlin@modelopt"), Window::Marlin, OverSpanChoice::Fail, kCt));
+  EXPECT_FALSE(mode_matches(*parse_mode("marlin"), Window::Marlin, OverSpanChoice::Fail, TargetFormat::ModelOpt));
 }
 
 TEST(ConversionMode, EveryModeRoundTripsAndNothingElseParses) {
   for (const WindowInfo& w : windows()) {
     for (const auto& c : choices<OverSpanChoice>()) {
-      const ConversionMode m{PlanKind::Convert, w.window, c.value};
-      EXPECT_EQ(parse_mode(mode_name(m)), m) << mode_name(m);
+      for (const auto& f : choices<TargetFormat>()) {
+        const ConversionMode m{PlanKind::Convert, w.window, c.value, f.value};
+        EXPECT_EQ(parse_mode(mode_name(m)), m) << mode_name(m);
+      }
     }
   }
+  // The default layout is never spelled, so every record written before it existed reads the same.
+  EXPECT_EQ(mode_name({PlanKind::Convert, Window::E4M3, OverSpanChoice::Bf16, kCt}), "e4m3+bf16");
+  EXPECT_EQ(mode_name({PlanKind::Convert, Window::E4M3, OverSpanChoice::Bf16, TargetFormat::ModelOpt}),
+            "e4m3+bf16@modelopt");
+  EXPECT_EQ(mode_name({PlanKind::Requantize, Window::Marlin, OverSpanChoice::Fail, TargetFormat::ModelOpt}),
+            "requantize@modelopt");
   const ConversionMode requantize{PlanKind::Requantize, Window::Marlin, OverSpanChoice::Fail};
   EXPECT_EQ(mode_name(requantize), "requantize");
   EXPECT_EQ(parse_mode("requantize"), requantize);
   for (const char* bad : {"", "+", "marlin+", "marlin+fail", "marlin+bf16+requantize", "Marlin", "marlin ", "e4m3+x",
-                          "requantize+bf16", "+bf16"}) {
+                          "requantize+bf16", "+bf16", "marlin@", "marlin@compressed-tensors", "marlin@modelopt@modelopt",
+                          "@modelopt", "marlin@ModelOpt", "marlin@modelopt+bf16"}) {
     EXPECT_FALSE(parse_mode(bad).has_value()) << bad;
   }
 }

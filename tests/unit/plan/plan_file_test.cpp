@@ -182,6 +182,32 @@ TEST(PlanFile, ARequantizePlanSaysSoAndHoldsOnlyRequantizedRows) {
   EXPECT_NE(what_of([&] { plan_file_from_text(dump_json(j, 1), "p"); }).find("\"kind\" is not"), std::string::npos);
 }
 
+TEST(PlanFile, TheOutputFormatIsSpelledOnlyWhenItIsNotTheDefault) {
+  PlanFile f = awkward_plan();
+  EXPECT_EQ(plan_file_to_text(f).find("output_format"), std::string::npos);
+  f.format = TargetFormat::ModelOpt;
+  const std::string text = plan_file_to_text(f);
+  EXPECT_NE(text.find("\"output_format\": \"modelopt\""), std::string::npos);
+  const PlanFile back = plan_file_from_text(text, "plan");
+  EXPECT_EQ(back.format, TargetFormat::ModelOpt);
+  EXPECT_EQ(plan_for_modules(back, {f.module_names.begin(), f.module_names.end()}).format, TargetFormat::ModelOpt);
+  // A requantized row in a ModelOpt plan (its global would be written as an inexact reciprocal): refused.
+  PlanFile lossy = f;
+  lossy.kind = PlanKind::Requantize;
+  for (ModulePlan& m : lossy.modules) m = ModulePlan{Treatment::Requantized, 0, 3.0f};
+  EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(lossy), "p"); }).find("modelopt"), std::string::npos);
+  // Spelled otherwise (the default, another case, not a string), the checksum made to agree: refused.
+  for (const Json& bad : {Json("compressed-tensors"), Json("ModelOpt"), Json(1)}) {
+    Json j = Json::parse(text);
+    j["output_format"] = bad;
+    j.erase("fingerprint");
+    const std::string canonical = dump_json(j, -1);
+    j["fingerprint"] = fmt::format("{:016x}", XXH3_64bits(canonical.data(), canonical.size()));
+    EXPECT_NE(what_of([&] { plan_file_from_text(dump_json(j, 1), "p"); }).find("output_format"), std::string::npos)
+        << bad.dump();
+  }
+}
+
 TEST(Excerpt, CutsLongTextAtACharacterAndSaysHowLongItWas) {
   EXPECT_EQ(excerpt("short"), "short");
   EXPECT_EQ(excerpt(std::string(300, 'a'), 10), "aaaaaaaaaa... (300 bytes)");

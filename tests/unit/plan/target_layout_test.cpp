@@ -137,6 +137,39 @@ TEST(TargetLayout, HeaderOrderIsTheSourcesWithEachGlobalAfterItsScale) {
   EXPECT_EQ(next_source, l.source.tensors().size());
 }
 
+TEST(TargetLayout, ModelOptNamesTheSameBytesOtherwise) {
+  const SourceShard shard = k3_like_shard(8);
+  const Laid ct = lay_out(shard);
+  const TargetLayout mo = make_target_layout(ct.source, 0, ct.modules, {}, TargetFormat::ModelOpt);
+  ASSERT_EQ(mo.tensors.size(), ct.layout.tensors.size());
+  EXPECT_EQ(mo.data_size, ct.layout.data_size);
+  EXPECT_EQ(mo.data_order, ct.layout.data_order);
+  for (std::size_t i = 0; i < mo.tensors.size(); ++i) {
+    const TargetTensor& a = ct.layout.tensors[i];
+    const TargetTensor& b = mo.tensors[i];
+    EXPECT_EQ(a.role, b.role);
+    EXPECT_EQ(a.info.begin, b.info.begin);
+    EXPECT_EQ(a.info.dtype, b.info.dtype);
+    const std::string module = a.role == TensorRole::PassThrough ? "" : std::string(ct.modules.modules[a.module].name);
+    switch (a.role) {
+      case TensorRole::Packed: EXPECT_EQ(b.info.name, module + ".weight"); break;
+      case TensorRole::Global:
+        EXPECT_EQ(b.info.name, module + ".weight_scale_2");
+        EXPECT_TRUE(b.info.shape.empty()) << "a scalar, as ModelOpt writes it";
+        EXPECT_EQ(a.info.shape, std::vector<std::uint64_t>{1});
+        break;
+      default: EXPECT_EQ(a.info.name, b.info.name); EXPECT_EQ(a.info.shape, b.info.shape);
+    }
+  }
+  // A tensor already bearing a name the layout gives is refused.
+  SourceShard clash = shard;
+  clash.add(std::string(ct.modules.modules[0].name) + ".weight", Dtype::BF16, {2, 2});
+  const ShardHeader h = clash.build();
+  const ModuleSet set = discover_modules({{"s.safetensors", &h}});
+  EXPECT_THROW(make_target_layout(h, 0, set, {}, TargetFormat::ModelOpt), Error);
+  EXPECT_NO_THROW(make_target_layout(h, 0, set));
+}
+
 TEST(TargetLayout, DataOrderIsUnchangedTensorsInSourceOrderThenScaleGlobalPairs) {
   const Laid l = lay_out(k3_like_shard(1000));
   const auto& order = l.layout.data_order;
