@@ -2,7 +2,8 @@
 #   MX2NV_LAYER_SPEC   "folder:dep,dep" entries, separated by ';' or '|'
 #   MX2NV_SOURCE_ROOT  the src/ directory
 # A library folder may include itself and the closure of its DEPS; the front
-# ends may include every library folder (python never includes cli). A folder
+# ends may include every library folder (python never includes cli), each
+# through its face header <folder>/<folder>.hpp. A folder
 # must also use each of its DEPS: some file of it includes that folder, so the
 # declared graph (the diagram of docs/architecture.md, drawn from it by
 # scripts/layer_diagram.py) says what the code does. Fails with every
@@ -37,6 +38,7 @@ foreach(folder IN LISTS folders)
 endforeach()
 set(closure_cli ${folders})
 set(closure_python ${folders})
+set(front_ends cli python)
 
 set(violations "")
 file(GLOB children RELATIVE ${MX2NV_SOURCE_ROOT} ${MX2NV_SOURCE_ROOT}/*)
@@ -58,6 +60,13 @@ foreach(folder IN LISTS children)
       if(NOT used STREQUAL folder AND NOT used IN_LIST closure_${folder})
         file(RELATIVE_PATH shown ${MX2NV_SOURCE_ROOT}/.. ${file})
         list(APPEND violations "${shown}: ${line} (src/${folder} builds on: ${direct_${folder}})")
+      endif()
+      # A front end sees each library through its face, <folder>/<folder>.hpp
+      # (common/ is the vocabulary every layer shares).
+      if(folder IN_LIST front_ends AND NOT used STREQUAL folder AND NOT used STREQUAL "common"
+         AND NOT line MATCHES "^#include \"${used}/${used}\\.hpp\"")
+        file(RELATIVE_PATH shown ${MX2NV_SOURCE_ROOT}/.. ${file})
+        list(APPEND violations "${shown}: ${line} (a front end includes src/${used}/${used}.hpp only)")
       endif()
     endforeach()
   endforeach()

@@ -1,7 +1,7 @@
 #include "cli/progress_line.hpp"
 
 #include "common/printable.hpp"
-#include "json/strict_json.hpp"
+#include "json/json.hpp"
 
 #include <fmt/core.h>
 #include <sys/ioctl.h>

@@ -16,8 +16,8 @@ class CardCommand final : public Subcommand {
  public:
   explicit CardCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Card, "write DST/README.md: a Hugging Face model card from a verify report of DST") {
-    app_->add_option("SRC", source_, "the MXFP4 source checkpoint")->required();
-    app_->add_option("DST", target_, "the converted checkpoint (or requantize's output)")->required();
+    add_source("the MXFP4 source checkpoint", true);
+    add_target("DST", "the converted checkpoint (or requantize's output)", true);
     app_->add_option("--verify-report", verify_, "the report of `mx2nv verify SRC DST --report R`");
     app_->add_option("--requantize-report", requantize_, "the report of `mx2nv requantize SRC DST --report R`");
     app_->add_option("--base-model", base_model_, "ORG/NAME of the source on the Hub (default: from a hub-cache SRC)");
@@ -26,14 +26,14 @@ class CardCommand final : public Subcommand {
         ->type_name("N")->check(CLI::Range(1u, 1024u).description(""));
     app_->add_option("--repo-id", repo_id_, "ORG/NAME DST will be published as (in the load commands)");
     app_->add_option("--gpu-check", gpu_check_, "the saved output of scripts/gpu-check.sh");
-    add_threads(app_, options_.threads);
+    add_threads_option();
   }
 
   int run(CommandRun& state) override {
+    note_run(state);
     options_.source = source_;
     options_.target = target_;
-    state.source = source_;
-    state.target = target_;
+    options_.threads = threads_;
     // An option given is passed on as given, an empty value too (the
     // library refuses it): never mistaken for an option not given.
     const auto given = [&](const char* name) { return app_->count(name) > 0; };
@@ -52,7 +52,7 @@ class CardCommand final : public Subcommand {
 
  private:
   CardOptions options_;
-  std::string source_, target_, verify_, requantize_, gpu_check_, base_model_, companion_, repo_id_;
+  std::string verify_, requantize_, gpu_check_, base_model_, companion_, repo_id_;
 };
 
 }  // namespace

@@ -7,8 +7,7 @@
 #include "common/error.hpp"
 #include "common/printable.hpp"
 #include "compare/compare.hpp"
-#include "compare/compare_json.hpp"
-#include "html/compare_page.hpp"
+#include "html/html.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -70,27 +69,22 @@ class CompareCommand final : public Subcommand {
   explicit CompareCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Compare,
                    "measure how far an NVFP4 checkpoint OTHER (compressed-tensors or ModelOpt) is from its MXFP4 SRC") {
-    app_->add_option("SRC", src_, "MXFP4 source checkpoint directory");
-    app_->add_option("OTHER", other_, "NVFP4 checkpoint directory made from SRC");
+    add_source("MXFP4 source checkpoint directory", false);
+    add_target("OTHER", "NVFP4 checkpoint directory made from SRC", false);
     app_->add_flag("--json", json_, "print the JSON document (docs/compare.md) instead of the summary");
     app_->add_option("--modules", modules_, "compare the SRC modules whose name this regular expression matches");
-    add_threads(app_, threads_);
-    report_opt_ = add_report(app_, report_path_);
-    html_opt_ = app_->add_option("--html", html_path_,
-                                 "write a self-contained HTML page (relative RMSE heatmap per layer and expert, worst "
-                                 "modules) to this file (the same rules as --report)");
-    add_progress(app_, progress_);
+    add_threads_option();
+    add_report_option();
+    add_html_option("write a self-contained HTML page (relative RMSE heatmap per layer and expert, worst modules) to "
+                    "this file (the same rules as --report)");
+    add_progress_option();
   }
 
   int run(CommandRun& state) override {
-    refuse_empty_paths({{report_opt_, &report_path_}, {html_opt_, &html_path_}});
-    state.threads = threads_;
-    state.source = src_;
-    state.target = other_;
     ProgressLine progress(progress_, stderr);
-    state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, other_});
-    if (src_.empty() || other_.empty()) fail(ErrorKind::Usage, "SRC and OTHER are required");
-    const CompareResult r = compare_checkpoints({src_, other_, threads_, modules_, progress.callback()});
+    begin(state);
+    require_paths();
+    const CompareResult r = compare_checkpoints({source_, target_, threads_, modules_, progress.callback()});
     if (json_) {
       write_compare_json(r, [](std::string_view piece) { out("{}", piece); });
     } else {
@@ -105,11 +99,8 @@ class CompareCommand final : public Subcommand {
   }
 
  private:
-  std::string src_, other_, modules_, report_path_, html_path_;
-  ProgressMode progress_ = ProgressMode::Auto;
+  std::string modules_;
   bool json_ = false;
-  unsigned threads_ = all_cores();
-  CLI::Option *report_opt_ = nullptr, *html_opt_ = nullptr;
 };
 
 }  // namespace

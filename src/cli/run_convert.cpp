@@ -62,32 +62,29 @@ class ConvertCommand final : public Subcommand {
  public:
   explicit ConvertCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Convert, "transcode SRC (MXFP4) into an empty DST (NVFP4A16)") {
-    app_->add_option("SRC", src_, "source checkpoint directory (with --plan: default the plan's)");
-    app_->add_option("DST", dst_, "target directory (created; must be empty) (with --plan: default the plan's)");
+    add_source("source checkpoint directory (with --plan: default the plan's)", false);
+    add_target("DST", "target directory (created; must be empty) (with --plan: default the plan's)", false);
     add_plan_options();
-    window_opt_ = add_window(app_, window_);
-    add_threads(app_, threads_);
-    report_opt_ = add_report(app_, report_path_);
+    add_window_option();
+    add_threads_option();
+    add_report_option();
     add_copy(app_, copy_);
     overspan_opt_ = add_overspan(app_, overspan_);
     format_opt_ = add_format(app_, format_);
     add_resume(app_, resume_, "conversion");
-    html_opt_ = add_html(app_, html_path_);
-    add_progress(app_, progress_);
+    add_html_option();
+    add_progress_option();
   }
 
   int run(CommandRun& state) override {
-    refuse_empty_paths({{report_opt_, &report_path_}, {html_opt_, &html_path_}, {plan_opt_, &plan_path_}});
-    state.window = window_;
-    state.threads = threads_;
-    state.source = src_;
-    state.target = dst_;
     ProgressLine progress(progress_, stderr);
-    if (plan_opt_->count() > 0) return run_planned_step(planned_step(progress), state);
-    // Where the reports go is checked before any work.
-    state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
-    if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
-    return run_convert({src_, dst_, window_, threads_, resume_, copy_, overspan_, format_, progress.callback()},
+    if (plan_opt_->count() > 0) {
+      note_run(state);  // the plan's outputs are checked against the plan's SRC and DST
+      return run_planned_step(planned_step(progress), state);
+    }
+    begin(state);
+    require_paths();
+    return run_convert({source_, target_, window_, threads_, resume_, copy_, overspan_, format_, progress.callback()},
                        state.outputs.report, state.outputs.html);
   }
 
@@ -123,8 +120,8 @@ class ConvertCommand final : public Subcommand {
     if (!shard_.empty()) step.selection = parse_shard_index(shard_);
     step.options = {plan_path_, std::nullopt, std::nullopt, threads_, copy_,
                     progress.callback(), std::nullopt, std::nullopt, std::nullopt};
-    if (!src_.empty()) step.options.source = src_;
-    if (!dst_.empty()) step.options.target = dst_;
+    if (!source_.empty()) step.options.source = source_;
+    if (!target_.empty()) step.options.target = target_;
     if (window_opt_->count() > 0) step.options.window = window_;
     if (overspan_opt_->count() > 0) step.options.over_span_choice = overspan_;
     if (format_opt_->count() > 0) step.options.format = format_;
@@ -133,16 +130,12 @@ class ConvertCommand final : public Subcommand {
     return step;
   }
 
-  std::string src_, dst_, report_path_, html_path_, plan_path_, shard_, shards_;
+  std::string plan_path_, shard_, shards_;
   CopyMode copy_ = CopyMode::Auto;
   OverSpanChoice overspan_ = OverSpanChoice::Fail;
   TargetFormat format_ = TargetFormat::CompressedTensors;
-  ProgressMode progress_ = ProgressMode::Auto;
-  Window window_ = windows().front().window;
-  unsigned threads_ = all_cores();
   bool resume_ = false, finalize_ = false;
-  CLI::Option *plan_opt_ = nullptr, *window_opt_ = nullptr, *report_opt_ = nullptr, *overspan_opt_ = nullptr,
-              *html_opt_ = nullptr, *format_opt_ = nullptr;
+  CLI::Option *plan_opt_ = nullptr, *overspan_opt_ = nullptr, *format_opt_ = nullptr;
 };
 
 }  // namespace

@@ -66,14 +66,13 @@ class DemoCommand final : public Subcommand {
   explicit DemoCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Demo, "write a small K3-shaped MXFP4 checkpoint, convert it, verify it") {
     app_->add_option("DIR", dir_, "working directory (default: ./mx2nv-demo)");
-    add_threads(app_, threads_);
+    add_threads_option();
   }
 
   int run(CommandRun&) override { return run_demo(dir_, threads_); }
 
  private:
   std::string dir_ = "mx2nv-demo";
-  unsigned threads_ = all_cores();
 };
 
 }  // namespace

@@ -94,7 +94,7 @@ class GateCommand final : public Subcommand {
         ->type_name("N")
         ->check(CLI::Range(1u, 1024u).description(""));
     add_choice_or_every(app_, "--dtype", dtype_, kEveryDtype, "activation dtype");
-    add_threads(app_, threads_);
+    add_threads_option();
     app_->add_flag("--json", json_, "print JSON instead of a summary");
     app_->add_flag("--quick", options_.quick,
                    "read only config, headers and globals, not the block scales: their rules are not checked "
@@ -129,7 +129,7 @@ class GateCommand final : public Subcommand {
  private:
   GateOptions options_;
   std::optional<ActivationDtype> dtype_;  // nullopt: both
-  unsigned threads_ = all_cores(), ask_timeout_ = 120;
+  unsigned ask_timeout_ = 120;
   bool json_ = false;
   CLI::Option* python_ = nullptr;
   CLI::Option* timeout_ = nullptr;

@@ -6,7 +6,7 @@
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
 #include "common/printable.hpp"
-#include "gate/rules.hpp"
+#include "gate/gate.hpp"
 #include "inspect/inspect.hpp"
 
 #include <CLI/CLI.hpp>
@@ -97,29 +97,20 @@ class InspectCommand final : public Subcommand {
  public:
   explicit InspectCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Inspect, "dry run: spans, predicted outcome under both windows, sizes") {
-    app_->add_option("SRC", src_, "source checkpoint directory")->required();
-    add_window(app_, window_);
-    add_threads(app_, threads_);
+    add_source("source checkpoint directory", true);
+    add_window_option();
+    add_threads_option();
     app_->add_flag("--json", json_, "print JSON instead of a summary");
-    html_opt_ = add_html(app_, html_path_);
+    add_html_option();
   }
 
   int run(CommandRun& state) override {
-    refuse_empty_paths({{html_opt_, &html_path_}});
-    state.window = window_;
-    state.threads = threads_;
-    state.source = src_;
-    // Where the page goes is checked before any work.
-    state.outputs = check_command_outputs(std::nullopt, path_if_given(html_path_), {src_});
-    return run_inspect(src_, window_, json_, threads_, state.outputs.html);
+    begin(state);
+    return run_inspect(source_, window_, json_, threads_, state.outputs.html);
   }
 
  private:
-  std::string src_, html_path_;
-  Window window_ = windows().front().window;
-  unsigned threads_ = all_cores();
   bool json_ = false;
-  CLI::Option* html_opt_ = nullptr;
 };
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "cli/summary.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
-#include "verify/merge.hpp"
+#include "verify/verify.hpp"
 
 #include <fmt/core.h>
 

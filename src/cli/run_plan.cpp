@@ -7,7 +7,7 @@
 #include "cli/summary.hpp"
 #include "common/error.hpp"
 #include "common/printable.hpp"
-#include "convert/plan_command.hpp"
+#include "convert/convert.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -48,33 +48,27 @@ class PlanCommand final : public Subcommand {
   explicit PlanCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Plan,
                    "plan a conversion once for many processes or machines: refusals happen here") {
-    app_->add_option("SRC", src_, "source checkpoint directory")->required();
-    app_->add_option("DST", dst_, "target directory")->required();
-    plan_out_opt_ = app_->add_option("--plan-out", plan_out_, "write the plan here instead of DST/.mx2nv/plan.json");
+    add_source("source checkpoint directory", true);
+    add_target("DST", "target directory", true);
+    app_->add_option("--plan-out", plan_out_, "write the plan here instead of DST/.mx2nv/plan.json");
     overspan_opt_ = add_overspan(app_, overspan_);
-    window_opt_ = add_window(app_, window_);
+    add_window_option();
     add_format(app_, format_);
     app_->add_flag("--requantize", requantize_,
                    "plan mx2nv requantize instead of a conversion (LOSSY: every expert requantized from its decoded "
                    "values; the steps are the same)");
-    add_threads(app_, threads_);
-    report_opt_ = add_report(app_, report_path_);
+    add_threads_option();
+    add_report_option();
   }
 
   int run(CommandRun& state) override {
-    refuse_empty_paths({{report_opt_, &report_path_}, {plan_out_opt_, &plan_out_}});
-    state.window = window_;
-    state.threads = threads_;
-    state.source = src_;
-    state.target = dst_;
     std::vector<std::pair<fs::path, std::string>> inputs;  // files the report must not replace
     if (!plan_out_.empty()) inputs.emplace_back(plan_out_, "where --plan-out writes the plan");
-    // Where the report goes is checked before any work.
-    state.outputs = check_command_outputs(path_if_given(report_path_), std::nullopt, {src_, dst_}, inputs);
+    begin(state, inputs);
     PlanOptions o;
     if (!plan_out_.empty()) o.plan_out = plan_out_;
-    o.source = src_;
-    o.target = dst_;
+    o.source = source_;
+    o.target = target_;
     o.window = window_;
     o.threads = threads_;
     o.over_span_choice = overspan_;
@@ -87,13 +81,11 @@ class PlanCommand final : public Subcommand {
   }
 
  private:
-  std::string src_, dst_, plan_out_, report_path_;
+  std::string plan_out_;
   OverSpanChoice overspan_ = OverSpanChoice::Fail;
   TargetFormat format_ = TargetFormat::CompressedTensors;
-  Window window_ = windows().front().window;
-  unsigned threads_ = all_cores();
   bool requantize_ = false;
-  CLI::Option *plan_out_opt_ = nullptr, *report_opt_ = nullptr, *overspan_opt_ = nullptr, *window_opt_ = nullptr;
+  CLI::Option* overspan_opt_ = nullptr;
 };
 
 }  // namespace

@@ -44,31 +44,22 @@ class RequantizeCommand final : public Subcommand {
       : Subcommand(mx2nv, Command::Requantize,
                    "LOSSY companion: requantize every expert of SRC from its decoded values into an empty DST, "
                    "as compressed-tensors' NVFP4 quantization would; per-module error table in the report") {
-    app_->add_option("SRC", src_, "source checkpoint directory")->required();
-    app_->add_option("DST", dst_, "target directory (created; must be empty)")->required();
-    add_threads(app_, threads_);
-    report_opt_ = add_report(app_, report_path_);
+    add_source("source checkpoint directory", true);
+    add_target("DST", "target directory (created; must be empty)", true);
+    add_threads_option();
+    add_report_option();
     add_copy(app_, copy_);
     add_resume(app_, resume_, "requantization");
   }
 
   int run(CommandRun& state) override {
-    refuse_empty_paths({{report_opt_, &report_path_}});
-    state.threads = threads_;
-    state.source = src_;
-    state.target = dst_;
-    // Where the report goes is checked before any work.
-    state.outputs = check_command_outputs(path_if_given(report_path_), std::nullopt, {src_, dst_});
-    return run_requantize({src_, dst_, threads_, resume_, copy_},
-                          state.outputs.report);
+    begin(state);
+    return run_requantize({source_, target_, threads_, resume_, copy_}, state.outputs.report);
   }
 
  private:
-  std::string src_, dst_, report_path_;
   CopyMode copy_ = CopyMode::Auto;
-  unsigned threads_ = all_cores();
   bool resume_ = false;
-  CLI::Option* report_opt_ = nullptr;
 };
 
 }  // namespace

@@ -2,7 +2,7 @@
 // in parts (--shards I/N) that --merge joins (cli/run_merge.cpp).
 #include "cli/standard_output.hpp"
 #include "cli/progress_line.hpp"
-#include "plan/overspan.hpp"
+#include "plan/plan.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
 #include "cli/summary.hpp"
@@ -42,38 +42,32 @@ class VerifyCommand final : public Subcommand {
  public:
   explicit VerifyCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Verify, "prove every value of DST equals the value in SRC") {
-    app_->add_option("SRC", src_, "source checkpoint directory");
-    app_->add_option("DST", dst_, "converted checkpoint directory");
+    add_source("source checkpoint directory", false);
+    add_target("DST", "converted checkpoint directory", false);
     auto* shards = app_->add_option("--shards", shards_,
                                     "verify shards I, I+N, ... only (I/N) and write a partial report");
     app_->add_option("--merge", merge_parts_, "join the partial reports of verify --shards I/N into one")
         ->excludes(shards)
         ->expected(1, -1);
     window_opt_ = add_window(app_, window_)->default_str("the one DST records, else marlin");
-    add_threads(app_, threads_);
-    report_opt_ = add_report(app_, report_path_);
-    html_opt_ = add_html(app_, html_path_);
-    add_progress(app_, progress_);
+    add_threads_option();
+    add_report_option();
+    add_html_option();
+    add_progress_option();
   }
 
   int run(CommandRun& state) override {
-    refuse_empty_paths({{report_opt_, &report_path_}, {html_opt_, &html_path_}});
     if (!merge_parts_.empty()) return merge();
-    if (!dst_.empty()) choose_window();
-    state.window = window_;
-    state.threads = threads_;
-    state.source = src_;
-    state.target = dst_;
+    if (!target_.empty()) choose_window();
     ProgressLine progress(progress_, stderr);
-    // Where the reports go is checked before any work.
-    state.outputs = check_command_outputs(path_if_given(report_path_), path_if_given(html_path_), {src_, dst_});
-    if (src_.empty() || dst_.empty()) fail(ErrorKind::Usage, "SRC and DST are required");
+    begin(state);
+    require_paths();
     std::optional<ShardSelection> selection;
     if (!shards_.empty()) {
       selection = parse_shard_selection(shards_);
       state.shard_subset = fmt::format("{}/{}", selection->index, selection->stride);
     }
-    return run_verify({src_, dst_, window_, threads_, selection, progress.callback()}, state.outputs.report,
+    return run_verify({source_, target_, window_, threads_, selection, progress.callback()}, state.outputs.report,
                       state.outputs.html);
   }
 
@@ -81,7 +75,7 @@ class VerifyCommand final : public Subcommand {
   // SRC, DST, window and how they were verified come from the parts; an
   // option that could only be ignored is refused.
   int merge() const {
-    if (!src_.empty() || !dst_.empty()) {
+    if (!source_.empty() || !target_.empty()) {
       fail(ErrorKind::Usage, "verify --merge takes SRC and DST from the parts: give SRC DST or --merge, not both");
     }
     for (const char* option : {"--window", "--threads", "--html", "--progress"}) {
@@ -99,7 +93,7 @@ class VerifyCommand final : public Subcommand {
   void choose_window() {
     std::optional<std::string> recorded;
     try {
-      if (const auto finished = Destination::finished_record(dst_)) recorded = finished->window;
+      if (const auto finished = Destination::finished_record(target_)) recorded = finished->window;
     } catch (...) {  // unreadable: verify itself says what is wrong with DST
     }
     const std::string mode = recorded.value_or("");
@@ -117,12 +111,8 @@ class VerifyCommand final : public Subcommand {
     }
   }
 
-  std::string src_, dst_, shards_, report_path_, html_path_;
-  ProgressMode progress_ = ProgressMode::Auto;
+  std::string shards_;
   std::vector<std::string> merge_parts_;
-  Window window_ = windows().front().window;
-  unsigned threads_ = all_cores();
-  CLI::Option *report_opt_ = nullptr, *html_opt_ = nullptr, *window_opt_ = nullptr;
 };
 
 }  // namespace

@@ -121,12 +121,6 @@ CLI::Option* add_resume(CLI::App* sub, bool& resume, const std::string& run) {
                        "or another conversion (other options, another SRC or mx2nv) is refused");
 }
 
-void refuse_empty_paths(std::initializer_list<std::pair<const CLI::Option*, const std::string*>> paths) {
-  for (const auto& [option, value] : paths) {
-    if (option->count() > 0 && value->empty()) fail(ErrorKind::Usage, "{}: empty path", option->get_name());
-  }
-}
-
 std::optional<fs::path> path_if_given(const std::string& path) {
   return path.empty() ? std::nullopt : std::optional<fs::path>(path);
 }

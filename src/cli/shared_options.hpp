@@ -3,11 +3,9 @@
 #pragma once
 
 #include "common/choice.hpp"
-#include "numerics/window.hpp"
 #include "cli/progress_line.hpp"
 #include "plan/plan.hpp"
-#include "sys/copy_engine.hpp"
-#include "sys/file.hpp"
+#include "convert/convert.hpp"
 
 #include <functional>
 #include <initializer_list>
@@ -82,9 +80,6 @@ CLI::Option* add_format(CLI::App* sub, TargetFormat& format);
 // --resume; `run` names what is continued ("conversion", "requantization").
 CLI::Option* add_resume(CLI::App* sub, bool& resume, const std::string& run);
 
-// An option given an empty path is a usage error, never "not given"; the
-// options are checked in the order listed.
-void refuse_empty_paths(std::initializer_list<std::pair<const CLI::Option*, const std::string*>> paths);
 // A path option's value; none when it was not given.
 std::optional<fs::path> path_if_given(const std::string& path);
 

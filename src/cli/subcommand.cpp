@@ -36,6 +36,37 @@ Subcommand::Subcommand(CLI::App& mx2nv, Command command, const std::string& desc
 
 bool Subcommand::chosen() const { return app_->parsed(); }
 
+void Subcommand::add_source(const std::string& help, bool required) {
+  CLI::Option* o = app_->add_option("SRC", source_, help);
+  if (required) o->required();
+}
+
+void Subcommand::add_target(const std::string& name, const std::string& help, bool required) {
+  target_name_ = name;
+  CLI::Option* o = app_->add_option(name, target_, help);
+  if (required) o->required();
+}
+
+void Subcommand::add_html_option(const std::string& help) { html_opt_ = app_->add_option("--html", html_path_, help); }
+
+void Subcommand::note_run(CommandRun& state) const {
+  state.window = window_;
+  state.threads = threads_;
+  state.source = source_;
+  state.target = target_;
+}
+
+void Subcommand::begin(CommandRun& state, const std::vector<std::pair<fs::path, std::string>>& inputs) {
+  note_run(state);
+  state.outputs = check_command_outputs(report_opt_ ? path_if_given(report_path_) : std::nullopt,
+                                        html_opt_ ? path_if_given(html_path_) : std::nullopt, {source_, target_},
+                                        inputs);
+}
+
+void Subcommand::require_paths() const {
+  if (source_.empty() || target_.empty()) fail(ErrorKind::Usage, "SRC and {} are required", target_name_);
+}
+
 void Subcommand::refuse_empty_values() const {
   for (const CLI::Option* option : app_->get_options()) {
     if (option->count() == 0 || option->get_type_size() == 0) continue;  // not given, or a flag

@@ -3,11 +3,11 @@
 // the command line names it; main knows the command once, as its Command.
 #pragma once
 
+#include "cli/progress_line.hpp"
+#include "cli/shared_options.hpp"
 #include "common/command.hpp"
 #include "convert/convert.hpp"
-#include "convert/planned.hpp"
-#include "plan/shard_selection.hpp"
-#include "output/report_file.hpp"
+#include "output/output.hpp"
 #include "verify/verify.hpp"
 
 #include <memory>
@@ -55,8 +55,35 @@ class Subcommand {
   // Registers the subcommand (named by command_name) on `mx2nv`.
   Subcommand(CLI::App& mx2nv, Command command, const std::string& description);
 
+  // The arguments several commands take, each registered by the add_*
+  // below with the same name, help and checks wherever it appears
+  // (cli/shared_options.hpp); a command registers those it takes.
+  void add_source(const std::string& help, bool required);
+  void add_target(const std::string& name, const std::string& help, bool required);
+  void add_window_option() { window_opt_ = add_window(app_, window_); }
+  void add_threads_option() { add_threads(app_, threads_); }
+  void add_report_option() { report_opt_ = add_report(app_, report_path_); }
+  void add_html_option() { html_opt_ = add_html(app_, html_path_); }
+  void add_html_option(const std::string& help);
+  void add_progress_option() { add_progress(app_, progress_); }
+
+  // The prologue of run(): `state` learns what this run was given (its error
+  // report names them: note_run), then where --report and --html go is
+  // checked against SRC and DST, and `inputs` (other files a report must not
+  // replace), before any work.
+  void begin(CommandRun& state, const std::vector<std::pair<fs::path, std::string>>& inputs = {});
+  void note_run(CommandRun& state) const;
+  // SRC and DST both given; a usage error naming them otherwise.
+  void require_paths() const;
+
   const Command command_;
   CLI::App* const app_;
+  std::string source_, target_, report_path_, html_path_;
+  std::string target_name_ = "DST";
+  Window window_ = windows().front().window;
+  unsigned threads_ = all_cores();
+  ProgressMode progress_ = ProgressMode::Auto;
+  CLI::Option *window_opt_ = nullptr, *report_opt_ = nullptr, *html_opt_ = nullptr;
 };
 
 // Each registers its subcommand; --help lists them in the order registered.

@@ -2,7 +2,7 @@
 
 #include "cli/standard_output.hpp"
 #include "common/printable.hpp"
-#include "html/html_report.hpp"
+#include "html/html.hpp"
 
 #include <fmt/core.h>
 

@@ -5,7 +5,7 @@
 #include "common/error.hpp"
 #include "inspect/inspect.hpp"
 #include "report/report.hpp"
-#include "output/report_file.hpp"
+#include "output/output.hpp"
 
 #include <cstdio>
 #include <optional>

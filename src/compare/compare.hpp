@@ -95,3 +95,6 @@ bool f32_is_power_of_two(std::uint32_t bits);
 float f32_from_bits(std::uint32_t bits);
 
 }  // namespace mx2nv
+
+// The rest of compare/'s face: the JSON document (after what it writes).
+#include "compare/compare_json.hpp"

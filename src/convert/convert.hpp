@@ -5,6 +5,8 @@
 #pragma once
 
 #include "common/progress.hpp"
+#include "convert/plan_command.hpp"  // the rest of convert/'s face: mx2nv plan
+#include "convert/planned.hpp"       // and the steps of a plan
 #include "numerics/formats.hpp"
 #include "plan/plan.hpp"
 #include "report/report.hpp"

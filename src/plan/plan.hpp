@@ -195,3 +195,7 @@ Plan make_plan(const ModuleSet& set, const std::vector<ModuleFacts>& facts, Wind
                const ActiveCounter& count_active, const HistogramReader& read_histogram = {});
 
 }  // namespace mx2nv
+
+// The rest of plan/'s face: the --overspan choice and conversion modes
+// (after the Plan they build on).
+#include "plan/overspan.hpp"

@@ -14,18 +14,14 @@
 #include "common/printable.hpp"
 #include "common/progress.hpp"
 #include "compare/compare.hpp"
-#include "compare/compare_json.hpp"
 #include "destination/destination.hpp"
 #include "convert/convert.hpp"
-#include "convert/plan_command.hpp"
-#include "convert/planned.hpp"
 #include "gate/gate.hpp"
-#include "html/compare_page.hpp"
-#include "html/html_report.hpp"
+#include "html/html.hpp"
 #include "inspect/inspect.hpp"
-#include "plan/overspan.hpp"
+#include "plan/plan.hpp"
 #include "report/report.hpp"
-#include "output/report_file.hpp"
+#include "output/output.hpp"
 #include "card/card.hpp"
 #include "verify/verify.hpp"
 
@@ -171,6 +167,14 @@ CommandReturn written(const CommandOutputs& outputs, CommandReturn returned) {
   return returned;
 }
 
+// A finished command's report as the CLI answers it: its JSON, the page when
+// --html was given, both written to the outputs checked before the work.
+CommandReturn report_return(const CommandOutputs& outputs, const Report& r, bool page_wanted, unsigned threads) {
+  std::optional<std::string> page;
+  if (page_wanted) page = render_html_for(r, nullptr, threads);
+  return written(outputs, {r.exit_code(), report_json_text(r), page});
+}
+
 // The report the CLI writes for a failed command (report/report.hpp
 // failed_report), with the error's exit code, written to the output files if
 // they were checked already. Called inside a catch.
@@ -187,55 +191,70 @@ CommandReturn error_return(Command command, Window window, const fs::path& src, 
   }
 }
 
-CommandReturn convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
-                      bool resume, const std::string& copy, const std::string& overspan, const std::string& format,
-                      const nb::object& callback, const std::optional<std::string>& report,
-                      const std::optional<std::string>& html) {
+// The answer of a failed command that has no report (gate, card):
+// {"result": "error", "error": message}. Called inside a catch.
+CommandReturn error_object() {
+  const Error e = current_exception_as_error();
+  return {exit_code(e.kind()), dump_json(nlohmann::json{{"result", "error"}, {"error", json_text(e.what())}}),
+          std::nullopt};
+}
+
+// Every function below is one call of this: `work(progress)` runs off the
+// Python thread (run_released), posting progress for `callback` (None: no
+// progress), and answers; any failure is answered by `failed()`, called
+// inside the catch.
+template <class Work, class Failed>
+CommandReturn call(const nb::object& callback, Work work, Failed failed) {
   ProgressMailbox mailbox;
-  ConvertOptions o{src, dst, Window::Marlin, threads, resume};
-  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
+  ProgressCallback progress;
+  if (!callback.is_none()) progress = [&mailbox](const Progress& p) { mailbox.post(p); };
   return run_released(
       [&]() -> CommandReturn {
-        CommandOutputs outputs;
         try {
-          outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
-          o.window = choice_arg<Window>("window", window);
-          o.copy = choice_arg<CopyMode>("copy", copy);
-          o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
-          o.format = choice_arg<TargetFormat>("format", format);
-          const Report r = convert_checkpoint(o);
-          std::optional<std::string> page;
-          if (html) page = render_html_for(r, nullptr, threads);
-          return written(outputs, {r.exit_code(), report_json_text(r), page});
+          return work(progress);
         } catch (...) {
-          return error_return(Command::Convert, o.window, o.source, o.target, outputs, threads);
+          return failed();
         }
       },
       callback, mailbox);
 }
 
+CommandReturn convert(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
+                      bool resume, const std::string& copy, const std::string& overspan, const std::string& format,
+                      const nb::object& callback, const std::optional<std::string>& report,
+                      const std::optional<std::string>& html) {
+  ConvertOptions o{src, dst, Window::Marlin, threads, resume};
+  CommandOutputs outputs;
+  return call(
+      callback,
+      [&](const ProgressCallback& progress) {
+        o.progress = progress;
+        outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
+        o.window = choice_arg<Window>("window", window);
+        o.copy = choice_arg<CopyMode>("copy", copy);
+        o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
+        o.format = choice_arg<TargetFormat>("format", format);
+        return report_return(outputs, convert_checkpoint(o), html.has_value(), threads);
+      },
+      [&] { return error_return(Command::Convert, o.window, o.source, o.target, outputs, threads); });
+}
+
 CommandReturn verify(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
                      const nb::object& callback, const std::optional<std::string>& report,
                      const std::optional<std::string>& html) {
-  ProgressMailbox mailbox;
   VerifyOptions o{src, dst, Window::Marlin, threads, std::nullopt};
-  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
-  return run_released(
-      [&]() -> CommandReturn {
-        CommandOutputs outputs;
-        try {
-          outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
-          // No window given: the one DST records (as the CLI's verify), else marlin.
-          o.window = window.empty() ? Destination::recorded_window(o.target).value_or(Window::Marlin) : choice_arg<Window>("window", window);
-          const Report r = verify_checkpoint(o);
-          std::optional<std::string> page;
-          if (html) page = render_html_for(r, nullptr, threads);
-          return written(outputs, {r.exit_code(), report_json_text(r), page});
-        } catch (...) {
-          return error_return(Command::Verify, o.window, o.source, o.target, outputs, threads);
-        }
+  CommandOutputs outputs;
+  return call(
+      callback,
+      [&](const ProgressCallback& progress) {
+        o.progress = progress;
+        outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.target});
+        // No window given: the one DST records (as the CLI's verify), else marlin.
+        o.window = window.empty() ? Destination::recorded_window(o.target).value_or(Window::Marlin)
+                                  : choice_arg<Window>("window", window);
+        return report_return(outputs, verify_checkpoint(o), html.has_value(), threads);
       },
-      callback, mailbox);
+      [&] { return error_return(Command::Verify, o.window, o.source, o.target, outputs, threads); });
 }
 
 // compare SRC OTHER: its JSON document; exit 0 or 1 is a result, not an
@@ -243,74 +262,62 @@ CommandReturn verify(const std::string& src, const std::string& dst, const std::
 CommandReturn compare(const std::string& src, const std::string& other, unsigned threads, const std::string& modules,
                       const nb::object& callback, const std::optional<std::string>& report,
                       const std::optional<std::string>& html) {
-  ProgressMailbox mailbox;
   CompareOptions o{src, other, threads, modules};
-  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
-  return run_released(
-      [&]() -> CommandReturn {
-        CommandOutputs outputs;
-        try {
-          outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.other});
-          const CompareResult r = compare_checkpoints(o);
-          const std::string text = compare_json_text(r);
-          std::optional<std::string> page;
-          if (html) page = render_compare_html(r);
-          if (outputs.report) outputs.report->write(text);
-          if (outputs.html) outputs.html->write(*page);
-          return {r.exit_code(), text, page};
-        } catch (...) {
-          return error_return(Command::Compare, Window::Marlin, o.source, o.other, outputs, threads);
-        }
+  CommandOutputs outputs;
+  return call(
+      callback,
+      [&](const ProgressCallback& progress) -> CommandReturn {
+        o.progress = progress;
+        outputs = check_command_outputs(path_of(report), path_of(html), {o.source, o.other});
+        const CompareResult r = compare_checkpoints(o);
+        const std::string text = compare_json_text(r);
+        std::optional<std::string> page;
+        if (html) page = render_compare_html(r);
+        if (outputs.report) outputs.report->write(text);
+        if (outputs.html) outputs.html->write(*page);
+        return {r.exit_code(), text, page};
       },
-      callback, mailbox);
+      [&] { return error_return(Command::Compare, Window::Marlin, o.source, o.other, outputs, threads); });
 }
 
 CommandReturn inspect(const std::string& src, const std::string& window, unsigned threads,
                       const std::optional<std::string>& html) {
-  ProgressMailbox mailbox;
   Window w = Window::Marlin;
-  return run_released(
-      [&]() -> CommandReturn {
-        CommandOutputs outputs;
-        try {
-          outputs = check_command_outputs(std::nullopt, path_of(html), {fs::path(src)});
-          w = choice_arg<Window>("window", window);
-          const Inspection in = inspect_checkpoint(src, w, threads);
-          std::optional<std::string> page;
-          if (html) page = render_html_for(in.report, &in, threads);
-          CommandReturn returned{in.report.exit_code(), dump_json(inspection_to_json(in)), page};
-          if (outputs.html) outputs.html->write(*page);
-          return returned;
-        } catch (...) {
-          return error_return(Command::Inspect, w, src, {}, outputs, threads);
-        }
+  CommandOutputs outputs;
+  return call(
+      nb::none(),
+      [&](const ProgressCallback&) -> CommandReturn {
+        outputs = check_command_outputs(std::nullopt, path_of(html), {fs::path(src)});
+        w = choice_arg<Window>("window", window);
+        const Inspection in = inspect_checkpoint(src, w, threads);
+        std::optional<std::string> page;
+        if (html) page = render_html_for(in.report, &in, threads);
+        CommandReturn returned{in.report.exit_code(), dump_json(inspection_to_json(in)), page};
+        if (outputs.html) outputs.html->write(*page);
+        return returned;
       },
-      nb::none(), mailbox);
+      [&] { return error_return(Command::Inspect, w, src, {}, outputs, threads); });
 }
 
 // mx2nv plan: (exit code, report JSON, the plan file written or None).
 CommandReturn plan(const std::string& src, const std::string& dst, const std::string& window, unsigned threads,
                    const std::optional<std::string>& plan_out, const std::string& overspan,
                    const std::string& format) {
-  ProgressMailbox mailbox;
   PlanOptions o{src, dst, Window::Marlin, threads, std::nullopt};
   if (plan_out) o.plan_out = *plan_out;
-  return run_released(
-      [&]() -> CommandReturn {
-        try {
-          o.window = choice_arg<Window>("window", window);
-          o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
-          o.format = choice_arg<TargetFormat>("format", format);
-          fs::path written_to;
-          const Report r = plan_checkpoint(o, written_to);
-          std::optional<std::string> plan_path;
-          if (!written_to.empty()) plan_path = written_to.string();
-          return {r.exit_code(), report_json_text(r), plan_path};
-        } catch (...) {
-          return error_return(Command::Plan, o.window, o.source, o.target, {}, threads);
-        }
+  return call(
+      nb::none(),
+      [&](const ProgressCallback&) -> CommandReturn {
+        o.window = choice_arg<Window>("window", window);
+        o.over_span_choice = choice_arg<OverSpanChoice>("overspan", overspan);
+        o.format = choice_arg<TargetFormat>("format", format);
+        fs::path written_to;
+        const Report r = plan_checkpoint(o, written_to);
+        std::optional<std::string> plan_path;
+        if (!written_to.empty()) plan_path = written_to.string();
+        return {r.exit_code(), report_json_text(r), plan_path};
       },
-      nb::none(), mailbox);
+      [&] { return error_return(Command::Plan, o.window, o.source, o.target, {}, threads); });
 }
 
 PlannedOptions planned_options(const std::string& plan_path, const std::optional<std::string>& src,
@@ -348,141 +355,118 @@ CommandReturn convert_shards(const std::string& plan_path, const std::string& se
                              const std::optional<std::string>& src, const std::optional<std::string>& dst,
                              unsigned threads, const std::string& copy, const nb::object& callback,
                              const std::optional<std::string>& report) {
-  ProgressMailbox mailbox;
   PlannedOptions o = planned_options(plan_path, src, dst, threads);
-  if (!callback.is_none()) o.progress = [&mailbox](const Progress& p) { mailbox.post(p); };
-  return run_released(
-      [&]() -> CommandReturn {
-        PlannedPaths paths{o.plan, o.source, o.target};
-        CommandOutputs outputs;
-        try {
-          o.copy = choice_arg<CopyMode>("copy", copy);
-          const ShardSelection which = selection.find('/') == std::string::npos ? parse_shard_index(selection)
-                                                                                 : parse_shard_selection(selection);
-          outputs = planned_outputs(o, report, std::nullopt, paths);
-          const Report r = convert_planned_shards(o, which);
-          return written(outputs, {r.exit_code(), report_json_text(r), std::nullopt});
-        } catch (...) {
-          return planned_error(o, paths, outputs);
-        }
+  PlannedPaths paths{o.plan, o.source, o.target};
+  CommandOutputs outputs;
+  return call(
+      callback,
+      [&](const ProgressCallback& progress) {
+        o.progress = progress;
+        o.copy = choice_arg<CopyMode>("copy", copy);
+        const ShardSelection which = selection.find('/') == std::string::npos ? parse_shard_index(selection)
+                                                                               : parse_shard_selection(selection);
+        outputs = planned_outputs(o, report, std::nullopt, paths);
+        return report_return(outputs, convert_planned_shards(o, which), false, threads);
       },
-      callback, mailbox);
+      [&] { return planned_error(o, paths, outputs); });
 }
 
 // convert --plan P --finalize: (exit code, report JSON, HTML page or None).
 CommandReturn finalize(const std::string& plan_path, const std::optional<std::string>& src,
                        const std::optional<std::string>& dst, unsigned threads, const std::string& copy,
                        const std::optional<std::string>& report, const std::optional<std::string>& html) {
-  ProgressMailbox mailbox;
   PlannedOptions o = planned_options(plan_path, src, dst, threads);
-  return run_released(
-      [&]() -> CommandReturn {
-        PlannedPaths paths{o.plan, o.source, o.target};
-        CommandOutputs outputs;
-        try {
-          o.copy = choice_arg<CopyMode>("copy", copy);
-          outputs = planned_outputs(o, report, html, paths);
-          const Report r = finalize_planned(o);
-          std::optional<std::string> page;
-          if (html) page = render_html_for(r, nullptr, threads);
-          return written(outputs, {r.exit_code(), report_json_text(r), page});
-        } catch (...) {
-          return planned_error(o, paths, outputs);
-        }
+  PlannedPaths paths{o.plan, o.source, o.target};
+  CommandOutputs outputs;
+  return call(
+      nb::none(),
+      [&](const ProgressCallback&) {
+        o.copy = choice_arg<CopyMode>("copy", copy);
+        outputs = planned_outputs(o, report, html, paths);
+        return report_return(outputs, finalize_planned(o), html.has_value(), threads);
       },
-      nb::none(), mailbox);
+      [&] { return planned_error(o, paths, outputs); });
 }
 
-// mx2nv gate: (exit code, gate JSON, None); a failure: (its exit code,
-// {"result": "error", "error": message}, None). python: the interpreter to
-// ask the runtimes in, None not to ask.
+// mx2nv gate: (exit code, gate JSON, None); a failure: error_object().
+// python: the interpreter to ask the runtimes in, None not to ask.
 CommandReturn gate(const std::string& checkpoint, const std::string& runtime, unsigned tp, unsigned ep,
                    const std::string& dtype, unsigned threads, const std::optional<std::string>& python,
                    unsigned ask_timeout, bool quick) {
-  ProgressMailbox mailbox;
-  return run_released(
-      [&]() -> CommandReturn {
-        try {
-          const auto runtime_choice = choice_or_every_arg<Runtime>("runtime", runtime, kEveryRuntime);
-          const auto dtype_choice = choice_or_every_arg<ActivationDtype>("dtype", dtype, kEveryDtype);
-          if (tp < 1 || tp > 1024) fail(ErrorKind::Usage, "tp must be in [1, 1024], got {}", tp);
-          if (ep < 1 || ep > 1024) fail(ErrorKind::Usage, "ep must be in [1, 1024], got {}", ep);
-          if (ask_timeout < 1 || ask_timeout > 3600) fail(ErrorKind::Usage, "ask_timeout must be in [1, 3600] s");
-          GateOptions o;
-          o.checkpoint = checkpoint;
-          o.runtime = runtime_choice;
-          o.tp = tp;
-          o.ep = ep;
-          o.threads = threads;
-          o.quick = quick;
-          if (dtype_choice) o.dtypes = {*dtype_choice};
-          o.ask.when = python ? AskRuntimes::Auto : AskRuntimes::Never;
-          if (python) o.ask.python = *python;
-          o.ask.timeout = std::chrono::seconds(ask_timeout);
-          const GateResult r = run_gate(o);
-          return {r.exit_code(), dump_json(gate_to_json(r)), std::nullopt};
-        } catch (...) {
-          const Error e = current_exception_as_error();
-          return {exit_code(e.kind()), dump_json(nlohmann::json{{"result", "error"}, {"error", json_text(e.what())}}),
-                  std::nullopt};
-        }
+  return call(
+      nb::none(),
+      [&](const ProgressCallback&) -> CommandReturn {
+        const auto runtime_choice = choice_or_every_arg<Runtime>("runtime", runtime, kEveryRuntime);
+        const auto dtype_choice = choice_or_every_arg<ActivationDtype>("dtype", dtype, kEveryDtype);
+        if (tp < 1 || tp > 1024) fail(ErrorKind::Usage, "tp must be in [1, 1024], got {}", tp);
+        if (ep < 1 || ep > 1024) fail(ErrorKind::Usage, "ep must be in [1, 1024], got {}", ep);
+        if (ask_timeout < 1 || ask_timeout > 3600) fail(ErrorKind::Usage, "ask_timeout must be in [1, 3600] s");
+        GateOptions o;
+        o.checkpoint = checkpoint;
+        o.runtime = runtime_choice;
+        o.tp = tp;
+        o.ep = ep;
+        o.threads = threads;
+        o.quick = quick;
+        if (dtype_choice) o.dtypes = {*dtype_choice};
+        o.ask.when = python ? AskRuntimes::Auto : AskRuntimes::Never;
+        if (python) o.ask.python = *python;
+        o.ask.timeout = std::chrono::seconds(ask_timeout);
+        const GateResult r = run_gate(o);
+        return {r.exit_code(), dump_json(gate_to_json(r)), std::nullopt};
       },
-      nb::none(), mailbox);
+      error_object);
 }
 
-// mx2nv card: (exit code, {card's result} or {result: error, error}, None).
+// card's result as the Python package reads it (python/mx2nv/_card.py).
+nlohmann::json card_to_json(const CardResult& r) {
+  nlohmann::json fm = nlohmann::json::array();
+  for (const auto& [k, v] : r.front_matter) {
+    const bool list = std::find(r.list_keys.begin(), r.list_keys.end(), k) != r.list_keys.end();
+    fm.push_back({k, list ? nlohmann::json(v) : nlohmann::json(v.front())});
+  }
+  return {{"result", "ok"},
+          {"path", json_text(r.path.string())},
+          {"source_card", r.source_card ? nlohmann::json("README.source.md") : nlohmann::json()},
+          {"sha256", r.sha256},
+          {"text", r.text},
+          {"front_matter", fm},
+          {"inherited", r.inherited},
+          {"dropped", r.dropped},
+          {"not_inherited", r.not_inherited},
+          {"source_card_problem",
+           r.source_card_problem.empty() ? nlohmann::json() : nlohmann::json(r.source_card_problem)},
+          {"warnings", r.warnings}};
+}
+
+// mx2nv card: (exit code, card_to_json or error_object(), None).
 // `report_text` set: the report given as JSON (a Report object), `report`
 // only naming its kind.
 CommandReturn card(const std::string& src, const std::string& dst, const std::string& kind, const std::string& report,
                    const std::optional<std::string>& report_text, const std::optional<std::string>& base_model,
                    const std::optional<std::string>& companion, unsigned tp, const std::optional<std::string>& repo_id,
                    const std::optional<std::string>& gpu_check, unsigned threads) {
-  ProgressMailbox mailbox;
-  return run_released(
-      [&]() -> CommandReturn {
-        try {
-          CardOptions o;
-          o.source = src;
-          o.target = dst;
-          if (kind == "verify") {
-            o.verify_report = report;
-          } else {
-            o.requantize_report = report;
-          }
-          o.report_text = report_text;
-          o.base_model = base_model;
-          o.companion = companion;
-          o.tp = tp;
-          o.repo_id = repo_id;
-          if (gpu_check) o.gpu_check = *gpu_check;
-          o.threads = threads;
-          const CardResult r = run_card(o);
-          nlohmann::json fm = nlohmann::json::array();
-          for (const auto& [k, v] : r.front_matter) {
-            const bool list = std::find(r.list_keys.begin(), r.list_keys.end(), k) != r.list_keys.end();
-            fm.push_back({k, list ? nlohmann::json(v) : nlohmann::json(v.front())});
-          }
-          const nlohmann::json out = {{"result", "ok"},
-                                      {"path", json_text(r.path.string())},
-                                      {"source_card", r.source_card ? nlohmann::json("README.source.md") : nlohmann::json()},
-                                      {"sha256", r.sha256},
-                                      {"text", r.text},
-                                      {"front_matter", fm},
-                                      {"inherited", r.inherited},
-                                      {"dropped", r.dropped},
-                                      {"not_inherited", r.not_inherited},
-                                      {"source_card_problem", r.source_card_problem.empty()
-                                                                  ? nlohmann::json()
-                                                                  : nlohmann::json(r.source_card_problem)},
-                                      {"warnings", r.warnings}};
-          return {0, dump_json(out), std::nullopt};
-        } catch (...) {
-          const Error e = current_exception_as_error();
-          return {exit_code(e.kind()), dump_json(nlohmann::json{{"result", "error"}, {"error", json_text(e.what())}}),
-                  std::nullopt};
+  return call(
+      nb::none(),
+      [&](const ProgressCallback&) -> CommandReturn {
+        CardOptions o;
+        o.source = src;
+        o.target = dst;
+        if (kind == "verify") {
+          o.verify_report = report;
+        } else {
+          o.requantize_report = report;
         }
+        o.report_text = report_text;
+        o.base_model = base_model;
+        o.companion = companion;
+        o.tp = tp;
+        o.repo_id = repo_id;
+        if (gpu_check) o.gpu_check = *gpu_check;
+        o.threads = threads;
+        return {0, dump_json(card_to_json(run_card(o))), std::nullopt};
       },
-      nb::none(), mailbox);
+      error_object);
 }
 
 }  // namespace

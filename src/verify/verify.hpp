@@ -7,6 +7,7 @@
 #pragma once
 
 #include "common/progress.hpp"
+#include "verify/merge.hpp"  // the rest of verify/'s face: verify --merge
 #include "numerics/formats.hpp"
 #include "plan/shard_selection.hpp"
 #include "report/report.hpp"

@@ -1,0 +1,2 @@
+// Not plan/'s face: a front end must not include it.
+#pragma once

@@ -1,0 +1,2 @@
+// A library folder of the face-rule fixture.
+#pragma once
