@@ -88,6 +88,17 @@ def warm(path: Path) -> None:
                     pass
 
 
+def warm_tree(path: Path) -> None:
+    warm(path)  # for functions whose own `warm` names a table
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
 def settle() -> None:
     # Flush the previous run's dirty pages so they are not charged to the next one.
     subprocess.run(["sync"], check=True)
@@ -481,20 +492,45 @@ def block_device(path: Path) -> str | None:
     return link.resolve().name if link.exists() else None
 
 
-def disk_reads(device: str | None) -> tuple[int, int]:
-    """Read requests completed and bytes read so far on `device` (/proc/diskstats)."""
+def disk_io(device: str | None) -> tuple[int, int, int, int]:
+    """Read requests completed, bytes read, write requests completed and bytes
+    written so far on `device` (/proc/diskstats)."""
     if device:
         for line in Path("/proc/diskstats").read_text().splitlines():
             f = line.split()
-            if len(f) > 5 and f[2] == device:
-                return int(f[3]), int(f[5]) * 512
-    return 0, 0
+            if len(f) > 9 and f[2] == device:
+                return int(f[3]), int(f[5]) * 512, int(f[7]), int(f[9]) * 512
+    return 0, 0, 0, 0
+
+
+def disk_reads(device: str | None) -> tuple[int, int]:
+    """Read requests completed and bytes read so far on `device` (/proc/diskstats)."""
+    return disk_io(device)[:2]
+
+
+def io_table(disk: dict[str, list[tuple[int, int, int, int]]], size: int, of: str) -> None:
+    """Medians of what each run asked of the disk: requests, MB and MB a request, read and written."""
+    print(f"| command | read requests | MB read | MB a read | read / {of} | write requests | MB written | "
+          f"MB a write | written / {of} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, samples in disk.items():
+        if not samples:
+            continue
+        n, b, wn, wb = (statistics.median(s[i] for s in samples) for i in range(4))
+        print(f"| {label} | {n:.0f} | {b / 1e6:.0f} | {b / max(n, 1) / 1e6:.2f} | {b / size:.3f} | {wn:.0f} | "
+              f"{wb / 1e6:.0f} | {wb / max(wn, 1) / 1e6:.2f} | {wb / size:.3f} |")
+
+
+def durable(cmd: list[str]) -> list[str]:
+    """`cmd` then `sync`, as one command: its time includes writing everything back."""
+    return ["sh", "-c", '"$@" > /dev/null && sync', "sh", *cmd]
 
 
 def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_mib: int) -> None:
-    """verify and compare against `cat` of both trees, each run from a dropped
-    page cache inside a memory cgroup of `cap_mib` MiB (smaller than the two
-    trees), so every byte comes from the disk and little stays cached."""
+    """verify and compare against `cat` of both trees, and convert against a
+    durable copy of SRC (`cp -r --reflink=never` + sync), each run from a
+    dropped page cache inside a memory cgroup of `cap_mib` MiB (smaller than
+    the two trees), so every byte comes from the disk and little stays cached."""
     if os.geteuid() != 0:
         print("cold: skipped (needs root to drop caches and make a memory cgroup)")
         return
@@ -509,54 +545,264 @@ def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_m
         subprocess.run([str(MX2NV), "convert", str(src), str(ref)], check=True, stdout=subprocess.DEVNULL)
     files = sorted(str(f) for tree in (src, ref) for f in tree.rglob("*") if f.is_file())
     size = sum(Path(f).stat().st_size for f in files)
-    rows = [("cat both trees", ["sh", "-c", 'cat "$@" > /dev/null', "sh", *files], (0,))]
-    for name, exe in ({"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})).items():
-        rows += [(f"{name} verify", [str(exe), "verify", str(src), str(ref)], (0,)),
-                 (f"{name} compare", [str(exe), "compare", str(src), str(ref)], (0,))]
-    # What each cold run asked of the disk: read requests and bytes, which
-    # show a read pattern's request sizes and any bytes read twice.
+    src_size = tree_bytes(src)
+    out = work / "cold-out"
+    # (label, command, exit codes, writes `out`)
+    rows = [("cat both trees", ["sh", "-c", 'cat "$@" > /dev/null', "sh", *files], (0,), False),
+            # The same bytes as SRC written durably: the physical limit of convert.
+            ("cp -r --reflink=never + sync", durable(["cp", "-r", "--reflink=never", str(src), str(out)]), (0,),
+             True)]
+    builds = {"mx2nv": MX2NV} | ({"baseline": baseline} if baseline else {})
+    for name, exe in builds.items():
+        rows += [(f"{name} verify", [str(exe), "verify", str(src), str(ref)], (0,), False),
+                 (f"{name} compare", [str(exe), "compare", str(src), str(ref)], (0,), False),
+                 # convert fsyncs every file itself; the trailing sync makes the row the copy's equal.
+                 (f"{name} convert + sync", durable([str(exe), "convert", str(src), str(out)]), (0,), True)]
+    # What each cold run asked of the disk: requests and bytes, read and
+    # written, which show a pattern's request sizes and any bytes read twice.
     device = block_device(src)
-    cold: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}
-    disk: dict[str, list[tuple[int, int]]] = {label: [] for label, _, _ in rows}
+    cold: dict[str, list[tuple[float, int, float]]] = {label: [] for label, *_ in rows}
+    disk: dict[str, list[tuple[int, int, int, int]]] = {label: [] for label, *_ in rows}
     for _ in range(reps):
-        for label, cmd, ok in rows:
+        for label, cmd, ok, writes in rows:
+            if writes:
+                shutil.rmtree(out, ignore_errors=True)
             drop_caches()
-            before = disk_reads(device)
+            before = disk_io(device)
             cold[label].append(run_capped(cmd, group, ok))
-            after = disk_reads(device)
-            disk[label].append((after[0] - before[0], after[1] - before[1]))
+            after = disk_io(device)
+            disk[label].append(tuple(a - b for a, b in zip(after, before)))
     # The same rows with everything cached and no cap: the warm case the
     # cold one must not cost.
     subprocess.run(rows[0][1], check=True)
-    warm: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _, _ in rows}
+    warm: dict[str, list[tuple[float, int, float]]] = {label: [] for label, *_ in rows}
     for _ in range(reps):
-        for label, cmd, ok in rows:
+        for label, cmd, ok, writes in rows:
+            if writes:
+                shutil.rmtree(out, ignore_errors=True)
+                settle()
+                warm_tree(src)
             warm[label].append(run_measured(cmd, ok))
-    print(f"\nBoth trees {size / 2**30:.2f} GiB (SRC {experts} experts of K3's shapes and its conversion); "
-          f"machine: {platform.machine()}, {os.cpu_count()} cores")
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"\nBoth trees {size / 2**30:.2f} GiB (SRC {experts} experts of K3's shapes, {src_size / 2**30:.2f} GiB, "
+          f"and its conversion); machine: {platform.machine()}, {os.cpu_count()} cores, {cpu_model()}")
+    print("x cat: min wall / cat's min; x cp: min wall / (cp -r --reflink=never + sync)'s min; "
+          "GB/s: both trees' bytes (SRC's for the writing rows) / min wall")
     for title, results in ((f"Cold cache, memory capped at {cap_mib} MiB", cold), ("Warm cache, no cap", warm)):
         print(f"\n{title}:")
-        print("| command | min s | median s | x cat | GB/s | CPU s | peak RSS MiB | n |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| command | min s | median s | x cat | x cp | GB/s | CPU s | peak RSS MiB | n |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         cat = min(w for w, _, _ in results["cat both trees"])
-        for label, samples in results.items():
+        cp = min(w for w, _, _ in results["cp -r --reflink=never + sync"])
+        for label, cmd, ok, writes in rows:
+            samples = results[label]
             walls = [w for w, _, _ in samples]
+            moved = src_size if writes else size
             print(f"| {label} | {min(walls):.2f} | {statistics.median(walls):.2f} | {min(walls) / cat:.2f} | "
-                  f"{size / min(walls) / 1e9:.2f} | {min(c for _, _, c in samples):.2f} | "
+                  f"{min(walls) / cp:.2f} | {moved / min(walls) / 1e9:.2f} | {min(c for _, _, c in samples):.2f} | "
                   f"{max(r for _, r, _ in samples)} | {len(walls)} |")
+        for name in builds:
+            lo = min(w for w, _, _ in results[f"{name} convert + sync"])
+            med = statistics.median(w for w, _, _ in results[f"{name} convert + sync"])
+            cp_med = statistics.median(w for w, _, _ in results["cp -r --reflink=never + sync"])
+            print(f"  {name}: convert / durable copy {lo / cp:.2f} (min), {med / cp_med:.2f} (median)")
     if device:
-        print(f"\nCold runs' reads from {device} (/proc/diskstats, medians; anything else reading meanwhile counts):")
-        print("| command | read requests | MB read | MB a request | read / both trees |")
-        print("|---|---:|---:|---:|---:|")
-        for label, samples in disk.items():
-            n = statistics.median(r for r, _ in samples)
-            b = statistics.median(b for _, b in samples)
-            print(f"| {label} | {n:.0f} | {b / 1e6:.0f} | {b / max(n, 1) / 1e6:.2f} | {b / size:.3f} |")
+        print(f"\nCold runs' disk requests on {device} (/proc/diskstats, medians; anything else using the disk "
+              f"meanwhile counts; per both trees, {size / 1e6:.0f} MB):")
+        io_table(disk, size, "both trees")
+
+
+# --- one real K3 MoE layer: real shapes, real size ---------------------------
+
+# Bytes of one K3 expert: w1 and w3 (packed [3072, 1792] and scales [3072, 112])
+# and w2 (packed [3584, 1536] and scales [3584, 96]), all U8.
+K3_EXPERT_BYTES = 2 * (3072 * 1792 + 3072 * 112) + (3584 * 1536 + 3584 * 96)
+K3_LAYER_OTHER_BYTES = 8 << 20  # a bound on the layer's other tensors and files (2.5 MB generated)
+
+
+def real_layer_need(experts: int) -> tuple[int, int]:
+    """SRC's estimated bytes and the free bytes the run needs on --work's file
+    system: SRC plus one output (convert writes ~1.06 x SRC) on it, then, with
+    that SRC removed, an XFS image (a sparse file) holding SRC and one
+    `cp --reflink=never` copy of it."""
+    src = experts * K3_EXPERT_BYTES + K3_LAYER_OTHER_BYTES
+    image = xfs_image_bytes(src)
+    return src, max(src + int(1.07 * src), image) + (1 << 30)
+
+
+def xfs_image_bytes(src: int) -> int:
+    return int(2.08 * src) + (1 << 30)
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def count_clones(cmd: list[str], log: Path) -> dict[str, tuple[int, float]]:
+    """Run `cmd` under strace (ioctl and copy_file_range calls, each timed; one
+    log per thread, so no call is split) and return, per call kind, the number
+    of calls and the seconds spent in them."""
+    subprocess.run(["strace", "-ff", "-T", "-qq", "-e", "trace=ioctl,copy_file_range", "-o", str(log), *cmd],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    calls: dict[str, tuple[int, float]] = {}
+    for part in sorted(log.parent.glob(log.name + ".*")):
+        for line in part.read_text(errors="replace").splitlines():
+            if "FICLONERANGE" in line:
+                kind = "FICLONERANGE"
+            elif line.startswith("copy_file_range("):
+                kind = "copy_file_range"
+            elif line.startswith("ioctl("):
+                kind = "other ioctl"
+            else:
+                continue
+            t = float(line.rsplit("<", 1)[1].rstrip(">")) if line.endswith(">") else 0.0
+            n, total = calls.get(kind, (0, 0.0))
+            calls[kind] = (n + 1, total + t)
+        part.unlink()
+    return calls
+
+
+def bench_real_layer(work: Path, reps: int, experts: int, shards: int, filesystems: list[str]) -> int:
+    """One Kimi K3 MoE layer at its real shapes and size (896 experts, ~15.7 GB),
+    from a cold page cache: mx2nv convert, verify and compare against cat,
+    `cp -r --reflink=never` and a durable cp (+ sync), on the file system of
+    --work (ext4 here) and on a loop-mounted XFS with reflinks, where the
+    FICLONERANGE calls convert makes are counted and timed (a separate run
+    under strace) and the disk space each output adds is measured. Everything
+    it creates is removed afterwards, also on Ctrl-C or an error."""
+    if os.geteuid() != 0:
+        print("real-layer: needs root (to drop caches and loop-mount XFS)", file=sys.stderr)
+        return 2
+    est, need = real_layer_need(experts)
+    have = free_bytes(work)
+    print(f"real-layer: {experts} experts of K3's shapes in {shards} shard(s): SRC ~{est / 1e9:.1f} GB; "
+          f"needs {need / 1e9:.1f} GB free under {work} (SRC and one output on it, then an XFS image of "
+          f"{xfs_image_bytes(est) / 1e9:.1f} GB holding SRC and one copy), has {have / 1e9:.1f} GB", flush=True)
+    if have < need:
+        print(f"real-layer: refused: {need / 1e9:.1f} GB free needed under {work}, {have / 1e9:.1f} GB free "
+              f"(try --real-layer-experts N for a smaller layer, or --work on a larger disk)", file=sys.stderr)
+        return 2
+    if "xfs" in filesystems and shutil.which("strace") is None:
+        print("real-layer: strace not installed: the XFS clone calls will not be counted")
+    base = work / "real-layer"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    mnt = base / "mnt-xfs"
+    results = []
+    try:
+        for fs in filesystems:
+            if fs == "xfs":
+                mounted = mount_image(base, "xfs", xfs_image_bytes(est))
+                if mounted is None:
+                    continue
+                root = mounted
+            else:
+                root = base / "on-work"
+                root.mkdir()
+                fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", str(root)], capture_output=True,
+                                    text=True).stdout.strip() or "work"
+            results.append(real_layer_rows(fs, root, reps, experts, shards))
+            if root == mnt:
+                shutil.rmtree(root / "src", ignore_errors=True)
+                subprocess.run(["umount", str(mnt)], check=True)
+                (base / "xfs.img").unlink()
+            else:
+                shutil.rmtree(root)
+    finally:
+        if mnt.is_mount():
+            if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(mnt)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+        print(f"real-layer: removed {base}", flush=True)
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, {cpu_model()}, {platform.platform()}")
+    for fs, size, gen_s, device, rows, added, clones, strace_wall in results:
+        print(f"\nOne K3 MoE layer on {fs}: SRC {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB), {experts} experts, "
+              f"{shards} shard(s) (generated in {gen_s:.0f} s); every row from dropped caches; '+ sync' rows "
+              f"include writing everything back")
+        print("| command | min s | median s | x cat | x cp + sync | GB/s of SRC | CPU s | peak RSS MiB | "
+              "disk added / SRC | n |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        walls = {label: [w for w, _, _ in s] for label, (s, _) in rows.items()}
+        cat = min(walls["cat SRC"])
+        cp = min(walls["cp -r --reflink=never + sync"])
+        for label, (samples, _) in rows.items():
+            w = walls[label]
+            add = f"{added[label] / size:.3f}" if label in added else ""
+            print(f"| {label} | {min(w):.2f} | {statistics.median(w):.2f} | {min(w) / cat:.2f} | {min(w) / cp:.2f} | "
+                  f"{size / min(w) / 1e9:.2f} | {min(c for _, _, c in samples):.2f} | "
+                  f"{max(r for _, r, _ in samples)} | {add} | {len(w)} |")
+        t = {label: min(w) for label, w in walls.items()}
+        print(f"ratios (min): convert+sync / cp+sync {t['mx2nv convert + sync'] / cp:.2f}; convert+sync / cp "
+              f"{t['mx2nv convert + sync'] / t['cp -r --reflink=never']:.2f}; verify / cat "
+              f"{t['mx2nv verify'] / cat:.2f}; compare / cat {t['mx2nv compare'] / cat:.2f}")
+        if device:
+            print(f"disk requests on {device} (/proc/diskstats, medians; anything else using the disk counts):")
+            io_table({label: d for label, (_, d) in rows.items()}, size, "SRC")
+        if clones is not None:
+            print(f"mx2nv convert under strace (a separate run, not timed above; {strace_wall:.1f} s with strace):")
+            for kind, (n, secs) in sorted(clones.items()):
+                print(f"  {kind}: {n} calls, {secs:.3f} s in them, {secs / max(n, 1) * 1e6:.0f} us a call")
+    return 0
+
+
+def real_layer_rows(fs: str, root: Path, reps: int, experts: int, shards: int):
+    """The rows of one file system: SRC generated under `root`, each command
+    from dropped caches, each output removed after its row."""
+    src, out = root / "src", root / "out"
+    start = time.perf_counter()
+    subprocess.run([str(MX2NV), "generate", str(src), "--layout", "k3", "--layers", "1", "--experts", str(experts),
+                    "--hidden", "3584", "--intermediate", "3072", "--shards", str(shards), "--span", "10",
+                    "--seed", "2026", "--extreme-zero-scales", "off"], check=True, stdout=subprocess.DEVNULL)
+    gen_s = time.perf_counter() - start
+    size = tree_bytes(src)
+    files = sorted(str(f) for f in src.rglob("*") if f.is_file())
+    device = block_device(src)
+    x = str(MX2NV)
+    # (label, command, writes `out`, keep `out` for the rows after it)
+    commands = [
+        ("cat SRC", ["sh", "-c", 'cat "$@" > /dev/null', "sh", *files], False, False),
+        ("cp -r --reflink=never", ["cp", "-r", "--reflink=never", str(src), str(out)], True, False),
+        ("cp -r --reflink=never + sync", durable(["cp", "-r", "--reflink=never", str(src), str(out)]), True, False),
+    ]
+    if root.name == "mnt-xfs":
+        commands.append(("cp -r (reflink auto) + sync", durable(["cp", "-r", str(src), str(out)]), True, False))
+    commands += [
+        ("mx2nv convert + sync", durable([x, "convert", str(src), str(out)]), True, True),
+        ("mx2nv verify", [x, "verify", str(src), str(out)], False, False),
+        ("mx2nv compare", [x, "compare", str(src), str(out)], False, False),
+    ]
+    rows = {label: ([], []) for label, *_ in commands}
+    added: dict[str, int] = {}
+    for _ in range(reps):
+        for label, cmd, writes, keep in commands:
+            if writes:
+                shutil.rmtree(out, ignore_errors=True)
+            before_used = used_bytes(root) if writes else 0
+            drop_caches()
+            before = disk_io(device)
+            rows[label][0].append(run_measured(cmd))
+            after = disk_io(device)
+            rows[label][1].append(tuple(a - b for a, b in zip(after, before)))
+            if writes:
+                added[label] = used_bytes(root) - before_used
+            if writes and not keep:
+                shutil.rmtree(out, ignore_errors=True)
+            print(f"  {fs}: {label}: {rows[label][0][-1][0]:.2f} s", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+    clones, strace_wall = None, 0.0
+    if root.name == "mnt-xfs" and shutil.which("strace"):
+        drop_caches()
+        start = time.perf_counter()
+        clones = count_clones([x, "convert", str(src), str(out)], root.parent / "strace.log")
+        strace_wall = time.perf_counter() - start
+        shutil.rmtree(out, ignore_errors=True)
+    return fs, size, gen_s, device, rows, added, clones, strace_wall
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, help="repetitions (5; 1 with --real-layer)")
     p.add_argument("--experts", type=int, default=60, help="60 experts of the real K3 shapes is ~1 GiB")
     p.add_argument("--work", type=Path, default=REPO / "build" / "bench")
     p.add_argument("--fs-images", default="xfs,btrfs,ext4",
@@ -567,8 +813,18 @@ def main() -> None:
     p.add_argument("--capped", action="store_true", help="peak RSS on inputs at the metadata caps (see above)")
     p.add_argument("--cold", action="store_true", help="verify and compare from a cold cache, memory capped (see above)")
     p.add_argument("--cold-cap-mib", type=int, default=384, help="with --cold: the memory cgroup's limit")
+    p.add_argument("--real-layer", action="store_true",
+                   help="one K3 MoE layer at its real size (~15.7 GB), cold, on ext4 and XFS (see above)")
+    p.add_argument("--real-layer-experts", type=int, default=896, help="with --real-layer: experts (K3: 896)")
+    p.add_argument("--real-layer-shards", type=int, default=2, help="with --real-layer: shard files")
+    p.add_argument("--real-layer-fs", default="work,xfs",
+                   help="with --real-layer: where (work: --work's file system; xfs: a loop-mounted image)")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.real_layer:
+        sys.exit(bench_real_layer(args.work, args.reps or 1, args.real_layer_experts, args.real_layer_shards,
+                                  [f for f in args.real_layer_fs.split(",") if f]))
+    args.reps = args.reps or 5
     if args.k3_structure:
         bench_k3_structure(args.work, args.reps, args.baseline)
         return
