@@ -140,29 +140,114 @@ double ErrorStats::cosine() const {
   return sum_dot / std::sqrt(sum_ref2 * sum_q2);
 }
 
-bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
-                      std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
-  float values[32];
-  if (!mxfp4_group_values_f32(packed, e8m0, values)) return false;
+namespace {
+
+// The block of an E8M0 byte and largest magnitude code under `global`: every
+// figure computed as the quantizer's steps compute it (file comment), from
+// the block's float32 values (mxfp4_value_f32).
+GroupRequantizer::Block make_block(std::uint8_t e8m0, std::uint8_t top, float global) {
+  GroupRequantizer::Block b;
+  const int k = e8m0_exponent(e8m0);
+  const auto amax = mxfp4_value_f32(top, k);  // the largest |value|: magnitudes grow with the code
+  if (!amax) return b;
+  b.finite = true;
+  const BlockScale scale = nvfp4_block_scale(*amax, global);
+  b.scale = scale.byte;
+  // An E4M3 subnormal block scale (below 2^-6): vLLM's Marlin path flushes it to zero.
+  b.marlin_zeroed = (scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0;
+  for (std::uint8_t c = 0; c < 16; ++c) {
+    if ((c & 0x7) > top) continue;  // not in this block
+    const float x = *mxfp4_value_f32(c, k);
+    b.code[c] = nvfp4_code(x, scale.value, global);
+    b.value[c] = static_cast<double>(x);
+    b.dequantized[c] = e2m1_value(b.code[c]) * static_cast<double>(scale.value) / static_cast<double>(global);
+  }
+  return b;
+}
+
+// The 32 codes of a group and each block's largest magnitude code.
+struct GroupCodes {
+  std::uint8_t code[32];
+  std::uint8_t top[2];
+};
+GroupCodes group_codes(std::span<const std::byte, 16> packed) {
+  GroupCodes g{};
+  for (std::size_t j = 0; j < 16; ++j) {
+    const auto b = std::to_integer<std::uint8_t>(packed[j]);
+    g.code[2 * j] = b & 0xF;
+    g.code[2 * j + 1] = static_cast<std::uint8_t>(b >> 4);
+  }
+  for (std::size_t block = 0; block < 2; ++block) {
+    for (std::size_t i = block * kNvBlock; i < (block + 1) * kNvBlock; ++i) {
+      g.top[block] = std::max(g.top[block], static_cast<std::uint8_t>(g.code[i] & 0x7));
+    }
+  }
+  return g;
+}
+
+// Writes a group from its two blocks (both finite), adding every value to
+// `stats` in order.
+void apply_blocks(const GroupCodes& g, const GroupRequantizer::Block* const (&blocks)[2],
+                  std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
   std::uint8_t codes[32];
   for (std::size_t block = 0; block < 2; ++block) {
-    const float* x = values + block * kNvBlock;
-    float amax = 0;
-    for (std::size_t i = 0; i < kNvBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const BlockScale scale = nvfp4_block_scale(amax, global);
-    out_scales[block] = scale.byte;
-    // An E4M3 subnormal block scale (below 2^-6): vLLM's Marlin path flushes it to zero.
-    if ((scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0) ++stats.marlin_zeroed_blocks;
-    for (std::size_t i = 0; i < kNvBlock; ++i) {
-      const std::uint8_t c = nvfp4_code(x[i], scale.value, global);
-      codes[block * kNvBlock + i] = c;
-      stats.add(static_cast<double>(x[i]),
-                e2m1_value(c) * static_cast<double>(scale.value) / static_cast<double>(global));
+    const GroupRequantizer::Block& b = *blocks[block];
+    out_scales[block] = b.scale;
+    if (b.marlin_zeroed) ++stats.marlin_zeroed_blocks;
+    for (std::size_t i = block * kNvBlock; i < (block + 1) * kNvBlock; ++i) {
+      const std::uint8_t c = g.code[i];
+      codes[i] = b.code[c];
+      stats.add(b.value[c], b.dequantized[c]);
     }
   }
   for (std::size_t j = 0; j < 16; ++j) {
     out_packed[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
   }
+}
+
+}  // namespace
+
+bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+                      std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
+  const GroupCodes g = group_codes(packed);
+  const GroupRequantizer::Block b0 = make_block(e8m0, g.top[0], global), b1 = make_block(e8m0, g.top[1], global);
+  if (!b0.finite || !b1.finite) return false;
+  const GroupRequantizer::Block* const blocks[2] = {&b0, &b1};
+  apply_blocks(g, blocks, out_packed, out_scales, stats);
+  return true;
+}
+
+const GroupRequantizer::Block& GroupRequantizer::block(std::uint8_t e8m0, std::uint8_t top) {
+  std::uint16_t& at = index_[static_cast<std::size_t>(e8m0) * 8 + top];
+  if (at == 0) {
+    blocks_.push_back(make_block(e8m0, top, global_));
+    at = static_cast<std::uint16_t>(blocks_.size());
+  }
+  return blocks_[at - 1u];
+}
+
+bool GroupRequantizer::requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0,
+                                  std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales,
+                                  ErrorStats& stats) {
+  const GroupCodes g = group_codes(packed);
+  block(e8m0, g.top[0]);  // both computed before either is referenced: blocks_ may grow
+  block(e8m0, g.top[1]);
+  const GroupRequantizer::Block* const blocks[2] = {&block(e8m0, g.top[0]), &block(e8m0, g.top[1])};
+  if (!blocks[0]->finite || !blocks[1]->finite) return false;
+  apply_blocks(g, blocks, out_packed, out_scales, stats);
+  return true;
+}
+
+bool GroupRequantizer::scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0,
+                              std::span<std::uint8_t, 2> out_scales) {
+  const GroupCodes g = group_codes(packed);
+  block(e8m0, g.top[0]);
+  block(e8m0, g.top[1]);
+  const Block& b0 = block(e8m0, g.top[0]);
+  const Block& b1 = block(e8m0, g.top[1]);
+  if (!b0.finite || !b1.finite) return false;
+  out_scales[0] = b0.scale;
+  out_scales[1] = b1.scale;
   return true;
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 namespace mx2nv {
 
@@ -81,6 +82,38 @@ struct ErrorStats {
 // value is beyond float32.
 bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
+
+// requantize_group for many groups under one global. A block's scale, and
+// each of its values' code, value and dequantized value, depend only on the
+// group's E8M0 byte and the block's largest magnitude code (E2M1 magnitudes
+// grow with the code), so they are computed once per such pair and looked up
+// for every later block: the same bytes and the same stats, added in the same
+// order. Holds at most 256 x 8 blocks (~600 KiB).
+class GroupRequantizer {
+ public:
+  explicit GroupRequantizer(float global) : global_(global) {}
+  float global() const { return global_; }
+  bool requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::byte, 16> out_packed,
+                  std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
+  // Only the two block-scale bytes (requantize_group_scales).
+  bool scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::uint8_t, 2> out_scales);
+
+  // One block's outcome for an E8M0 byte and its largest magnitude code.
+  struct Block {
+    bool finite = false;        // every value of the block within float32
+    std::uint8_t scale = 0;     // the E4M3 block-scale byte
+    bool marlin_zeroed = false; // that byte is an E4M3 subnormal (vLLM's Marlin path flushes it)
+    std::uint8_t code[16]{};    // by source E2M1 code: the NVFP4 code written
+    double value[16]{};         // by source code: its MXFP4 value
+    double dequantized[16]{};   // by source code: code x scale / global
+  };
+
+ private:
+  const Block& block(std::uint8_t e8m0, std::uint8_t top);
+  float global_;
+  std::uint16_t index_[256 * 8]{};  // 1 + the block's place in blocks_; 0: not computed yet
+  std::vector<Block> blocks_;
+};
 
 // Only the two block-scale bytes requantize_group would write (no codes, no
 // stats): for writing weight_scale without redoing every value. Returns false

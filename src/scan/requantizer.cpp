@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
+#include <memory>
 
 namespace mx2nv {
 namespace {
@@ -45,17 +47,38 @@ std::span<const std::byte, 16> group_bytes(std::span<const std::byte> packed, st
   return std::span<const std::byte, 16>(packed.data() + g * kGroupBytes, 16);
 }
 
+// The GroupRequantizer of `global`, kept across the modules this thread
+// requantizes: a requantizer's blocks are the same for every module of one
+// global, and modules share few globals (2688 / amax, where most amaxes are
+// 6 x 2^k), so K3's 247k small modules reuse blocks instead of recomputing
+// them. At most kKeptGlobals are kept (the least recently used goes), so
+// memory stays bounded whatever the globals.
+GroupRequantizer& requantizer_for(float global) {
+  constexpr std::size_t kKeptGlobals = 8;
+  thread_local std::vector<std::unique_ptr<GroupRequantizer>> kept;  // most recently used last
+  const auto bits = std::bit_cast<std::uint32_t>(global);
+  for (auto it = kept.begin(); it != kept.end(); ++it) {
+    if (std::bit_cast<std::uint32_t>((*it)->global()) != bits) continue;
+    std::rotate(it, it + 1, kept.end());
+    return *kept.back();
+  }
+  if (kept.size() == kKeptGlobals) kept.erase(kept.begin());
+  kept.push_back(std::make_unique<GroupRequantizer>(global));
+  return *kept.back();
+}
+
 // Requantizes every group of a module, handing each group's output to `out`.
 template <typename Out>
 void requantize_module(const SourceCheckpoint& source, std::size_t module, float global, ErrorStats& stats, Out&& out) {
   const QuantModule& m = source.modules.modules[module];
+  GroupRequantizer& requantizer = requantizer_for(global);
   for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     for (std::size_t g = 0; g < scales.size(); ++g) {
       const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
       if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
       std::array<std::byte, 16> q{};
       std::array<std::uint8_t, 2> s{};
-      if (!requantize_group(group_bytes(packed, g), e8m0, global, q, s, stats)) {
+      if (!requantizer.requantize(group_bytes(packed, g), e8m0, q, s, stats)) {
         group_failure(m, first + g, "a value is beyond float32's range");
       }
       out(g, q, s);
@@ -116,12 +139,13 @@ void stream_requantized_packed(const SourceCheckpoint& source, std::size_t modul
 void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit) {
   ChunkedEmit sink(emit);
   const QuantModule& m = source.modules.modules[module];
+  GroupRequantizer& requantizer = requantizer_for(global);
   for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     for (std::size_t g = 0; g < scales.size(); ++g) {
       const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
       if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
       std::array<std::uint8_t, 2> s{};
-      if (!requantize_group_scales(group_bytes(packed, g), e8m0, global, s)) {
+      if (!requantizer.scales(group_bytes(packed, g), e8m0, s)) {
         group_failure(m, first + g, "a value is beyond float32's range");
       }
       sink.add(std::as_bytes(std::span(s)));

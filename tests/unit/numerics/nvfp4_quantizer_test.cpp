@@ -182,6 +182,92 @@ TEST(RequantizeGroup, ScalesOnlyPathAgreesWithTheFullPathForEveryScaleByte) {
   }
 }
 
+// The quantizer's steps value by value, as the file comment of
+// numerics/nvfp4_quantizer.hpp states them: the reference the block-wise
+// implementations (requantize_group, GroupRequantizer) must equal in every
+// byte and every statistic, bit for bit.
+bool reference_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+                     std::array<std::byte, 16>& out, std::array<std::uint8_t, 2>& scales, ErrorStats& stats) {
+  std::array<float, 32> x{};
+  if (!mxfp4_group_values_f32(packed, e8m0, x)) return false;
+  std::array<std::uint8_t, 32> codes{};
+  for (std::size_t block = 0; block < 2; ++block) {
+    float amax = 0;
+    for (std::size_t i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[block * 16 + i]));
+    const BlockScale scale = nvfp4_block_scale(amax, global);
+    scales[block] = scale.byte;
+    if ((scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0) ++stats.marlin_zeroed_blocks;
+    for (std::size_t i = block * 16; i < block * 16 + 16; ++i) {
+      codes[i] = nvfp4_code(x[i], scale.value, global);
+      stats.add(static_cast<double>(x[i]),
+                e2m1_value(codes[i]) * static_cast<double>(scale.value) / static_cast<double>(global));
+    }
+  }
+  for (std::size_t j = 0; j < 16; ++j) out[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  return true;
+}
+
+void expect_same_stats(const ErrorStats& a, const ErrorStats& b) {
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.sum_err2), std::bit_cast<std::uint64_t>(b.sum_err2));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.sum_ref2), std::bit_cast<std::uint64_t>(b.sum_ref2));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.sum_q2), std::bit_cast<std::uint64_t>(b.sum_q2));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.sum_dot), std::bit_cast<std::uint64_t>(b.sum_dot));
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.max_abs), std::bit_cast<std::uint64_t>(b.max_abs));
+  EXPECT_EQ(a.values, b.values);
+  EXPECT_EQ(a.marlin_zeroed_blocks, b.marlin_zeroed_blocks);
+}
+
+// Every E8M0 byte, blocks of every largest magnitude (all-zero and all -0
+// blocks too), globals from tiny to huge: one GroupRequantizer per global
+// across all of them (its blocks computed once, then looked up), the
+// uncached requantize_group and the value-by-value reference agree on every
+// output byte, on refusals, and on the statistics accumulated over the run.
+TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximum) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> nibble(0, 15);
+  for (const float global : {1.0f, 448.0f, 2688.0f, nvfp4_global_scale(6.0f * 0x1p-100f), 3e30f, 1e-30f,
+                             nvfp4_global_scale(5.0f), nvfp4_global_scale(1.5f * 0x1p20f)}) {
+    GroupRequantizer cached(global);
+    ErrorStats s_ref, s_one, s_cached;
+    std::size_t refused = 0;
+    for (int rep = 0; rep < 24; ++rep) {
+      for (int b = 0; b < 255; ++b) {
+        std::array<std::uint8_t, 32> codes{};
+        const unsigned top0 = static_cast<unsigned>(rep % 8), top1 = static_cast<unsigned>((rep / 3) % 8);  // each block's largest magnitude
+        for (std::size_t i = 0; i < 32; ++i) {
+          const unsigned top = i < 16 ? top0 : top1;
+          codes[i] = static_cast<std::uint8_t>((static_cast<unsigned>(nibble(rng)) % (top + 1)) |
+                                               (static_cast<unsigned>(nibble(rng)) & 0x8u));
+        }
+        codes[rng() % 16] = static_cast<std::uint8_t>(top0 | (rng() & 0x8u));
+        codes[16 + rng() % 16] = static_cast<std::uint8_t>(top1 | (rng() & 0x8u));
+        if (rep == 5) std::fill(codes.begin(), codes.begin() + 16, std::uint8_t{0x8});  // an all -0 block
+        const auto src = pack(codes);
+        const auto e8m0 = static_cast<std::uint8_t>(b);
+        std::array<std::byte, 16> out_ref{}, out_one{}, out_cached{};
+        std::array<std::uint8_t, 2> sc_ref{}, sc_one{}, sc_cached{}, sc_only{};
+        const bool ok = reference_group(src, e8m0, global, out_ref, sc_ref, s_ref);
+        ASSERT_EQ(requantize_group(src, e8m0, global, out_one, sc_one, s_one), ok) << b;
+        ASSERT_EQ(cached.requantize(src, e8m0, out_cached, sc_cached, s_cached), ok) << b;
+        ASSERT_EQ(cached.scales(src, e8m0, sc_only), ok) << b;
+        if (!ok) {
+          ++refused;
+          continue;
+        }
+        ASSERT_EQ(out_one, out_ref) << b << " " << global;
+        ASSERT_EQ(out_cached, out_ref) << b << " " << global;
+        ASSERT_EQ(sc_one, sc_ref) << b << " " << global;
+        ASSERT_EQ(sc_cached, sc_ref) << b << " " << global;
+        ASSERT_EQ(sc_only, sc_ref) << b << " " << global;
+      }
+    }
+    expect_same_stats(s_one, s_ref);
+    expect_same_stats(s_cached, s_ref);
+    EXPECT_GT(s_ref.values, 0u);
+    EXPECT_GT(refused, 0u);  // scale bytes 253 and 254 with a large code: beyond float32
+  }
+}
+
 TEST(GroupValues, EqualTheOneValueDecoderForEveryScaleByteOrAreRefusedWithIt) {
   std::mt19937 rng(11);
   for (int b = 0; b < 255; ++b) {
