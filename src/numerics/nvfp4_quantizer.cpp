@@ -165,11 +165,8 @@ GroupRequantizer::Block make_block(std::uint8_t e8m0, std::uint8_t top, float gl
   return b;
 }
 
-// The 32 codes of a group and each block's largest magnitude code.
-struct GroupCodes {
-  std::uint8_t code[32];
-  std::uint8_t top[2];
-};
+using GroupCodes = GroupRequantizer::GroupCodes;
+
 GroupCodes group_codes(std::span<const std::byte, 16> packed) {
   GroupCodes g{};
   for (std::size_t j = 0; j < 16; ++j) {
@@ -217,54 +214,43 @@ bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, 
   return true;
 }
 
-const GroupRequantizer::Block& GroupRequantizer::block(std::uint8_t e8m0, std::uint8_t top) {
+std::size_t GroupRequantizer::block_index(std::uint8_t e8m0, std::uint8_t top) {
   std::uint16_t& at = index_[static_cast<std::size_t>(e8m0) * 8 + top];
   if (at == 0) {
     blocks_.push_back(make_block(e8m0, top, global_));
     at = static_cast<std::uint16_t>(blocks_.size());
   }
-  return blocks_[at - 1u];
+  return at - 1u;
+}
+
+bool GroupRequantizer::blocks_of(std::span<const std::byte, 16> packed, std::uint8_t e8m0, GroupCodes& g,
+                                 const Block* (&blocks)[2]) {
+  g = group_codes(packed);
+  // Both indexes first: computing the second block may move the first.
+  const std::size_t i0 = block_index(e8m0, g.top[0]), i1 = block_index(e8m0, g.top[1]);
+  blocks[0] = &blocks_[i0];
+  blocks[1] = &blocks_[i1];
+  return blocks[0]->finite && blocks[1]->finite;
 }
 
 bool GroupRequantizer::requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0,
                                   std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales,
                                   ErrorStats& stats) {
-  const GroupCodes g = group_codes(packed);
-  block(e8m0, g.top[0]);  // both computed before either is referenced: blocks_ may grow
-  block(e8m0, g.top[1]);
-  const GroupRequantizer::Block* const blocks[2] = {&block(e8m0, g.top[0]), &block(e8m0, g.top[1])};
-  if (!blocks[0]->finite || !blocks[1]->finite) return false;
+  GroupCodes g;
+  const Block* blocks[2];
+  if (!blocks_of(packed, e8m0, g, blocks)) return false;
   apply_blocks(g, blocks, out_packed, out_scales, stats);
   return true;
 }
 
 bool GroupRequantizer::scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0,
                               std::span<std::uint8_t, 2> out_scales) {
-  const GroupCodes g = group_codes(packed);
-  block(e8m0, g.top[0]);
-  block(e8m0, g.top[1]);
-  const Block& b0 = block(e8m0, g.top[0]);
-  const Block& b1 = block(e8m0, g.top[1]);
-  if (!b0.finite || !b1.finite) return false;
-  out_scales[0] = b0.scale;
-  out_scales[1] = b1.scale;
+  GroupCodes g;
+  const Block* blocks[2];
+  if (!blocks_of(packed, e8m0, g, blocks)) return false;
+  out_scales[0] = blocks[0]->scale;
+  out_scales[1] = blocks[1]->scale;
   return true;
-}
-
-bool requantize_group_scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
-                             std::span<std::uint8_t, 2> out_scales) {
-  for (std::size_t block = 0; block < 2; ++block) {
-    // The block's largest magnitude code gives its amax: E2M1 magnitudes grow with the code.
-    std::uint8_t top = 0;
-    for (std::size_t i = block * kNvBlock; i < (block + 1) * kNvBlock; ++i) {
-      top = std::max(top, static_cast<std::uint8_t>(nibble(packed, i) & 0x7));
-    }
-    const auto amax = mxfp4_value_f32(top, e8m0_exponent(e8m0));
-    if (!amax) return false;
-    out_scales[block] = nvfp4_block_scale(*amax, global).byte;
-  }
-  // A group is refused as a whole when any of its values is beyond float32, as in requantize_group.
-  return mxfp4_group_amax(packed, e8m0).has_value();
 }
 
 }  // namespace mx2nv

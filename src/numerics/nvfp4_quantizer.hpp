@@ -95,7 +95,8 @@ class GroupRequantizer {
   float global() const { return global_; }
   bool requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::byte, 16> out_packed,
                   std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
-  // Only the two block-scale bytes (requantize_group_scales).
+  // Only the two block-scale bytes requantize would write (no codes, no
+  // stats): for writing weight_scale without redoing every value.
   bool scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::uint8_t, 2> out_scales);
 
   // One block's outcome for an E8M0 byte and its largest magnitude code.
@@ -107,18 +108,20 @@ class GroupRequantizer {
     double value[16]{};         // by source code: its MXFP4 value
     double dequantized[16]{};   // by source code: code x scale / global
   };
+  // A group's 32 source codes and each block's largest magnitude code.
+  struct GroupCodes {
+    std::uint8_t code[32];
+    std::uint8_t top[2];
+  };
 
  private:
-  const Block& block(std::uint8_t e8m0, std::uint8_t top);
+  // The place in blocks_ of the block of (e8m0, top), computed on first use.
+  std::size_t block_index(std::uint8_t e8m0, std::uint8_t top);
+  // Fills `g` and both blocks of a group; false when a value is beyond float32.
+  bool blocks_of(std::span<const std::byte, 16> packed, std::uint8_t e8m0, GroupCodes& g, const Block* (&blocks)[2]);
   float global_;
   std::uint16_t index_[256 * 8]{};  // 1 + the block's place in blocks_; 0: not computed yet
   std::vector<Block> blocks_;
 };
-
-// Only the two block-scale bytes requantize_group would write (no codes, no
-// stats): for writing weight_scale without redoing every value. Returns false
-// when a value is beyond float32.
-bool requantize_group_scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
-                             std::span<std::uint8_t, 2> out_scales);
 
 }  // namespace mx2nv

@@ -192,6 +192,12 @@ def test_hostile_input_is_refused(base, tmp_path, case):
     i = run("inspect", ck)
     assert i.returncode == case["exit"], i.stdout + i.stderr
     assert case["message"] in i.stderr
+    # The ModelOpt writer (convert --format modelopt) refuses it alike, leaving nothing at DST.
+    mo = tmp_path / "mo"
+    r = run("convert", "--format", "modelopt", ck, mo)
+    assert r.returncode == case["exit"], r.stdout + r.stderr
+    assert case["message"] in r.stderr, r.stderr
+    assert not mo.exists()
 
 
 def test_corpus_is_large_enough():

@@ -174,7 +174,7 @@ TEST(RequantizeGroup, ScalesOnlyPathAgreesWithTheFullPathForEveryScaleByte) {
       std::array<std::uint8_t, 2> full{}, only{};
       ErrorStats stats;
       const bool ok = requantize_group(src, static_cast<std::uint8_t>(b), global, out, full, stats);
-      EXPECT_EQ(requantize_group_scales(src, static_cast<std::uint8_t>(b), global, only), ok) << b;
+      EXPECT_EQ(GroupRequantizer(global).scales(src, static_cast<std::uint8_t>(b), only), ok) << b;
       if (ok) {
         EXPECT_EQ(full, only) << b << " " << global;
       }
