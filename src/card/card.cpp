@@ -126,15 +126,16 @@ std::vector<std::string> license_files(const std::vector<std::string>& companion
 
 // Rule 8: the report's fingerprints are those of SRC and DST now.
 void check_fingerprints(const Evidence& e, const Checkpoint& src, const Checkpoint& dst) {
-  const Json fp = e.report.value("fingerprint", Json());
+  const std::optional<Fingerprint>& fp = e.report.fingerprint;
   const char* since = e.kind == EvidenceKind::Verify ? "verify" : "requantize";
-  if (!fp.is_object() || fp.value("scheme", Json()) != kFingerprintScheme) {
+  // report_from_json has checked its scheme is kFingerprintScheme.
+  if (!fp) {
     usage(fmt::format("the report has no {} fingerprint of SRC and DST ({} again with this mx2nv)", kFingerprintScheme, since));
   }
-  if (fp.value("source", Json()) != checkpoint_fingerprint(src, CheckpointRole::Source).digest) {
+  if (fp->source != checkpoint_fingerprint(src, CheckpointRole::Source).digest) {
     usage(fmt::format("SRC changed since {} (its files' fingerprint differs from the report's)", since));
   }
-  if (fp.value("target", Json()) != checkpoint_fingerprint(dst, CheckpointRole::Target).digest) {
+  if (fp->target != checkpoint_fingerprint(dst, CheckpointRole::Target).digest) {
     usage(fmt::format("DST changed since {} (its files' fingerprint differs from the report's)", since));
   }
 }
@@ -364,7 +365,7 @@ void check_options(const CardOptions& o) {
 // base model, the options, DST's files.
 void add_facts(CardFacts& facts, const CardOptions& o, const Evidence& e, const Checkpoint& dst) {
   facts.report = &e.report;
-  const std::string reported_source = e.report.at("provenance").value("source", "");
+  const std::string& reported_source = e.report.provenance.source;
   std::tie(facts.snapshot_repo, facts.snapshot_rev) = snapshot_of(reported_source);
   facts.base_given = o.base_model.has_value();
   facts.base_model = facts.base_given ? *o.base_model : facts.snapshot_repo;
@@ -514,13 +515,7 @@ CardResult run_card(const CardOptions& o) {
   const Json gate = gate_to_json(run_gate(g));
   facts.gate = &gate;
   add_facts(facts, o, e, dst);
-  std::string text;
-  try {
-    text = render_card(facts);
-  } catch (const Json::exception& x) {
-    usage(fmt::format("the report's fields do not have the types mx2nv writes ({})", x.what()));
-  }
-  CardResult result = describe(facts, o, std::move(text));
+  CardResult result = describe(facts, o, render_card(facts));
   remove_card_temporaries(lock.root_fd(), lock.state_fd(), o.target);
   write_card_files(lock, o.target, e, result, source_bytes, kill);
   return result;

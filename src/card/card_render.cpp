@@ -12,11 +12,6 @@
 namespace mx2nv {
 namespace {
 
-double as_double(const Json& v) {
-  if (v.is_string() && v == "inf") return std::numeric_limits<double>::infinity();
-  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
-}
-
 // What the card says of DST's layout (model/target_format.hpp).
 struct FormatText {
   std::string_view name;    // in the summary
@@ -54,9 +49,9 @@ std::string front_matter(const CardFacts& f) {
   return out + "---\n";
 }
 
-std::size_t bf16_module_count(const Json& r) {
+std::size_t bf16_module_count(const Report& r) {
   std::size_t n = 0;
-  for (const auto& l : member_or_null(member_or_null(r, "overspan"), "bf16_layers")) n += member_or_null(l, "modules").size();
+  for (const auto& l : r.bf16_layers) n += l.modules.size();
   return n;
 }
 
@@ -66,61 +61,56 @@ std::string linked_base(const CardFacts& f) {
                                             code_span(f.base_model), f.base_model);
 }
 
-// Lower median / worst of a requantized field (§5.3).
+// Lower median / worst of a requantized field (§5.3); the first module
+// wins a tie for worst.
 struct Spread {
-  Json median, worst;
+  double median = 0, worst = 0;
   std::string worst_module;
 };
-Spread spread(const Json& modules, const char* field, bool worst_is_max) {
-  std::vector<const Json*> rows;
-  for (const auto& m : modules) rows.push_back(&m);
-  std::vector<const Json*> sorted = rows;
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [&](const Json* a, const Json* b) { return as_double(member_or_null(*a, field)) < as_double(member_or_null(*b, field)); });
+Spread spread(const std::vector<ModuleError>& modules, double ModuleError::*field, bool worst_is_max) {
+  std::vector<double> sorted;
+  sorted.reserve(modules.size());
+  for (const auto& m : modules) sorted.push_back(m.*field);
+  std::stable_sort(sorted.begin(), sorted.end());
   Spread s;
-  s.median = member_or_null(*sorted[(sorted.size() - 1) / 2], field);
-  const Json* w = rows[0];
-  for (const Json* m : rows) {
-    const double x = as_double(member_or_null(*m, field)), y = as_double(member_or_null(*w, field));
-    if (worst_is_max ? x > y : x < y) w = m;
+  s.median = sorted[(sorted.size() - 1) / 2];
+  const ModuleError* w = &modules[0];
+  for (const auto& m : modules) {
+    if (worst_is_max ? m.*field > w->*field : m.*field < w->*field) w = &m;
   }
-  s.worst = member_or_null(*w, field);
-  s.worst_module = member_or_null(*w, "module").get<std::string>();
+  s.worst = w->*field;
+  s.worst_module = w->module;
   return s;
 }
 
 std::string summary(const CardFacts& f) {
-  const Json& r = *f.report;
+  const Report& r = *f.report;
   if (f.kind == EvidenceKind::Requantize) {
-    const Json& mods = member_or_null(r, "requantized");
+    const Spread rmse = spread(r.requantized, &ModuleError::relative_rmse, true);
     return fmt::format(
         "{}, requantized to {} by mx2nv {} from the decoded MXFP4 values exactly as "
         "compressed-tensors 0.20.1 quantizes NVFP4 (lossy). Relative RMSE against the MXFP4 values: median {}, "
         "worst {}.\n",
-        linked_base(f), format_text(f.format).name, f.version, number_text(spread(mods, "relative_rmse", true).median),
-        number_text(spread(mods, "relative_rmse", true).worst));
+        linked_base(f), format_text(f.format).name, f.version, number_text(rmse.median), number_text(rmse.worst));
   }
   // The figures of the sentence are the report's; one it did not compute
   // (null) is not cited.
-  const Json& values = member_or_null(r, "values_compared");
-  const Json& modules = member_or_null(member_or_null(r, "counts"), "modules");
   const std::string compared =
-      values.is_null() || modules.is_null()
+      !r.values_compared || !r.modules
           ? std::string("compared every value of the quantized modules with the source")
-          : fmt::format("compared all {} values of the {} quantized modules with the source", number_text(values),
-                        number_text(modules));
+          : fmt::format("compared all {} values of the {} quantized modules with the source",
+                        number_text(*r.values_compared), number_text(*r.modules));
   std::string out = fmt::format(
       "{}, transcoded to {} by mx2nv {}. The FP4 codes are the source's bytes and every block scale is the same "
       "power of two, re-expressed as an FP8 E4M3 scale and {}: `mx2nv verify` {} and found {} mismatches",
       linked_base(f), format_text(f.format).name, f.version, format_text(f.format).second, compared,
-      number_text(member_or_null(r, "mismatches")));
-  const std::string choice = member_or_null(member_or_null(r, "overspan"), "choice").is_string() ? member_or_null(member_or_null(r, "overspan"), "choice").get<std::string>() : "";
-  if (choice == "bf16" && bf16_module_count(r) > 0) {
+      number_text(*r.mismatches));
+  if (r.over_span_choice == OverSpanChoice::Bf16 && bf16_module_count(r) > 0) {
     out += fmt::format("; {} modules in {} MoE layers are stored as BF16, exactly", bf16_module_count(r),
-                       member_or_null(member_or_null(r, "overspan"), "bf16_layers").size());
-  } else if (choice == "requantize" && !member_or_null(r, "requantized").empty()) {
+                       r.bf16_layers.size());
+  } else if (r.over_span_choice == OverSpanChoice::Requantize && !r.requantized.empty()) {
     out += fmt::format("; {} modules did not fit the window and were requantized (lossy, see *Requantized modules*)",
-                       member_or_null(r, "requantized").size());
+                       r.requantized.size());
   }
   return out + ".\n";
 }
@@ -134,10 +124,9 @@ std::string source_value(const CardFacts& f) {
 }
 
 std::string format_table(const CardFacts& f) {
-  const Json& r = *f.report;
-  const Json& c = member_or_null(r, "counts");
+  const Report& r = *f.report;
   const bool rq = f.kind == EvidenceKind::Requantize;
-  const std::size_t lossy = member_or_null(r, "requantized").size(), bf16 = bf16_module_count(r);
+  const std::size_t lossy = r.requantized.size(), bf16 = bf16_module_count(r);
   std::string weights = "FP4 (E2M1), two per byte: the source's packed bytes, unchanged";
   if (rq) {
     weights = "FP4 (E2M1), two per byte, requantized (lossy)";
@@ -146,139 +135,128 @@ std::string format_table(const CardFacts& f) {
     if (bf16 > 0) weights += fmt::format("; {} modules in BF16", bf16);
   }
   std::string policy = "none needed: every module fit the window";
-  const Json& os = member_or_null(r, "overspan");
   if (rq) {
     policy = "not applicable: every module was requantized";
-  } else if (os.is_object()) {
-    const std::string choice = member_or_null(os, "choice").get<std::string>();
-    policy = choice == "bf16" ? fmt::format("`bf16`: {} modules in {} MoE layers stored as BF16 (see below)", bf16,
-                                            member_or_null(os, "bf16_layers").size())
-                              : fmt::format("{}: {} modules requantized (see below)", code_span(choice, true), lossy);
+  } else if (r.over_span_choice == OverSpanChoice::Bf16) {
+    policy = fmt::format("`bf16`: {} modules in {} MoE layers stored as BF16 (see below)", bf16, r.bf16_layers.size());
+  } else if (r.over_span_choice != OverSpanChoice::Fail) {
+    policy = fmt::format("{}: {} modules requantized (see below)",
+                         code_span(std::string(choice_name(r.over_span_choice)), true), lossy);
   }
   std::string out = "## Format\n\n| Property | Value |\n|---|---|\n";
   // A row whose figure the report did not compute (null) is left out.
-  const auto known = [](std::initializer_list<const Json*> fields) {
-    return std::none_of(fields.begin(), fields.end(), [](const Json* j) { return j->is_null(); });
-  };
-  const Json& pct = member_or_null(r, "size_change_percent");
   std::vector<std::pair<std::string, std::string>> rows = {
       {"Format", std::string(format_text(f.format).row)}, {"Weights", weights},
       {"Local scales", "FP8 (E4M3), one per 16 weights"}};
-  if (known({&member_or_null(c, "scale_groups")})) {
+  if (r.scale_groups) {
     rows.push_back({"Global scales", fmt::format("{} {} (one per module; a gate/up pair shares one)",
-                                                 number_text(member_or_null(c, "scale_groups")), format_text(f.format).seconds)});
+                                                 number_text(*r.scale_groups), format_text(f.format).seconds)});
   }
   rows.push_back({"Activations", "not quantized (fp16 or bf16 at run time)"});
-  if (known({&member_or_null(c, "modules")})) {
-    rows.push_back({"Quantized modules", fmt::format("{} routed-expert projections", number_text(member_or_null(c, "modules")))});
-  }
-  if (known({&member_or_null(c, "passthrough_tensors"), &member_or_null(c, "companion_files")})) {
+  if (r.modules) rows.push_back({"Quantized modules", fmt::format("{} routed-expert projections", number_text(*r.modules))});
+  if (r.passthrough_tensors && r.companion_files) {
     rows.push_back({"Left bit-identical", fmt::format("{} pass-through tensors, {} companion files",
-                                                      number_text(member_or_null(c, "passthrough_tensors")),
-                                                      number_text(member_or_null(c, "companion_files")))});
+                                                      number_text(*r.passthrough_tensors),
+                                                      number_text(*r.companion_files))});
   }
   rows.push_back({"Source", source_value(f)});
-  rows.push_back({"Window", rq ? "not applicable (requantized)" : code_span(member_or_null(r, "window").get<std::string>(), true)});
+  rows.push_back({"Window", rq ? "not applicable (requantized)" : code_span(std::string(window_name(r.window)), true)});
   rows.push_back({"Over-span policy", policy});
-  if (known({&member_or_null(r, "target_tensor_bytes"), &member_or_null(r, "source_tensor_bytes")})) {
-    rows.push_back({"Tensor data size", fmt::format("{} bytes (source: {} bytes)", number_text(member_or_null(r, "target_tensor_bytes")),
-                                                    number_text(member_or_null(r, "source_tensor_bytes")))});
+  if (r.target_tensor_bytes && r.source_tensor_bytes) {
+    rows.push_back({"Tensor data size", fmt::format("{} bytes (source: {} bytes)", number_text(*r.target_tensor_bytes),
+                                                    number_text(*r.source_tensor_bytes))});
   }
-  if (known({&pct})) {
-    const double p = pct.get<double>();
+  // The percentage as the report writes it (rounded to 4 decimals).
+  if (const auto change = r.size_change_percent()) {
+    const double p = std::round(*change * 1e4) / 1e4;
     rows.push_back({"Size change", (std::signbit(p) ? "" : "+") + python_float(p) + " %"});
   }
   for (const auto& [label, value] : rows) out += table_row({label, value});
   return out + "\n";
 }
 
-std::string error_table(const Json& r) {
-  const Json& mods = member_or_null(r, "requantized");
-  const Spread rmse = spread(mods, "relative_rmse", true), cos = spread(mods, "cosine", false);
+std::string error_table(const Report& r) {
+  const std::vector<ModuleError>& mods = r.requantized;
+  const Spread rmse = spread(mods, &ModuleError::relative_rmse, true), cos = spread(mods, &ModuleError::cosine, false);
   std::uint64_t flushed = 0, blocks = 0;
   for (const auto& m : mods) {
-    const auto b = member_or_null(m, "marlin_zeroed_blocks").get<std::uint64_t>();
-    flushed += b > 0 ? 1 : 0;
-    blocks += b;
+    flushed += m.marlin_zeroed_blocks > 0 ? 1 : 0;
+    blocks += m.marlin_zeroed_blocks;
   }
   std::string out = "| Measure | Value |\n|---|---|\n";
   out += table_row({"Requantized modules", fmt::format("{}", mods.size())});
-  if (!member_or_null(r, "values_compared").is_null()) out += table_row({"Values compared", number_text(member_or_null(r, "values_compared"))});
+  if (r.values_compared) out += table_row({"Values compared", number_text(*r.values_compared)});
   out += table_row({"Relative RMSE, median", number_text(rmse.median)});
   out += table_row({"Relative RMSE, worst", number_text(rmse.worst) + " (" + code_span(rmse.worst_module, true) + ")"});
   out += table_row({"Cosine, median", number_text(cos.median)});
   out += table_row({"Cosine, worst", number_text(cos.worst) + " (" + code_span(cos.worst_module, true) + ")"});
-  if (!member_or_null(r, "max_abs_error").is_null()) out += table_row({"Max abs error", number_text(member_or_null(r, "max_abs_error"))});
+  if (r.max_abs_error) out += table_row({"Max abs error", number_text(*r.max_abs_error)});
   out += table_row({"Modules with block scales below 2^-6",
                     fmt::format("{} of {} modules ({} blocks; vLLM's Marlin zeroes them)", flushed, mods.size(), blocks)});
   return out + "\n";
 }
 
-std::string overspan_subsections(const Json& r) {
+std::string overspan_subsections(const Report& r) {
   std::string out;
-  const Json& os = member_or_null(r, "overspan");
-  if (!member_or_null(os, "resolved_over_span").empty()) {
+  if (!r.resolved_spans.empty()) {
     out += "### Modules outside the window\n\n| Module | Span | Limit | Groups outside |\n|---|---|---|---|\n";
-    for (const auto& o : member_or_null(os, "resolved_over_span")) {
-      out += table_row({code_span(member_or_null(o, "module").get<std::string>(), true), number_text(member_or_null(o, "span")),
-                        number_text(member_or_null(o, "limit")), number_text(member_or_null(o, "groups_outside"))});
+    for (const auto& o : r.resolved_spans) {
+      out += table_row({code_span(o.module, true), fmt::format("{}", o.span), fmt::format("{}", o.limit),
+                        number_text(o.groups_outside)});
     }
     out += "\n";
   }
-  if (!member_or_null(os, "bf16_layers").empty()) {
+  if (!r.bf16_layers.empty()) {
     out += "### BF16 layers\n\n| Layer | Modules | Refused modules | Size cost (bytes) |\n|---|---|---|---|\n";
-    for (const auto& l : member_or_null(os, "bf16_layers")) {
+    for (const auto& l : r.bf16_layers) {
       std::string why;
-      for (const auto& w : member_or_null(l, "why")) why += (why.empty() ? "" : ", ") + code_span(w.get<std::string>(), true);
-      out += table_row({code_span(member_or_null(l, "layer").get<std::string>(), true), fmt::format("{}", member_or_null(l, "modules").size()),
-                        why, number_text(member_or_null(l, "size_cost_bytes"))});
+      for (const auto& w : l.refused) why += (why.empty() ? "" : ", ") + code_span(w, true);
+      // As the report writes it: both sizes are at most 2^63 - 1.
+      const auto cost = static_cast<std::int64_t>(l.bf16_bytes) - static_cast<std::int64_t>(l.nvfp4_bytes);
+      out += table_row({code_span(l.layer, true), fmt::format("{}", l.modules.size()), why, fmt::format("{}", cost)});
     }
     out += "\n";
   }
-  if (!member_or_null(r, "requantized").empty()) out += "### Requantized modules (lossy)\n\n" + error_table(r);
+  if (!r.requantized.empty()) out += "### Requantized modules (lossy)\n\n" + error_table(r);
   return out;
 }
 
 std::string verified(const CardFacts& f) {
-  const Json& r = *f.report;
+  const Report& r = *f.report;
   if (f.kind == EvidenceKind::Requantize) return "## Error against the source\n\n" + error_table(r);
-  const Json& c = member_or_null(r, "counts");
-  const std::uint64_t rewritten = bf16_module_count(r) + member_or_null(r, "requantized").size();
+  const std::uint64_t rewritten = bf16_module_count(r) + r.requantized.size();
   std::string out = "## Verified\n\n| Check | Result |\n|---|---|\n";
   // Every figure is a field of the report; one the command did not compute
   // (null) leaves its row out.
-  const auto row = [&](const char* label, const Json& value) {
-    if (!value.is_null()) out += table_row({label, number_text(value)});
+  const auto row = [&](const char* label, const auto& value) {
+    if (value) out += table_row({label, number_text(*value)});
   };
-  out += table_row({"Verify result", fmt::format("`ok` (mx2nv verify {})", member_or_null(member_or_null(r, "provenance"), "tool_version").get<std::string>())});
-  out += table_row({"Window", code_span(member_or_null(r, "window").get<std::string>(), true)});
-  row("Quantized modules", member_or_null(c, "modules"));
-  row("Values compared", member_or_null(r, "values_compared"));
-  row("Mismatches", member_or_null(r, "mismatches"));
-  row("Max abs error", member_or_null(r, "max_abs_error"));
-  if (!member_or_null(c, "modules").is_null()) {
-    const auto modules = member_or_null(c, "modules").get<std::uint64_t>();
+  out += table_row({"Verify result", fmt::format("`ok` (mx2nv verify {})", r.provenance.tool_version)});
+  out += table_row({"Window", code_span(std::string(window_name(r.window)), true)});
+  row("Quantized modules", r.modules);
+  row("Values compared", r.values_compared);
+  row("Mismatches", r.mismatches);
+  row("Max abs error", r.max_abs_error);
+  if (r.modules) {
+    const std::uint64_t modules = *r.modules;
     out += table_row({"Packed bytes identical", fmt::format("{} of {} modules", modules - std::min(rewritten, modules), modules)});
   }
-  row("Pass-through tensors identical", member_or_null(c, "passthrough_tensors"));
-  row("Companion files identical", member_or_null(c, "companion_files"));
-  row("Shards", member_or_null(c, "shards"));
-  row("Active 32-value groups", member_or_null(c, "active_groups"));
-  row("All-zero 32-value groups", member_or_null(c, "zero_groups"));
-  row("All-zero groups written with scale byte 0x00", member_or_null(c, "canonicalised_zero_groups"));
-  row("Active groups below 2^-6 (zeroed by Marlin)", member_or_null(c, "marlin_zeroed_groups"));
-  row("Globals raised for fp16", member_or_null(c, "raised_globals"));
+  row("Pass-through tensors identical", r.passthrough_tensors);
+  row("Companion files identical", r.companion_files);
+  row("Shards", r.shards);
+  row("Active 32-value groups", r.active_groups);
+  row("All-zero 32-value groups", r.zero_groups);
+  row("All-zero groups written with scale byte 0x00", r.canonicalised_zero_groups);
+  row("Active groups below 2^-6 (zeroed by Marlin)", r.marlin_zeroed_groups);
+  row("Globals raised for fp16", r.raised_globals);
   return out + "\n" + overspan_subsections(r);
 }
 
 }  // namespace
 
-std::string number_text(const Json& v) {
-  if (v.is_number_integer()) return v.dump();
-  if (v.is_number_float()) return python_float(v.get<double>());
-  if (v.is_string() && v == "inf") return "inf";
-  return "?";
-}
+std::string number_text(std::uint64_t value) { return fmt::format("{}", value); }
+
+std::string number_text(double value) { return std::isinf(value) ? "inf" : python_float(value); }
 
 std::string table_row(const std::vector<std::string>& cells) {
   std::string out = "|";
@@ -288,8 +266,7 @@ std::string table_row(const std::vector<std::string>& cells) {
 
 std::vector<std::string> card_tags(const CardFacts& f) {
   std::vector<std::string> tags = {"nvfp4", std::string(choice_name(f.format)), "mx2nv"};
-  const Json& lossy = member_or_null(*f.report, "requantized");
-  if (f.kind == EvidenceKind::Requantize || (lossy.is_array() && !lossy.empty())) tags.push_back("requantized");
+  if (f.kind == EvidenceKind::Requantize || !f.report->requantized.empty()) tags.push_back("requantized");
   return tags;
 }
 

@@ -6,6 +6,7 @@
 #include "card/source_card.hpp"
 #include "json/strict_json.hpp"
 #include "model/target_format.hpp"
+#include "report/report.hpp"
 
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@ namespace mx2nv {
 struct CardFacts {
   EvidenceKind kind = EvidenceKind::Verify;
   TargetFormat format = TargetFormat::CompressedTensors;  // DST's, from its finished record and config
-  const Json* report = nullptr;  // the verify or requantize report
+  const Report* report = nullptr;  // the verify or requantize report
   const Json* gate = nullptr;    // gate_to_json at TP `tp`, runtimes not asked
   SourceCard source;             // .present false: SRC has no README.md
   std::string base_model;        // written to the front matter ("" = none)
@@ -40,9 +41,11 @@ std::vector<std::string> card_tags(const CardFacts& facts);
 std::string render_gate_and_load(const CardFacts& f);
 std::string render_trailer(const CardFacts& f);  // Companion .. License
 
-// Report numbers written exactly (§5.0): an integer in plain digits, a
-// double as Python's repr, the report's "inf" as inf.
-std::string number_text(const Json& value);
+// Report numbers written exactly (§5.0), as the report's JSON has them: an
+// integer in plain digits, a double as Python's repr, an infinite one as inf
+// (the report's "inf").
+std::string number_text(std::uint64_t value);
+std::string number_text(double value);
 std::string table_row(const std::vector<std::string>& cells);
 
 }  // namespace mx2nv

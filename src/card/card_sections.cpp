@@ -192,7 +192,7 @@ std::string source_section(const CardFacts& f) {
 }
 
 std::string made_section(const CardFacts& f, const std::string& source_text) {
-  const Json& r = *f.report;
+  const Report& r = *f.report;
   std::string options;
   if (f.base_given) options += " --base-model " + f.base_model;
   if (!f.companion_repo.empty()) options += " --companion " + f.companion_repo + (f.companion_rev.empty() ? "" : "@" + f.companion_rev);
@@ -204,9 +204,9 @@ std::string made_section(const CardFacts& f, const std::string& source_text) {
     out += "mx2nv requantize SRC DST --report requantize-report.json\n";
     out += "mx2nv card SRC DST --requantize-report requantize-report.json" + options + "\n";
   } else {
-    const std::string window = str(member_or_null(r, "window"));
+    const std::string window(window_name(r.window));
     out += "mx2nv convert SRC DST --window " + window;
-    if (member_or_null(r, "overspan").is_object()) out += " --overspan " + str(member_or_null(member_or_null(r, "overspan"), "choice"));
+    if (r.over_span_choice != OverSpanChoice::Fail) out += fmt::format(" --overspan {}", choice_name(r.over_span_choice));
     if (f.format != TargetFormat::CompressedTensors) out += fmt::format(" --format {}", choice_name(f.format));
     out += "\nmx2nv verify SRC DST --window " + window + " --report verify-report.json\n";
     out += "mx2nv card SRC DST --verify-report verify-report.json" + options + "\n";
@@ -246,7 +246,7 @@ std::string not_verified_section(const CardFacts& f) {
     out += "- Where the source checkpoint came from.\n";
   }
   if (f.source.present) out += "- The source card (README.source.md) is the source author's text.\n";
-  if (f.kind == EvidenceKind::Requantize || !member_or_null(*f.report, "requantized").empty()) {
+  if (f.kind == EvidenceKind::Requantize || !f.report->requantized.empty()) {
     out += "- The error table measures stored weights against the MXFP4 values, not model outputs.\n";
   }
   return out + "\n";

@@ -3,8 +3,8 @@
 // rules 2 to 7; the fingerprints, rule 8, are compared in card.cpp).
 #pragma once
 
-#include "json/strict_json.hpp"
 #include "model/target_format.hpp"
+#include "report/report.hpp"
 #include "sys/file.hpp"
 
 #include <string>
@@ -15,14 +15,15 @@ enum class EvidenceKind { Verify, Requantize };
 
 struct Evidence {
   EvidenceKind kind = EvidenceKind::Verify;
-  Json report;
+  Report report;      // read by report_from_json: every field of its type
   std::string bytes;  // the report's bytes (its sha256 goes to card.json)
 };
 
 // Reads and checks the report: a regular file of at most 64 MiB, strict JSON,
-// an object of the right command with an ok outcome from this mx2nv, naming
-// SRC and DST as `source` and `target` resolve now. `text`: the report given
-// as JSON text instead of a file.
+// a report of this mx2nv's schema (report_from_json), of the right command
+// with an ok outcome, naming SRC and DST as `source` and `target` resolve
+// now. `text`: the report given as JSON text instead of a file. Every
+// refusal is a usage error (exit 2) that names the key it is about.
 Evidence read_evidence(EvidenceKind kind, const fs::path& report, const std::string* text, const fs::path& source,
                        const fs::path& target);
 

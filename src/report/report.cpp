@@ -57,7 +57,9 @@ Report failed_report(Command command, Window window, Provenance provenance, cons
 }
 
 std::optional<double> Report::size_change_percent() const {
-  if (!source_tensor_bytes || !target_tensor_bytes || *source_tensor_bytes == 0) return std::nullopt;
+  if (size_change_withheld || !source_tensor_bytes || !target_tensor_bytes || *source_tensor_bytes == 0) {
+    return std::nullopt;
+  }
   return 100.0 * (static_cast<double>(*target_tensor_bytes) - static_cast<double>(*source_tensor_bytes)) /
          static_cast<double>(*source_tensor_bytes);
 }

@@ -167,7 +167,13 @@ struct Report {
   std::optional<std::uint64_t> merged_parts;  // verify --merge: how many parts were joined
   double seconds = 0;
 
-  // null unless both tensor sizes were computed (and SRC's is not 0).
+  // A report read back whose size_change_percent was null although both sizes
+  // are there (a report that withholds the figure): it stays null, and the
+  // card leaves its row out. Commands never withhold it.
+  bool size_change_withheld = false;
+
+  // null unless both tensor sizes were computed (and SRC's is not 0), and
+  // not withheld.
   std::optional<double> size_change_percent() const;
   int exit_code() const { return mx2nv::exit_code(result, error_kind); }
   // Records `error` as this run's outcome (the error path's report is the

@@ -14,6 +14,8 @@
 // - derived (a function of other fields: exit_code, size_change_percent,
 //   counts.global_conflicts, ...): written from the report, and on reading
 //   checked against the report read;
+// - derived figures (size_change_percent): derived, or null where a report
+//   withholds the figure (Report::size_change_withheld);
 // - rows (a member per module): streamed, never built as one document.
 #include "common/printable.hpp"
 #include "json/json_fields.hpp"
@@ -68,14 +70,14 @@ Json error_figure(double v) { return std::isfinite(v) ? Json(v) : Json("inf"); }
 template <typename Io, typename Row>
 void over_span_fields(Io& io, Row& o) {
   io.field("groups_outside", o.groups_outside);
-  io.field("limit", o.limit);
+  io.count("limit", o.limit);
   io.field("module", o.module);
-  io.field("span", o.span);
+  io.count("span", o.span);
 }
 
 template <typename Io, typename Row>
 void requantized_fields(Io& io, Row& m) {
-  io.error_figure("cosine", m.cosine);
+  io.signed_figure("cosine", m.cosine);
   io.field("global_scale", m.global_scale);
   io.field("marlin_zeroed_blocks", m.marlin_zeroed_blocks);
   io.error_figure("max_abs_error", m.max_abs_error);
@@ -182,7 +184,7 @@ void report_fields(Io& io, R& r) {
   io.named("result", r.result, outcome_text, parse_outcome);
   io.seconds("seconds", r.seconds);
   io.optional_field("shard_subset", subset, r.shard_subset);
-  io.derived("size_change_percent", [&] {
+  io.derived_figure("size_change_percent", r.size_change_withheld, [&] {
     const auto change = r.size_change_percent();
     return change ? Json(std::round(*change * 1e4) / 1e4) : Json(nullptr);
   });
@@ -224,7 +226,9 @@ class ReportWriter {
     if (present()) field(name, v);
   }
   void signed_size(std::string_view name, std::uint64_t v) { field(name, v); }
+  void count(std::string_view name, int v) { field(name, v); }
   void error_figure(std::string_view name, double v) { key(name), out_.value(mx2nv::error_figure(v)); }
+  void signed_figure(std::string_view name, double v) { error_figure(name, v); }
   void measured_error(std::string_view name, const Measured<double>& v) {
     key(name);
     v ? out_.value(mx2nv::error_figure(*v)) : out_.null();
@@ -281,6 +285,10 @@ class ReportWriter {
   void derived(std::string_view name, F&& value) {
     key(name), out_.value(value());
   }
+  template <typename F>
+  void derived_figure(std::string_view name, bool, F&& value) {
+    key(name), out_.value(value());  // null when withheld (Report::size_change_percent)
+  }
   template <typename T>
   const T& emplace(const std::optional<T>& v) {
     return *v;
@@ -323,13 +331,17 @@ class ReportReader {
   void signed_size(std::string_view name, std::uint64_t& v) {
     v = static_cast<std::uint64_t>(take(name).as_int_in(0, std::numeric_limits<std::int64_t>::max()));
   }
-  void error_figure(std::string_view name, double& v) { v = read_error_figure(take(name)); }
+  void count(std::string_view name, int& v) {
+    v = static_cast<int>(take(name).as_int_in(0, std::numeric_limits<int>::max()));
+  }
+  void error_figure(std::string_view name, double& v) { v = read_error_figure(take(name), true); }
+  void signed_figure(std::string_view name, double& v) { v = read_error_figure(take(name), false); }
   void measured_error(std::string_view name, Measured<double>& v) {
     const JsonValue value = take(name);
     if (value.is_null()) {
       v.reset();
     } else {
-      v = read_error_figure(value);
+      v = read_error_figure(value, true);
     }
   }
   void seconds(std::string_view name, double& v) {
@@ -388,14 +400,18 @@ class ReportReader {
   }
   template <typename F>
   void derived(std::string_view name, F&& value) {
+    derive_check(take(name), value);
+  }
+  // null is the figure withheld, recorded in `withheld` (checked once the
+  // fields it derives from are read); any other value must be the derived one.
+  template <typename F>
+  void derived_figure(std::string_view name, bool& withheld, F&& value) {
     const JsonValue read = take(name);
-    defer([read, value] {
-      const Json expected = value();
-      if (expected != read.json()) {
-        read.bad("{} contradicts the rest of the report, which gives {}", excerpt(dump_json(read.json(), -1), 80),
-                 excerpt(dump_json(expected, -1), 80));
-      }
-    });
+    if (read.is_null()) {
+      defer([&withheld, value] { withheld = !value().is_null(); });
+      return;
+    }
+    derive_check(read, value);
   }
   template <typename T>
   T& emplace(std::optional<T>& v) {
@@ -445,6 +461,16 @@ class ReportReader {
                 present ? "absent" : "present");
     });
   }
+  template <typename F>
+  void derive_check(const JsonValue& read, F&& value) {
+    defer([read, value] {
+      const Json expected = value();
+      if (expected != read.json()) {
+        read.bad("{} contradicts the rest of the report, which gives {}", excerpt(dump_json(read.json(), -1), 80),
+                 excerpt(dump_json(expected, -1), 80));
+      }
+    });
+  }
   template <typename Row, typename Body>
   void read_rows(const JsonValue& value, std::vector<Row>& v, std::size_t cap, Body&& body) {
     const std::size_t n = value.array_size(cap);
@@ -464,13 +490,16 @@ class ReportReader {
     if (!parsed) value.bad("\"{}\" is not one mx2nv writes", excerpt(value.as_string(), 80));
     v = *parsed;
   }
-  static double read_error_figure(const JsonValue& v) {
+  // A measured error (non_negative: a distance, not a cosine) as
+  // error_figure writes it: a finite number, or "inf".
+  static double read_error_figure(const JsonValue& v, bool non_negative) {
     if (v.json().is_string()) {
       if (v.as_string() != "inf") v.bad("expected a number or \"inf\"");
       return std::numeric_limits<double>::infinity();
     }
     const double d = v.as_number();
     if (!std::isfinite(d)) v.bad("expected a finite number or \"inf\"");
+    if (non_negative && d < 0) v.bad("expected a non-negative number or \"inf\", not {}", d);
     return d;
   }
   static void read(const JsonValue& v, std::string& out) { out = v.as_string(); }

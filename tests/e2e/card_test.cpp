@@ -447,6 +447,21 @@ TEST(Card, ReportFieldsOfTheWrongTypeAreRefused) {
   ASSERT_NE(at, std::string::npos);
   text.insert(at + key.size(), "1e999,\"x\":");
   EXPECT_EQ(card_with(text).exit_code, 2);
+  // The report is read as mx2nv reads every report (report_from_json): a key
+  // mx2nv does not write, or a derived field that contradicts the rest, is
+  // no report of this mx2nv either.
+  const std::vector<std::pair<std::string, json>> foreign = {
+      {"/counts/extra", 1}, {"/exit_code", 1}, {"/counts/global_conflicts", 3}, {"/provenance/tool", "other"}};
+  for (const auto& [path, value] : foreign) {
+    json bad = good;
+    bad[json::json_pointer(path)] = value;
+    const CliResult r = card_with(bad.dump());
+    std::string dotted = path.substr(1);
+    std::replace(dotted.begin(), dotted.end(), '/', '.');
+    EXPECT_EQ(r.exit_code, 2) << path << ": " << r.err;
+    EXPECT_NE(r.err.find(dotted), std::string::npos) << path << ": " << r.err;
+    EXPECT_FALSE(fs::exists(c.dst / ".mx2nv/card.json")) << path;
+  }
 
   // null: the row (and the sentence citing it) is left out.
   const std::vector<std::pair<std::string, std::string>> rows = {

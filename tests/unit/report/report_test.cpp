@@ -146,6 +146,44 @@ TEST(ReportJson, ReadingRefusesWrongTypesUnknownKeysAndContradictions) {
   for (int i = 0; i < 300; ++i) j["differences"].push_back("d");
   EXPECT_EQ(read_error(j), "r.json: differences: 300 items, more than 202");
   EXPECT_EQ(read_error(Json::array()), "r.json: expected an object, not an array");
+  // Distances are never negative; a cosine may be.
+  j = good;
+  j["max_abs_error"] = -0.5;
+  EXPECT_EQ(read_error(j), "r.json: max_abs_error: expected a non-negative number or \"inf\", not -0.5");
+  j = good;
+  j["requantized"][0]["relative_rmse"] = -1;
+  EXPECT_EQ(read_error(j), "r.json: requantized[0].relative_rmse: expected a non-negative number or \"inf\", not -1");
+  j = good;
+  j["requantized"][0]["cosine"] = -0.25;
+  EXPECT_EQ(report_from_json(j, "r.json").requantized[0].cosine, -0.25);
+  // A span or a limit is a count of binades.
+  j = good;
+  j["over_span"][0]["span"] = -1;
+  EXPECT_EQ(read_error(j), "r.json: over_span[0].span: -1 is outside [0, 2147483647]");
+}
+
+// size_change_percent is derived from the two sizes; null is the figure
+// withheld (read back as withheld, written null again), any other value must
+// be the derived one.
+TEST(ReportJson, SizeChangeIsDerivedOrWithheld) {
+  const Json good = report_to_json(full_report(Command::Verify));
+  ASSERT_TRUE(good["size_change_percent"].is_number());
+  EXPECT_FALSE(report_from_json(good, "r.json").size_change_withheld);
+  Json j = good;
+  j["size_change_percent"] = nullptr;
+  const Report withheld = report_from_json(j, "r.json");
+  EXPECT_TRUE(withheld.size_change_withheld);
+  EXPECT_FALSE(withheld.size_change_percent().has_value());
+  EXPECT_EQ(report_to_json(withheld), j);
+  j["size_change_percent"] = 1.5;
+  EXPECT_NE(read_error(j).find("size_change_percent: 1.5 contradicts the rest of the report"), std::string::npos);
+  // Not computable (a size not computed): null is what the writer gives.
+  j = good;
+  j["source_tensor_bytes"] = nullptr;
+  j["size_change_percent"] = nullptr;
+  const Report unknown = report_from_json(j, "r.json");
+  EXPECT_FALSE(unknown.size_change_withheld);
+  EXPECT_EQ(report_to_json(unknown), j);
 }
 
 }  // namespace
