@@ -512,7 +512,7 @@ CardResult run_card(const CardOptions& o) {
   g.tp = o.tp;
   g.threads = o.threads;
   g.ask.when = AskRuntimes::Never;
-  const Json gate = gate_to_json(run_gate(g));
+  const GateResult gate = run_gate(g);
   facts.gate = &gate;
   add_facts(facts, o, e, dst);
   CardResult result = describe(facts, o, render_card(facts));

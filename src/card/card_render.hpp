@@ -4,7 +4,7 @@
 
 #include "card/evidence.hpp"
 #include "card/source_card.hpp"
-#include "json/strict_json.hpp"
+#include "gate/gate.hpp"
 #include "model/target_format.hpp"
 #include "report/report.hpp"
 
@@ -17,7 +17,7 @@ struct CardFacts {
   EvidenceKind kind = EvidenceKind::Verify;
   TargetFormat format = TargetFormat::CompressedTensors;  // DST's, from its finished record and config
   const Report* report = nullptr;  // the verify or requantize report
-  const Json* gate = nullptr;    // gate_to_json at TP `tp`, runtimes not asked
+  const GateResult* gate = nullptr;  // gate on DST at TP `tp`, runtimes not asked
   SourceCard source;             // .present false: SRC has no README.md
   std::string base_model;        // written to the front matter ("" = none)
   bool base_given = false;       // --base-model

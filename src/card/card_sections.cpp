@@ -3,6 +3,9 @@
 // the license (docs/reference/model-card.md §5.4-§5.9).
 #include "card/card_render.hpp"
 #include "card/card_text.hpp"
+#include "common/printable.hpp"
+#include "gate/gate.hpp"
+#include "gate/rules.hpp"
 #include "gate/runtime.hpp"
 
 #include <fmt/core.h>
@@ -14,7 +17,16 @@
 namespace mx2nv {
 namespace {
 
-std::string str(const Json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+// A reason or note as gate --json writes it (json_text: any byte shown).
+std::vector<std::string> texts(const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& i : items) out.push_back(json_text(i));
+  return out;
+}
+
+std::string runtime_of(const Verdict& v) { return std::string(choice_name(v.backend->runtime)); }
+std::string backend_of(const Verdict& v) { return std::string(choice_name(v.backend->backend)); }
+std::string dtype_of(const Verdict& v) { return std::string(choice_name(v.dtype)); }
 
 std::string joined_spans(const std::vector<std::string>& items, bool in_table = false, const char* sep = ", ") {
   std::string out;
@@ -23,52 +35,38 @@ std::string joined_spans(const std::vector<std::string>& items, bool in_table = 
 }
 
 std::string gate_tables(const CardFacts& f) {
-  const Json& g = *f.gate;
+  const GateResult& g = *f.gate;
   std::string out = fmt::format(
       "## Runtime gate\n\n`mx2nv gate` at TP {} (mx2nv's rules for the pinned releases in the table; the runtimes "
       "were not run):\n\n| Runtime | Version | Backend | Dtype | TP | Verdict | Reasons |\n|---|---|---|---|---|---|---|\n",
       f.tp);
-  std::vector<std::pair<std::string, std::string>> backends;
-  std::vector<std::string> gpus;
-  for (const auto& v : member_or_null(g, "verdicts")) {
-    std::vector<std::string> reasons;
-    for (const auto& r : member_or_null(v, "reasons")) reasons.push_back(str(r));
-    out += table_row({str(member_or_null(v, "runtime")), str(member_or_null(v, "version")), str(member_or_null(v, "backend")), str(member_or_null(v, "dtype")),
-                      str(member_or_null(v, "tp")), str(member_or_null(v, "verdict")), reasons.empty() ? "—" : joined_spans(reasons, true, "; ")});
-    const std::pair<std::string, std::string> rb{str(member_or_null(v, "runtime")), str(member_or_null(v, "backend"))};
-    if (std::find(backends.begin(), backends.end(), rb) == backends.end()) {
-      backends.push_back(rb);
-      gpus.push_back(str(member_or_null(v, "gpus")));
-    }
+  std::vector<const RuntimeBackend*> backends;
+  for (const Verdict& v : g.verdicts) {
+    const std::vector<std::string> reasons = texts(v.reasons);
+    out += table_row({runtime_of(v), std::string(v.backend->version), backend_of(v), dtype_of(v), fmt::format("{}", v.tp),
+                      std::string(verdict_name(v.kind)), reasons.empty() ? "—" : joined_spans(reasons, true, "; ")});
+    if (std::find(backends.begin(), backends.end(), v.backend) == backends.end()) backends.push_back(v.backend);
   }
   out += "\n| Runtime | Backend | Selected on |\n|---|---|---|\n";
-  for (std::size_t i = 0; i < backends.size(); ++i) {
-    out += table_row({backends[i].first, backends[i].second, code_span(gpus[i], true)});
+  for (const RuntimeBackend* b : backends) {
+    out += table_row({std::string(choice_name(b->runtime)), std::string(choice_name(b->backend)),
+                      code_span(std::string(b->gpus), true)});
   }
+  // What each backend of DST's layout says at every TP degree (gate's tp_table).
   out += "\n### Tensor parallelism\n\n";
-  std::vector<std::string> columns;
-  for (const auto& row : member_or_null(g, "tp_table")) {
-    for (const auto& [k, v] : row.items()) {
-      if (k != "tp" && std::find(columns.begin(), columns.end(), k) == columns.end()) columns.push_back(k);
-    }
-  }
-  // runtime_backends() order, as gate writes the columns.
-  const std::vector<std::string> order = {"vllm-marlin", "vllm-humming", "sglang-marlin"};
-  std::stable_sort(columns.begin(), columns.end(), [&](const std::string& a, const std::string& b) {
-    return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
-  });
+  const std::vector<const RuntimeBackend*> columns = runtime_backends(g.format);
   std::vector<std::string> header = {"TP"};
-  header.insert(header.end(), columns.begin(), columns.end());
-  out += table_row(header) + "|" + std::string("---|") + [&] {
-    std::string d;
-    for (std::size_t i = 0; i < columns.size(); ++i) d += "---|";
-    return d;
-  }() + "\n";
-  for (const auto& row : member_or_null(g, "tp_table")) {
-    std::vector<std::string> cells = {str(member_or_null(row, "tp"))};
-    for (const auto& c : columns) {
-      const std::string v = str(member_or_null(row, c.c_str()));
-      cells.push_back(v == "ok" ? v : code_span(v, true));
+  for (const RuntimeBackend* b : columns) {
+    header.push_back(fmt::format("{}-{}", choice_name(b->runtime), choice_name(b->backend)));
+  }
+  out += table_row(header) + "|---|";
+  for (std::size_t i = 0; i < columns.size(); ++i) out += "---|";
+  out += "\n";
+  for (const unsigned tp : tp_degrees()) {
+    std::vector<std::string> cells = {fmt::format("{}", tp)};
+    for (const RuntimeBackend* b : columns) {
+      const std::optional<std::string> problem = dims_problem(*b, g.dims, tp);
+      cells.push_back(problem ? code_span(*problem, true) : "ok");
     }
     out += table_row(cells);
   }
@@ -111,14 +109,11 @@ std::vector<std::string> sglang_lines(const CardFacts& f, const Runs& runs, cons
 }
 
 std::string load_section(const CardFacts& f) {
-  const Json& g = *f.gate;
   std::set<std::string> judged_vllm;
   Runs runs;
-  for (const auto& v : member_or_null(g, "verdicts")) {
-    if (str(member_or_null(v, "runtime")) == "vllm") judged_vllm.insert(str(member_or_null(v, "backend")));
-    if (str(member_or_null(v, "verdict")) == "RUN" && member_or_null(v, "tp") == f.tp) {
-      runs.insert({str(member_or_null(v, "runtime")), str(member_or_null(v, "backend")), str(member_or_null(v, "dtype"))});
-    }
+  for (const Verdict& v : f.gate->verdicts) {
+    if (v.backend->runtime == Runtime::Vllm) judged_vllm.insert(backend_of(v));
+    if (v.kind == Verdict::Run && v.tp == f.tp) runs.insert({runtime_of(v), backend_of(v), dtype_of(v)});
   }
   const std::string model = f.repo_id.empty() ? "\"$MODEL\"" : f.repo_id;
   const std::string trc = f.trust_remote_code ? " --trust-remote-code" : "";
@@ -226,12 +221,12 @@ std::string not_verified_section(const CardFacts& f) {
   out += "- The runtime verdicts are mx2nv gate's rules, read from the pinned releases' source; other versions are not "
          "judged and no runtime was run.";
   bool humming = false;
-  for (const auto& v : member_or_null(*f.gate, "verdicts")) {
-    humming = humming || str(member_or_null(v, "backend")) == "humming";
-    if (str(member_or_null(v, "verdict")) == "UNVERIFIED") {
+  for (const Verdict& v : f.gate->verdicts) {
+    humming = humming || v.backend->backend == Backend::Humming;
+    if (v.kind == Verdict::Unverified) {
       std::string reasons;
-      for (const auto& r : member_or_null(v, "reasons")) reasons += (reasons.empty() ? "" : "; ") + code_span(str(r));
-      out += fmt::format(" UNVERIFIED: {} {} {}{}.", str(member_or_null(v, "runtime")), str(member_or_null(v, "backend")), str(member_or_null(v, "dtype")),
+      for (const auto& r : texts(v.reasons)) reasons += (reasons.empty() ? "" : "; ") + code_span(r);
+      out += fmt::format(" UNVERIFIED: {} {} {}{}.", runtime_of(v), backend_of(v), dtype_of(v),
                          reasons.empty() ? "" : " (" + reasons + ")");
     }
   }
