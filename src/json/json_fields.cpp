@@ -31,19 +31,19 @@ std::string_view json_type_words(const Json& v) {
 }
 
 void JsonValue::fail_bad(const std::string& message) const {
-  if (path_.empty()) fail_input("{}: {}", what_, message);
-  fail_input("{}: {}: {}", what_, path_, message);
+  if (path_.empty()) fail_input("{}: the document {}", what_, message);
+  fail_input("{}: \"{}\" {}", what_, path_, message);
 }
 
 void JsonValue::expected(std::string_view type) const {
-  fail_bad(fmt::format("expected {}, not {}", type, json_type_words(*value_)));
+  fail_bad(fmt::format("must be {}, not {}", type, json_type_words(*value_)));
 }
 
 std::uint64_t JsonValue::as_uint() const {
   if (value_->is_number_unsigned()) return value_->get<std::uint64_t>();
   // nlohmann reads "-0" as a signed 0.
   if (value_->is_number_integer() && value_->get<std::int64_t>() == 0) return 0;
-  if (value_->is_number_integer()) bad("expected an unsigned integer, not {}", value_->get<std::int64_t>());
+  if (value_->is_number_integer()) bad("must be an unsigned integer, not {}", value_->get<std::int64_t>());
   expected("an unsigned integer");
 }
 
@@ -51,7 +51,7 @@ std::int64_t JsonValue::as_int() const {
   // nlohmann's is_number_integer() holds for unsigned numbers too: those first.
   if (value_->is_number_unsigned()) {
     const auto u = value_->get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad("{} is out of range", u);
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad("is {}, out of range", u);
     return static_cast<std::int64_t>(u);
   }
   if (value_->is_number_integer()) return value_->get<std::int64_t>();
@@ -60,7 +60,7 @@ std::int64_t JsonValue::as_int() const {
 
 std::int64_t JsonValue::as_int_in(std::int64_t lo, std::int64_t hi) const {
   const std::int64_t v = as_int();
-  if (v < lo || v > hi) bad("{} is outside [{}, {}]", v, lo, hi);
+  if (v < lo || v > hi) bad("is {}, outside [{}, {}]", v, lo, hi);
   return v;
 }
 
@@ -81,7 +81,7 @@ const std::string& JsonValue::as_string() const {
 
 const std::string& JsonValue::as_string(std::size_t max_bytes) const {
   const std::string& s = as_string();
-  if (s.size() > max_bytes) bad("a string of {} bytes, more than {}", s.size(), max_bytes);
+  if (s.size() > max_bytes) bad("is a string of {} bytes, more than {}", s.size(), max_bytes);
   return s;
 }
 
@@ -89,7 +89,7 @@ JsonFields JsonValue::as_object() const { return JsonFields(*value_, what_, path
 
 std::size_t JsonValue::array_size(std::size_t max_items) const {
   if (!value_->is_array()) expected("an array");
-  if (value_->size() > max_items) bad("{} items, more than {}", value_->size(), max_items);
+  if (value_->size() > max_items) bad("has {} items, more than {}", value_->size(), max_items);
   return value_->size();
 }
 
@@ -100,7 +100,7 @@ JsonValue JsonValue::item(std::size_t i) const {
 JsonFields::JsonFields(const Json& object, std::string_view what, std::string path)
     : object_(&object), what_(what), path_(std::move(path)) {
   if (!object.is_object()) {
-    JsonValue(object, what, path_).bad("expected an object, not {}", json_type_words(object));
+    JsonValue(object, what, path_).bad("must be an object, not {}", json_type_words(object));
   }
 }
 
@@ -110,7 +110,7 @@ std::string JsonFields::key_path(std::string_view key) const {
 
 JsonValue JsonFields::required(std::string_view key) const {
   const auto it = object_->find(key);
-  if (it == object_->end()) JsonValue(*object_, what_, key_path(key)).bad("missing");
+  if (it == object_->end()) JsonValue(*object_, what_, key_path(key)).bad("is missing");
   return JsonValue(*it, what_, key_path(key));
 }
 
@@ -129,7 +129,7 @@ std::optional<std::uint64_t> JsonFields::uint_or_null(std::string_view key) cons
 void JsonFields::only(std::initializer_list<std::string_view> known, std::string_view kind) const {
   for (auto it = object_->begin(); it != object_->end(); ++it) {
     if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
-      JsonValue(*it, what_, key_path(it.key())).bad("not a key of {}", kind);
+      JsonValue(*it, what_, key_path(it.key())).bad("is not a key of {}", kind);
     }
   }
 }

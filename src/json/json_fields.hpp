@@ -2,7 +2,7 @@
 // and expected type: the reading half of JsonOut (json_writer.hpp). Every
 // error is Error(InvalidInput) naming the document (`what`, its file) and
 // the path of the value, e.g.
-//   plan.json: shards[3].plan_hash: expected an unsigned integer, not a string
+//   plan.json: "shards[3].plan_hash" must be an unsigned integer, not a string
 // A document is input: arrays are refused past the caller's cap before
 // anything is allocated for their items, and numbers outside the expected
 // type's range are refused rather than converted.
@@ -46,7 +46,10 @@ class JsonValue {
   std::size_t array_size(std::size_t max_items) const;
   JsonValue item(std::size_t i) const;
 
-  // Error(InvalidInput) "<what>: <path>: <message>".
+  // Error(InvalidInput) "<what>: \"<path>\" <message>", the message a
+  // predicate ("is missing", "must be a string, not null"); the path is
+  // quoted (a hostile key may hold dots, spaces or colons). At the root:
+  // "<what>: the document <message>".
   template <typename... Args>
   [[noreturn]] void bad(fmt::format_string<Args...> format, Args&&... args) const {
     fail_bad(fmt::format(format, std::forward<Args>(args)...));
@@ -70,9 +73,11 @@ class JsonFields {
   JsonFields(const Json& object, std::string_view what, std::string path = "");
 
   bool has(std::string_view key) const { return object_->contains(key); }
-  // The value of `key`; "<path.key>: missing" when absent.
+  // The value of `key`; "\"<path.key>\" is missing" when absent.
   JsonValue required(std::string_view key) const;
   std::optional<JsonValue> optional(std::string_view key) const;
+  // Where `key` is (present or not), for messages about it.
+  JsonValue at_key(std::string_view key) const { return JsonValue(*object_, what_, key_path(key)); }
 
   // Shorthands for required fields of one type.
   std::uint64_t uint(std::string_view key) const { return required(key).as_uint(); }
@@ -84,7 +89,7 @@ class JsonFields {
   // null -> nullopt, else an unsigned integer.
   std::optional<std::uint64_t> uint_or_null(std::string_view key) const;
 
-  // Refuses a key not among `known` ("<path.key>: not a key of <kind>").
+  // Refuses a key not among `known` ("\"<path.key>\" is not a key of <kind>").
   void only(std::initializer_list<std::string_view> known, std::string_view kind) const;
 
   const std::string& path() const { return path_; }

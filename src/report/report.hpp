@@ -51,6 +51,7 @@ struct ModuleError {
 struct Fingerprint {
   std::string source, target;  // "xxh3-128:<32 hex>"
   std::uint64_t source_files = 0, target_files = 0;
+  bool operator==(const Fingerprint&) const = default;
 };
 
 // A figure of a report: absent until the command computes it, and then

@@ -347,11 +347,11 @@ class ReportReader {
   void seconds(std::string_view name, double& v) {
     const JsonValue value = take(name);
     v = value.as_number();
-    if (!std::isfinite(v) || v < 0) value.bad("expected a finite number of seconds, at least 0");
+    if (!std::isfinite(v) || v < 0) value.bad("must be a finite number of seconds, at least 0");
   }
   void pair(std::string_view name, int& a, int& b) {
     const JsonValue value = take(name);
-    if (value.array_size(2) != 2) value.bad("expected two integers, [low, high]");
+    if (value.array_size(2) != 2) value.bad("must be two integers, [low, high]");
     read(value.item(0), a);
     read(value.item(1), b);
   }
@@ -440,7 +440,7 @@ class ReportReader {
     const Json& object = f.fields.self().json();
     for (auto it = object.begin(); it != object.end(); ++it) {
       if (std::find(f.known.begin(), f.known.end(), it.key()) == f.known.end()) {
-        f.fields.required(it.key()).bad("not a key of a report");
+        f.fields.required(it.key()).bad("is not a key of a report");
       }
     }
     const auto checks = std::move(f.checks);
@@ -454,19 +454,23 @@ class ReportReader {
   }
   template <typename Cond>
   void check_presence(std::string_view name, bool present, Cond&& condition) {
-    const JsonValue where = frames_.back().fields.self();
+    const JsonValue where = frames_.back().fields.at_key(name);
     defer([=] {
       if (present == static_cast<bool>(condition())) return;
-      where.bad("\"{}\" is {} where the rest of the report says it is {}", name, present ? "present" : "absent",
-                present ? "absent" : "present");
+      if (present) where.bad("is present, where the rest of the report says it is absent");
+      where.bad("is missing, where the rest of the report says it is present");
     });
   }
   template <typename F>
   void derive_check(const JsonValue& read, F&& value) {
     defer([read, value] {
       const Json expected = value();
-      if (expected != read.json()) {
-        read.bad("{} contradicts the rest of the report, which gives {}", excerpt(dump_json(read.json(), -1), 80),
+      // Of the same kind too: 0.0 is no exit code, though it equals 0.
+      const bool same_kind = expected.is_number_integer() ? read.json().is_number_integer()
+                             : expected.is_number_float() ? read.json().is_number_float()
+                                                          : expected.type() == read.json().type();
+      if (!same_kind || expected != read.json()) {
+        read.bad("is {}, which contradicts the rest of the report ({})", excerpt(dump_json(read.json(), -1), 80),
                  excerpt(dump_json(expected, -1), 80));
       }
     });
@@ -487,19 +491,19 @@ class ReportReader {
   template <typename E, typename Parse>
   static void read_named(const JsonValue& value, E& v, Parse&& parse) {
     const std::optional<E> parsed = parse(value.as_string());
-    if (!parsed) value.bad("\"{}\" is not one mx2nv writes", excerpt(value.as_string(), 80));
+    if (!parsed) value.bad("is \"{}\", not one mx2nv writes", excerpt(value.as_string(), 80));
     v = *parsed;
   }
   // A measured error (non_negative: a distance, not a cosine) as
   // error_figure writes it: a finite number, or "inf".
   static double read_error_figure(const JsonValue& v, bool non_negative) {
     if (v.json().is_string()) {
-      if (v.as_string() != "inf") v.bad("expected a number or \"inf\"");
+      if (v.as_string() != "inf") v.bad("must be a number or \"inf\"");
       return std::numeric_limits<double>::infinity();
     }
     const double d = v.as_number();
-    if (!std::isfinite(d)) v.bad("expected a finite number or \"inf\"");
-    if (non_negative && d < 0) v.bad("expected a non-negative number or \"inf\", not {}", d);
+    if (!std::isfinite(d)) v.bad("must be a finite number or \"inf\"");
+    if (non_negative && d < 0) v.bad("must be a non-negative number or \"inf\", not {}", d);
     return d;
   }
   static void read(const JsonValue& v, std::string& out) { out = v.as_string(); }
@@ -526,7 +530,7 @@ class ReportReader {
     // Exactly a float: what a report writes for one (a wider value would
     // not survive being written again).
     if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max() || static_cast<double>(f) != d) {
-      v.bad("expected a single-precision number");
+      v.bad("must be a single-precision number");
     }
     out = f;
   }

@@ -8,10 +8,18 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <initializer_list>
 #include <limits>
+#include <set>
+#include <tuple>
 
 namespace mx2nv {
+
+struct PartData {
+  Report report;
+  std::uint64_t index = 0, count = 1;  // shard_subset I/N; a whole report is 0/1
+  Json whole;                          // whole_fields(report)
+};
+
 namespace {
 
 // At most this much of a key or value from a part is quoted in a message.
@@ -22,23 +30,15 @@ std::string excerpt(std::string_view text) {
   return std::string(text.substr(0, kQuotedBytes)) + "...";
 }
 
-std::string join(std::string_view path, std::string_view key) {
-  return path.empty() ? excerpt(key) : fmt::format("{}.{}", path, excerpt(key));
-}
-
-std::string item(std::string_view path, std::size_t i) { return fmt::format("{}[{}]", path, i); }
-
 // One part, for messages: every error names the part (its file) and the key.
 class Part {
  public:
   explicit Part(std::string_view name) : name_(name) {}
-  std::string_view name() const { return name_; }
 
   // The value at `path` is wrong: exit 3.
   template <typename... Args>
   [[noreturn]] void bad(std::string_view path, fmt::format_string<Args...> format, Args&&... args) const {
-    fail_input("--merge: {}: {} {}", name_, path.empty() ? std::string("the report") : fmt::format("\"{}\"", path),
-               fmt::format(format, std::forward<Args>(args)...));
+    fail_input("--merge: {}: \"{}\" {}", name_, path, fmt::format(format, std::forward<Args>(args)...));
   }
   // Two of the part's own fields disagree: exit 3.
   template <typename... Args>
@@ -50,129 +50,8 @@ class Part {
   std::string_view name_;
 };
 
-// An object with all of `required` and nothing but those and `optional`.
-void check_object(const Part& p, const Json& v, std::string_view path, std::initializer_list<const char*> required,
-                  std::initializer_list<const char*> optional = {}) {
-  if (!v.is_object()) p.bad(path, "must be an object, not {}", json_type_words(v));
-  for (const char* key : required) {
-    if (!v.contains(key)) p.bad(join(path, key), "is missing");
-  }
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    const std::string& key = it.key();
-    const auto is = [&key](const char* k) { return key == k; };
-    if (std::none_of(required.begin(), required.end(), is) && std::none_of(optional.begin(), optional.end(), is)) {
-      p.bad(join(path, key), "is not a key of a verify report");
-    }
-  }
-}
-
-using Figure = std::optional<std::uint64_t>;  // nullopt: null in the report, not computed
-
-std::uint64_t uint_at(const Part& p, const Json& v, std::string_view path) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer()) {
-    const auto s = v.get<std::int64_t>();
-    if (s >= 0) return static_cast<std::uint64_t>(s);  // "-0"
-    p.bad(path, "must be a non-negative integer, not {}", s);
-  }
-  p.bad(path, "must be a non-negative integer below 2^64, not {}", json_type_words(v));
-}
-
-std::int64_t int_at(const Part& p, const Json& v, std::string_view path) {
-  if (v.is_number_unsigned()) {
-    const auto u = v.get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) p.bad(path, "is out of range ({})", u);
-    return static_cast<std::int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  p.bad(path, "must be an integer, not {}", json_type_words(v));
-}
-
-double finite_at(const Part& p, const Json& v, std::string_view path) {
-  if (!v.is_number()) p.bad(path, "must be a number, not {}", json_type_words(v));
-  const double d = v.get<double>();
-  if (!std::isfinite(d)) p.bad(path, "must be a finite number");  // 1e999 parses as infinity
-  return d;
-}
-
-double non_negative_at(const Part& p, const Json& v, std::string_view path) {
-  const double d = finite_at(p, v, path);
-  if (d < 0) p.bad(path, "must not be negative ({})", d);
-  return d;
-}
-
-// A measured error: a finite number, or "inf", which a report writes for an
-// infinite or NaN one. nullopt for "inf".
-std::optional<double> error_at(const Part& p, const Json& v, std::string_view path) {
-  if (v.is_string()) {
-    if (v.get_ref<const std::string&>() != "inf") p.bad(path, "must be a number or \"inf\"");
-    return std::nullopt;
-  }
-  return finite_at(p, v, path);
-}
-
-// A figure: a non-negative integer, or null (not computed).
-Figure figure_at(const Part& p, const Json& v, std::string_view path) {
-  if (v.is_null()) return std::nullopt;
-  return uint_at(p, v, path);
-}
-
-// A whole-checkpoint bound (counts.modules, counts.scale_groups): 0 when not computed.
-std::uint64_t bound_of(const Json& counts, const char* key) {
-  const Json& v = counts[key];
-  return v.is_null() ? 0 : v.get<std::uint64_t>();
-}
-
-const std::string& string_at(const Part& p, const Json& v, std::string_view path) {
-  if (!v.is_string()) p.bad(path, "must be a string, not {}", json_type_words(v));
-  return v.get_ref<const std::string&>();
-}
-
-bool bool_at(const Part& p, const Json& v, std::string_view path) {
-  if (!v.is_boolean()) p.bad(path, "must be true or false, not {}", json_type_words(v));
-  return v.get<bool>();
-}
-
-const Json& array_at(const Part& p, const Json& v, std::string_view path, std::uint64_t max_items,
-                     std::string_view limit) {
-  if (!v.is_array()) p.bad(path, "must be an array, not {}", json_type_words(v));
-  if (v.size() > max_items) p.bad(path, "has {} entries, more than {} ({})", v.size(), max_items, limit);
-  return v;
-}
-
-// A part's fingerprint: the scheme verify writes, two digests and two file
-// counts, each of its type (a wrong type is invalid input, not a difference).
-void check_fingerprint(const Part& p, const Json& f) {
-  check_object(p, f, "fingerprint", {"scheme", "source", "target", "source_files", "target_files"}, {});
-  if (string_at(p, f["scheme"], "fingerprint.scheme") != "mx2nv-fingerprint/1") {
-    p.bad("fingerprint.scheme", "is not \"mx2nv-fingerprint/1\"");
-  }
-  for (const char* side : {"source", "target"}) {
-    const std::string& d = string_at(p, f[side], std::string("fingerprint.") + side);
-    const bool hex = d.size() == 9 + 32 && d.starts_with("xxh3-128:") &&
-                     std::all_of(d.begin() + 9, d.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-    if (!hex) p.bad(std::string("fingerprint.") + side, "is not xxh3-128:<32 lower-case hex digits>");
-  }
-  uint_at(p, f["source_files"], "fingerprint.source_files");
-  uint_at(p, f["target_files"], "fingerprint.target_files");
-}
-
-
-void strings_at(const Part& p, const Json& v, std::string_view path, std::uint64_t max_items, std::string_view limit) {
-  const Json& a = array_at(p, v, path, max_items, limit);
-  for (std::size_t i = 0; i < a.size(); ++i) string_at(p, a[i], item(path, i));
-}
-
-// An absolute path, as start_report writes SRC and DST.
-const std::string& absolute_path_at(const Part& p, const Json& v, std::string_view path) {
-  const std::string& s = string_at(p, v, path);
-  if (s.empty() || s.front() != '/') p.bad(path, "must be an absolute path");
-  return s;
-}
-
 // "I/N" in canonical decimal (no sign, no leading zeros), 0 <= I < N <= kMaxMergeParts.
-std::pair<std::uint64_t, std::uint64_t> subset_at(const Part& p, const Json& v) {
-  const std::string& t = string_at(p, v, "shard_subset");
+std::pair<std::uint64_t, std::uint64_t> parse_subset(const Part& p, const std::string& t) {
   const auto number = [&](std::string_view s, std::uint64_t& out) {
     if (s.empty() || (s.size() > 1 && s.front() == '0')) return false;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -194,304 +73,166 @@ std::pair<std::uint64_t, std::uint64_t> subset_at(const Part& p, const Json& v) 
   return {i, n};
 }
 
-void over_span_at(const Part& p, const Json& v, std::string_view path, std::uint64_t modules) {
-  const Json& a = array_at(p, v, path, modules, "counts.modules");
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const std::string at = item(path, i);
-    check_object(p, a[i], at, {"module", "span", "limit", "groups_outside"});
-    string_at(p, a[i]["module"], join(at, "module"));
-    int_at(p, a[i]["span"], join(at, "span"));
-    int_at(p, a[i]["limit"], join(at, "limit"));
-    uint_at(p, a[i]["groups_outside"], join(at, "groups_outside"));
-  }
-}
-
-void global_conflicts_at(const Part& p, const Json& v, std::uint64_t scale_groups) {
-  const Json& a = array_at(p, v, "global_conflicts", scale_groups, "counts.scale_groups");
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const std::string at = item("global_conflicts", i);
-    check_object(p, a[i], at, {"scale_group", "k_max", "k_min", "needed", "allowed"});
-    string_at(p, a[i]["scale_group"], join(at, "scale_group"));
-    int_at(p, a[i]["k_max"], join(at, "k_max"));
-    int_at(p, a[i]["k_min"], join(at, "k_min"));
-    for (const char* key : {"needed", "allowed"}) {
-      const std::string range = join(at, key);
-      const Json& r = a[i][key];
-      if (!r.is_array() || r.size() != 2) p.bad(range, "must be an array [lo, hi]");
-      int_at(p, r[0], item(range, 0));
-      int_at(p, r[1], item(range, 1));
-    }
-  }
-}
-
-}  // namespace
-
-// What a part says, checked.
-struct PartData {
-  std::uint64_t index = 0, count = 1;  // shard_subset I/N; a whole report is 0/1
-  std::string result;
-  // The counts each part makes over its own shards, by key (per_part_count).
-  std::map<std::string, Figure, std::less<>> counts;
-  Figure values_compared, mismatches;
-  std::optional<double> max_abs_error;  // nullopt: "inf"
-  bool max_abs_error_computed = true;   // false: null
-  double seconds = 0;
-  Json error;  // {error, error_kind, exit_code} for result "error"
-  Json whole;  // the fields every part computes on the whole checkpoint
-};
-
-namespace {
-
-// The counts each part makes over its own shards (added up); the others are
+// The counts each part makes over its own shards, added up; the others are
 // the whole checkpoint's, the same in every part.
-bool per_part_count(std::string_view key) {
-  return key == "active_groups" || key == "zero_groups" || key == "marlin_zeroed_groups" ||
-         key == "passthrough_tensors" || key == "canonicalised_zero_groups" || key == "raised_globals";
+struct PerPartCount {
+  std::string_view key;  // in "counts"
+  Measured<std::uint64_t> Report::*field;
+};
+constexpr PerPartCount kPerPartCounts[] = {
+    {"active_groups", &Report::active_groups},
+    {"canonicalised_zero_groups", &Report::canonicalised_zero_groups},
+    {"marlin_zeroed_groups", &Report::marlin_zeroed_groups},
+    {"passthrough_tensors", &Report::passthrough_tensors},
+    {"raised_globals", &Report::raised_globals},
+    {"zero_groups", &Report::zero_groups}};
+static_assert(std::size(kPerPartCounts) == kMergedCounts);
+
+void check_absolute(const Part& p, std::string_view path, const std::string& s) {
+  if (s.empty() || s.front() != '/') p.bad(path, "must be an absolute path");
 }
 
-// A verify report of this schema from mx2nv: its keys, window and provenance.
-void check_report_keys(const Part& p, const Json& j) {
-  if (!j.is_object()) p.bad("", "must be a JSON object, not {}", json_type_words(j));
-  if (!j.contains("command")) p.bad("command", "is missing");
-  if (const std::string& command = string_at(p, j["command"], "command"); command != "verify") {
-    p.bad("command", "is \"{}\": only verify reports merge", excerpt(command));
-  }
-  check_object(p, j, "",
-               {"command", "result", "window", "provenance", "counts", "source_tensor_bytes", "target_tensor_bytes",
-                "size_change_percent", "values_compared", "mismatches", "max_abs_error", "over_span",
-                "unrepresentable_globals", "global_conflicts", "differences", "exit_code", "seconds"},
-               {"shard_subset", "resolved", "requantized", "overspan", "error", "error_kind", "merged_parts",
-                "fingerprint"});
-  // A part's fingerprint (verify writes one) is checked for shape only: the
-  // merged report does not carry one (docs/reports.md), so `mx2nv card`
-  // needs a whole verify.
-  if (j.contains("fingerprint")) check_fingerprint(p, j["fingerprint"]);
-
-  if (!parse_window(string_at(p, j["window"], "window"))) {
-    p.bad("window", "is \"{}\", not a window mx2nv knows", excerpt(j["window"].get_ref<const std::string&>()));
-  }
-  const Json& prov = j["provenance"];
-  check_object(p, prov, "provenance", {"tool", "tool_version", "source", "revision", "target"});
-  if (string_at(p, prov["tool"], "provenance.tool") != "mx2nv") p.bad("provenance.tool", "is not \"mx2nv\"");
-  if (string_at(p, prov["tool_version"], "provenance.tool_version").empty()) {
-    p.bad("provenance.tool_version", "is empty");
-  }
-  absolute_path_at(p, prov["source"], "provenance.source");
-  absolute_path_at(p, prov["target"], "provenance.target");
-  if (!prov["revision"].is_null()) string_at(p, prov["revision"], "provenance.revision");
+bool is_digest(const std::string& d) {
+  return d.size() == 9 + 32 && d.starts_with("xxh3-128:") &&
+         std::all_of(d.begin() + 9, d.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-// The counts: those each part makes over its own shards go into `d`; the
-// whole checkpoint's are returned.
-Json read_counts(const Part& p, const Json& j, PartData& d) {
-  const Json& counts = j["counts"];
-  check_object(p, counts, "counts",
-               {"shards", "resumed_shards", "modules", "scale_groups", "active_groups", "zero_groups",
-                "canonicalised_zero_groups", "marlin_zeroed_groups", "raised_globals", "global_conflicts",
-                "passthrough_tensors", "companion_files"});
-  Json whole_counts = Json::object();
+void at_most(const Part& p, std::string_view path, std::size_t n, std::uint64_t max, std::string_view limit) {
+  if (n > max) p.bad(path, "has {} entries, more than {} ({})", n, max, limit);
+}
+
+// A verify report of a run, as verify --shards I/N (or verify) writes it:
+// what report_from_json cannot know from the schema alone.
+void check_verify_report(const Part& p, const Report& r) {
+  if (r.command != Command::Verify) p.bad("command", "is \"{}\": only verify reports merge", command_name(r.command));
+  if (r.copy_mode) p.bad("copy", "is not a key of a verify report");
+  if (r.provenance.tool_version.empty()) p.bad("provenance.tool_version", "is empty");
+  check_absolute(p, "provenance.source", r.provenance.source);
+  check_absolute(p, "provenance.target", r.provenance.target);
+  // A part records where SRC and DST resolved when it was verified (the
+  // merge keeps its report out of those too); report_from_json has checked
+  // that it does exactly when it is a part.
+  if (!r.shard_subset.empty()) {
+    check_absolute(p, "resolved.source", r.resolved_source);
+    check_absolute(p, "resolved.target", r.resolved_target);
+  }
+  if (r.fingerprint) {
+    if (!is_digest(r.fingerprint->source)) p.bad("fingerprint.source", "is not xxh3-128:<32 lower-case hex digits>");
+    if (!is_digest(r.fingerprint->target)) p.bad("fingerprint.target", "is not xxh3-128:<32 lower-case hex digits>");
+  }
+  // verify resumes nothing.
+  if (r.resumed_shards) p.bad("counts.resumed_shards", "must be null in a verify report");
+  if (r.merged_parts) {
+    if (*r.merged_parts == 0) p.bad("merged_parts", "must be at least 1");
+    if (!r.shard_subset.empty()) p.contradicts("a merged report (merged_parts) is not a part (shard_subset)");
+  }
+}
+
+// The counts and lists, against the whole checkpoint's module and scale
+// group counts, and the figures verify computes together.
+void check_figures(const Part& p, const Report& r) {
   // A part that ran (ok or mismatch) opened SRC: its structure counts are numbers.
-  const bool ran = j["result"] == "ok" || j["result"] == "mismatch";
-  // verify resumes nothing: its resumed_shards is null.
-  if (!counts["resumed_shards"].is_null()) p.bad("counts.resumed_shards", "must be null in a verify report");
-  for (const auto& [key, value] : counts.items()) {
-    const bool structure = key == "shards" || key == "modules" || key == "scale_groups" || key == "companion_files";
-    const Figure n = ran && structure ? Figure(uint_at(p, value, join("counts", key))) : figure_at(p, value, join("counts", key));
-    if (per_part_count(key)) {
-      d.counts[key] = n;
-    } else {
-      whole_counts[key] = n ? Json(*n) : Json(nullptr);
+  if (r.result == Outcome::Ok || r.result == Outcome::Mismatch) {
+    for (const auto& [key, field] : {std::pair{"shards", &r.shards}, std::pair{"modules", &r.modules},
+                                     std::pair{"scale_groups", &r.scale_groups},
+                                     std::pair{"companion_files", &r.companion_files}}) {
+      if (!*field) p.bad(fmt::format("counts.{}", key), "is null, but the part ran (result \"{}\")", outcome_name(r.result));
     }
   }
-  return whole_counts;
-}
-
-// The part's own results and sizes, and the whole checkpoint's refusals.
-void read_results(const Part& p, const Json& j, PartData& d, const Json& whole_counts) {
-  const std::uint64_t modules = bound_of(whole_counts, "modules");
-  const std::uint64_t scale_groups = bound_of(whole_counts, "scale_groups");
-  if (j.contains("shard_subset")) std::tie(d.index, d.count) = subset_at(p, j["shard_subset"]);
-  // A part records where SRC and DST resolved when it was verified (the
-  // merge keeps its report out of those too); a whole report does not.
-  if (j.contains("resolved")) {
-    if (!j.contains("shard_subset")) p.contradicts("\"resolved\" is recorded by a part (shard_subset) only");
-    check_object(p, j["resolved"], "resolved", {"source", "target"});
-    absolute_path_at(p, j["resolved"]["source"], "resolved.source");
-    absolute_path_at(p, j["resolved"]["target"], "resolved.target");
-  } else if (j.contains("shard_subset")) {
-    p.bad("resolved", "is missing (a part of verify --shards I/N records where SRC and DST resolved)");
-  }
-  if (j.contains("merged_parts")) {
-    if (uint_at(p, j["merged_parts"], "merged_parts") == 0) p.bad("merged_parts", "must be at least 1");
-    if (j.contains("shard_subset")) p.contradicts("a merged report (merged_parts) is not a part (shard_subset)");
-  }
-  figure_at(p, j["source_tensor_bytes"], "source_tensor_bytes");
-  figure_at(p, j["target_tensor_bytes"], "target_tensor_bytes");
-  if (!j["size_change_percent"].is_null()) finite_at(p, j["size_change_percent"], "size_change_percent");
-  d.values_compared = figure_at(p, j["values_compared"], "values_compared");
-  d.mismatches = figure_at(p, j["mismatches"], "mismatches");
-  d.max_abs_error_computed = !j["max_abs_error"].is_null();
-  if (d.max_abs_error_computed) d.max_abs_error = error_at(p, j["max_abs_error"], "max_abs_error");
-  if (d.max_abs_error && *d.max_abs_error < 0) p.bad("max_abs_error", "must not be negative");
+  const std::uint64_t modules = r.modules.value_or(0), scale_groups = r.scale_groups.value_or(0);
+  at_most(p, "over_span", r.refused_spans.size(), modules, "counts.modules");
+  at_most(p, "overspan.resolved_over_span", r.resolved_spans.size(), modules, "counts.modules");
+  at_most(p, "overspan.bf16_layers", r.bf16_layers.size(), modules, "counts.modules");
+  at_most(p, "requantized", r.requantized.size(), modules, "counts.modules");
+  at_most(p, "unrepresentable_globals", r.unrepresentable_globals.size(), scale_groups, "counts.scale_groups");
+  at_most(p, "global_conflicts", r.global_conflicts.size(), scale_groups, "counts.scale_groups");
+  // verify lists kMaxReportedDifferences, then one "... and K more".
+  at_most(p, "differences", r.differences.size(), kMaxReportedDifferences + 1, "verify lists at most that many");
+  std::uint64_t layer_modules = 0;  // each list is capped by report_from_json: no overflow
+  for (const Bf16Layer& l : r.bf16_layers) layer_modules += l.modules.size();
+  if (layer_modules > modules) p.contradicts("overspan.bf16_layers list {} modules, counts.modules is {}", layer_modules, modules);
   // Computed together: all numbers or all null.
-  const bool any = d.values_compared || d.mismatches || d.max_abs_error_computed;
-  for (const auto& [key, computed] : {std::pair<const char*, bool>{"values_compared", d.values_compared.has_value()},
-                                      {"mismatches", d.mismatches.has_value()},
-                                      {"max_abs_error", d.max_abs_error_computed}}) {
+  const bool any = r.values_compared || r.mismatches || r.max_abs_error;
+  for (const auto& [key, computed] : {std::pair{"values_compared", r.values_compared.has_value()},
+                                      std::pair{"mismatches", r.mismatches.has_value()},
+                                      std::pair{"max_abs_error", r.max_abs_error.has_value()}}) {
     if (any && !computed) p.bad(key, "is null, but values were compared (values_compared, mismatches, max_abs_error)");
   }
-  d.seconds = non_negative_at(p, j["seconds"], "seconds");
-  over_span_at(p, j["over_span"], "over_span", modules);
-  strings_at(p, j["unrepresentable_globals"], "unrepresentable_globals", scale_groups, "counts.scale_groups");
-  global_conflicts_at(p, j["global_conflicts"], scale_groups);
-  if (whole_counts["global_conflicts"] != j["global_conflicts"].size()) {
-    p.contradicts("counts.global_conflicts is {}, global_conflicts lists {}", whole_counts["global_conflicts"].dump(),
-                  j["global_conflicts"].size());
+  if (r.mismatches.value_or(0) > r.values_compared.value_or(0)) {
+    p.contradicts("{} mismatches among {} values compared", r.mismatches.value_or(0), r.values_compared.value_or(0));
   }
-  // verify lists kMaxReportedDifferences, then one "... and K more".
-  strings_at(p, j["differences"], "differences", kMaxReportedDifferences + 1, "verify lists at most that many");
 }
 
 // Requantized modules (convert --overspan requantize): each part lists those
-// of its own shards.
-struct RequantizedRows {
-  std::size_t modules = 0;
-  std::uint64_t zeroed_blocks = 0;  // their marlin_zeroed_blocks, added up
-};
-RequantizedRows read_requantized(const Part& p, const Json& j, std::uint64_t modules) {
-  RequantizedRows r;
-  if (j.contains("requantized")) {
-    const Json& rows = array_at(p, j["requantized"], "requantized", modules, "counts.modules");
-    r.modules = rows.size();
-    std::set<std::string_view> names;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const std::string at = item("requantized", i);
-      const Json& row = rows[i];
-      check_object(p, row, at,
-                   {"module", "global_scale", "values", "relative_rmse", "cosine", "max_abs_error",
-                    "marlin_zeroed_blocks"});
-      const std::string& module = string_at(p, row["module"], join(at, "module"));
-      if (!names.insert(module).second) p.bad(join(at, "module"), "\"{}\" is listed twice", excerpt(module));
-      finite_at(p, row["global_scale"], join(at, "global_scale"));
-      uint_at(p, row["values"], join(at, "values"));
-      for (const char* key : {"relative_rmse", "max_abs_error"}) {
-        if (const auto e = error_at(p, row[key], join(at, key)); e && *e < 0) p.bad(join(at, key), "must not be negative");
-      }
-      error_at(p, row["cosine"], join(at, "cosine"));
-      const auto blocks = checked_add(r.zeroed_blocks, uint_at(p, row["marlin_zeroed_blocks"], join(at, "marlin_zeroed_blocks")));
-      if (!blocks) p.bad(join(at, "marlin_zeroed_blocks"), "adds up past 2^64 - 1");
-      r.zeroed_blocks = *blocks;
+// of its own shards, once each, and the over-span section sums them.
+void check_requantized(const Part& p, const Report& r) {
+  std::set<std::string_view> names;
+  std::uint64_t blocks = 0;
+  for (std::size_t i = 0; i < r.requantized.size(); ++i) {
+    const ModuleError& m = r.requantized[i];
+    if (!names.insert(m.module).second) {
+      p.bad(fmt::format("requantized[{}].module", i), "\"{}\" is listed twice", excerpt(m.module));
     }
+    const auto sum = checked_add(blocks, m.marlin_zeroed_blocks);
+    if (!sum) p.bad(fmt::format("requantized[{}].marlin_zeroed_blocks", i), "adds up past 2^64 - 1");
+    blocks = *sum;
   }
-  return r;
-}
-
-// The over-span section, checked against the requantized rows; its whole
-// checkpoint part is returned (null: no section, convert --overspan fail).
-Json read_overspan(const Part& p, const Json& j, std::uint64_t modules, const RequantizedRows& rows) {
-  Json whole_overspan;
-  if (j.contains("overspan")) {
-    const Json& o = j["overspan"];
-    check_object(p, o, "overspan", {"choice", "lossy", "resolved_over_span", "bf16_layers", "requantized_marlin_zeroed_blocks"});
-    const std::string& choice = string_at(p, o["choice"], "overspan.choice");
-    if (choice != "bf16" && choice != "requantize") {
-      p.bad("overspan.choice", "is \"{}\", not bf16 or requantize", excerpt(choice));
-    }
-    const bool lossy = bool_at(p, o["lossy"], "overspan.lossy");
-    over_span_at(p, o["resolved_over_span"], "overspan.resolved_over_span", modules);
-    const Json& layers = array_at(p, o["bf16_layers"], "overspan.bf16_layers", modules, "counts.modules");
-    std::uint64_t layer_modules = 0;
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      const std::string at = item("overspan.bf16_layers", i);
-      check_object(p, layers[i], at, {"layer", "modules", "why", "bf16_bytes", "nvfp4_bytes", "size_cost_bytes"});
-      string_at(p, layers[i]["layer"], join(at, "layer"));
-      strings_at(p, layers[i]["modules"], join(at, "modules"), modules, "counts.modules");
-      strings_at(p, layers[i]["why"], join(at, "why"), modules, "counts.modules");
-      uint_at(p, layers[i]["bf16_bytes"], join(at, "bf16_bytes"));
-      uint_at(p, layers[i]["nvfp4_bytes"], join(at, "nvfp4_bytes"));
-      int_at(p, layers[i]["size_cost_bytes"], join(at, "size_cost_bytes"));
-      layer_modules += layers[i]["modules"].size();  // each <= modules <= 2^20 values: no overflow
-    }
-    if (layer_modules > modules) p.contradicts("overspan.bf16_layers list {} modules, counts.modules is {}", layer_modules, modules);
-    const std::uint64_t claimed = uint_at(p, o["requantized_marlin_zeroed_blocks"], "overspan.requantized_marlin_zeroed_blocks");
-    if (lossy != (rows.modules > 0)) {
-      p.contradicts("overspan.lossy is {}, but requantized lists {} modules", lossy, rows.modules);
-    }
-    if (claimed != rows.zeroed_blocks) {
-      p.contradicts("overspan.requantized_marlin_zeroed_blocks is {}, the requantized rows add up to {}", claimed,
-                    rows.zeroed_blocks);
-    }
-    if (rows.modules > 0 && choice != "requantize") {
-      p.contradicts("requantized lists {} modules, but overspan.choice is \"{}\"", rows.modules, choice);
-    }
-    whole_overspan = {{"choice", choice}, {"resolved_over_span", o["resolved_over_span"]}, {"bf16_layers", layers}};
-  } else if (rows.modules > 0) {
-    p.contradicts("requantized lists {} modules, but there is no overspan section", rows.modules);
+  if (r.over_span_choice == OverSpanChoice::Fail) {
+    if (!r.requantized.empty()) p.contradicts("requantized lists {} modules, but there is no overspan section", r.requantized.size());
+    return;
   }
-  return whole_overspan;
-}
-
-// result, exit_code, error and the counts must tell one story.
-void read_outcome(const Part& p, const Json& j, PartData& d) {
-  d.result = string_at(p, j["result"], "result");
-  const std::int64_t exit = int_at(p, j["exit_code"], "exit_code");
-  const bool has_error = j.contains("error"), has_kind = j.contains("error_kind");
-  if (d.result == "error") {
-    if (!has_error) p.bad("error", "is missing (result is \"error\")");
-    if (!has_kind) p.bad("error_kind", "is missing (result is \"error\")");
-    string_at(p, j["error"], "error");
-    const std::string& kind = string_at(p, j["error_kind"], "error_kind");
-    int expected = -1;
-    for (const ErrorKind k : {ErrorKind::Usage, ErrorKind::InvalidInput, ErrorKind::Io}) {
-      if (kind == kind_name(k)) expected = exit_code(k);
-    }
-    if (expected < 0) p.bad("error_kind", "is \"{}\", not usage, invalid input or I/O error", excerpt(kind));
-    if (exit != expected) p.contradicts("result \"error\" of kind {} exits {}, not {}", kind, expected, exit);
-    d.error = {{"error", j["error"]}, {"error_kind", j["error_kind"]}, {"exit_code", exit}};
-  } else if (d.result == "ok" || d.result == "mismatch") {
-    const bool ok = d.result == "ok";
-    if (has_error || has_kind) p.contradicts("result \"{}\" with an error", d.result);
-    if (exit != (ok ? kExitOk : kExitRefusedOrMismatch)) {
-      p.contradicts("result \"{}\" exits {}, not {}", d.result, ok ? kExitOk : kExitRefusedOrMismatch, exit);
-    }
-    const std::size_t differences = j["differences"].size();
-    const std::uint64_t mismatches = d.mismatches.value_or(0);
-    if (ok && !d.mismatches) p.contradicts("result \"ok\" without the values compared");
-    if (ok && (mismatches > 0 || differences > 0)) {
-      p.contradicts("result \"ok\" with {} mismatches and {} differences", mismatches, differences);
-    }
-    if (!ok && mismatches == 0 && differences == 0) p.contradicts("result \"mismatch\" without a mismatch or difference");
-    // max_abs_error is measured over the mismatching values only: 0 exactly when there are none.
-    const bool error_measured = !d.max_abs_error || *d.max_abs_error > 0;
-    if (d.max_abs_error_computed && error_measured != (mismatches > 0)) {
-      p.contradicts("{} mismatches, but max_abs_error is {}", mismatches, j["max_abs_error"].dump());
-    }
-  } else {
-    p.bad("result", "is \"{}\", not ok, mismatch or error", excerpt(d.result));
+  if (!(r.requantized_marlin_zeroed_blocks == blocks)) {
+    p.bad("overspan.requantized_marlin_zeroed_blocks", "is {}, but the requantized rows add up to {}",
+          r.requantized_marlin_zeroed_blocks, blocks);
   }
-  if (d.mismatches.value_or(0) > d.values_compared.value_or(0)) {
-    p.contradicts("{} mismatches among {} values compared", d.mismatches.value_or(0), d.values_compared.value_or(0));
+  if (!r.requantized.empty() && r.over_span_choice != OverSpanChoice::Requantize) {
+    p.contradicts("requantized lists {} modules, but overspan.choice is \"{}\"", r.requantized.size(),
+                  choice_name(r.over_span_choice));
   }
 }
 
-PartData read_part(const Part& p, const Json& j) {
-  PartData d;
-  check_report_keys(p, j);
-  Json whole_counts = read_counts(p, j, d);
-  const std::uint64_t modules = bound_of(whole_counts, "modules");
-  read_results(p, j, d, whole_counts);
-  const RequantizedRows requantized = read_requantized(p, j, modules);
-  Json whole_overspan = read_overspan(p, j, modules, requantized);
-  read_outcome(p, j, d);
-  d.whole = {{"counts", std::move(whole_counts)},
-             {"source_tensor_bytes", j["source_tensor_bytes"]},
-             {"target_tensor_bytes", j["target_tensor_bytes"]},
-             {"size_change_percent", j["size_change_percent"]},
-             {"over_span", j["over_span"]},
-             {"unrepresentable_globals", j["unrepresentable_globals"]},
-             {"global_conflicts", j["global_conflicts"]},
-             {"overspan", std::move(whole_overspan)}};
-  return d;
+// result, mismatches, differences and max_abs_error must tell one story
+// (report_from_json has checked result, exit_code, error and error_kind).
+void check_outcome(const Part& p, const Report& r) {
+  if (r.result == Outcome::Refused) p.bad("result", "is \"refused\", not ok, mismatch or error");
+  if (r.result == Outcome::Error) return;
+  const bool ok = r.result == Outcome::Ok;
+  const std::size_t differences = r.differences.size();
+  const std::uint64_t mismatches = r.mismatches.value_or(0);
+  if (ok && !r.mismatches) p.contradicts("result \"ok\" without the values compared");
+  if (ok && (mismatches > 0 || differences > 0)) {
+    p.contradicts("result \"ok\" with {} mismatches and {} differences", mismatches, differences);
+  }
+  if (!ok && mismatches == 0 && differences == 0) p.contradicts("result \"mismatch\" without a mismatch or difference");
+  // max_abs_error is measured over the mismatching values only: 0 exactly when there are none.
+  if (r.max_abs_error && (*r.max_abs_error > 0) != (mismatches > 0)) {
+    p.contradicts("{} mismatches, but max_abs_error is {}", mismatches, r.max_abs_error);
+  }
+}
+
+// The fields every part computes on the whole checkpoint, as the report
+// writes them (so that two parts' are compared by the report's own names).
+// size_change_percent follows from the two sizes (report_from_json checked).
+Json whole_fields(const Report& r) {
+  Report whole = r;
+  whole.requantized.clear();  // the part's own, like the lists below
+  whole.differences.clear();
+  Json doc = report_to_json(whole);
+  Json counts = std::move(doc["counts"]);
+  for (const PerPartCount& c : kPerPartCounts) counts.erase(std::string(c.key));
+  Json overspan;
+  if (doc.contains("overspan")) {
+    overspan = {{"choice", doc["overspan"]["choice"]},
+                {"resolved_over_span", std::move(doc["overspan"]["resolved_over_span"])},
+                {"bf16_layers", std::move(doc["overspan"]["bf16_layers"])}};
+  }
+  return {{"counts", std::move(counts)},
+          {"source_tensor_bytes", doc["source_tensor_bytes"]},
+          {"target_tensor_bytes", doc["target_tensor_bytes"]},
+          {"over_span", std::move(doc["over_span"])},
+          {"unrepresentable_globals", std::move(doc["unrepresentable_globals"])},
+          {"global_conflicts", std::move(doc["global_conflicts"])},
+          {"overspan", std::move(overspan)}};
 }
 
 struct FieldDifference {
@@ -556,6 +297,28 @@ Json parse_part(std::string_view name, std::string_view text) {
   }
 }
 
+// One part read (report_from_json: every key of its type, no unknown key,
+// derived keys agreeing) and checked against itself.
+PartData read_part(std::string_view name, std::string_view text) {
+  const Json j = parse_part(name, text);
+  const Part p(name);
+  if (!j.is_object()) fail_input("--merge: {}: the report must be a JSON object, not {}", name, json_type_words(j));
+  PartData d;
+  try {
+    d.report = report_from_json(j, name);
+  } catch (const Error& e) {
+    rethrow_with_context(e, "--merge");
+  }
+  const Report& r = d.report;
+  check_verify_report(p, r);
+  if (!r.shard_subset.empty()) std::tie(d.index, d.count) = parse_subset(p, r.shard_subset);
+  check_figures(p, r);
+  check_requantized(p, r);
+  check_outcome(p, r);
+  d.whole = whole_fields(r);
+  return d;
+}
+
 }  // namespace
 
 VerifyReportMerger::VerifyReportMerger(std::size_t parts) : expected_parts_(parts) {
@@ -563,20 +326,20 @@ VerifyReportMerger::VerifyReportMerger(std::size_t parts) : expected_parts_(part
   if (parts > kMaxMergeParts) {
     fail(ErrorKind::Usage, "--merge: {} reports, more than {} (no checkpoint has more shards)", parts, kMaxMergeParts);
   }
+  counts_.fill(0);
 }
 
 void VerifyReportMerger::add(std::string_view name, std::string_view text) {
-  const Part p(name);
-  Json j = parse_part(name, text);
-  PartData d = read_part(p, j);
-  check_identity(name, j, d);
+  PartData d = read_part(name, text);
+  check_identity(name, d);
   keep_whole(name, d);
-  add_results(name, j, d);
-  if (!j.contains("fingerprint")) {
+  add_results(name, d);
+  const std::optional<Fingerprint>& fingerprint = d.report.fingerprint;
+  if (!fingerprint) {
     fingerprint_missing_ = true;
   } else if (!any_part_added_) {
-    fingerprint_ = j["fingerprint"];
-  } else if (!fingerprint_ || *fingerprint_ != j["fingerprint"]) {
+    fingerprint_ = fingerprint;
+  } else if (fingerprint_ != fingerprint) {
     fingerprints_differ_ = true;
   }
   any_part_added_ = true;
@@ -584,40 +347,35 @@ void VerifyReportMerger::add(std::string_view name, std::string_view text) {
 
 // Every part is of the same SRC, DST, window, mx2nv and split, and each
 // part index comes once.
-void VerifyReportMerger::check_identity(std::string_view name, const Json& j, const PartData& d) {
-  const Json& prov = j["provenance"];
-  for (const char* key : {"source", "target"}) {
-    const Json* resolved = j.contains("resolved") ? &j["resolved"] : nullptr;
-    for (const Json* paths : {&prov, resolved}) {
-      if (paths == nullptr) continue;
-      const std::string& path = (*paths)[key].get_ref<const std::string&>();
-      trees_.insert(path);
-      trees_.insert(unescaped(path));
-    }
+void VerifyReportMerger::check_identity(std::string_view name, const PartData& d) {
+  const Report& r = d.report;
+  const Provenance& prov = r.provenance;
+  for (const std::string* path : {&prov.source, &prov.target, &r.resolved_source, &r.resolved_target}) {
+    if (path->empty()) continue;  // resolved: a part's only
+    trees_.insert(*path);
+    trees_.insert(unescaped(*path));
   }
   ++named_parts_;
-  const std::string& version = prov["tool_version"].get_ref<const std::string&>();
-  if (version != MX2NV_VERSION) {
+  if (prov.tool_version != MX2NV_VERSION) {
     fail(ErrorKind::Usage, "--merge: {} was written by mx2nv {}, this is mx2nv {}: merge with the mx2nv that verified",
-         name, excerpt(version), MX2NV_VERSION);
+         name, excerpt(prov.tool_version), MX2NV_VERSION);
   }
   if (!window_) {
     first_name_ = name;
-    window_ = parse_window(j["window"].get_ref<const std::string&>());
-    source_ = prov["source"].get<std::string>();
-    target_ = prov["target"].get<std::string>();
+    window_ = r.window;
     provenance_ = prov;
     count_ = d.count;
   } else {
     const auto differs = [&](std::string_view what) {
       fail(ErrorKind::Usage, "--merge: {} and {} are not parts of one verify: {} differs", first_name_, name, what);
     };
-    if (j["window"] != std::string(window_name(*window_))) differs("the window");
-    for (const auto& [key, value] : provenance_.items()) {
-      const auto other = prov.find(key);  // read_part checked both have every key
-      if (other == prov.end() || *other != value) {
-        differs(fmt::format("provenance.{}{}", key, other == prov.end() ? "" : shown_values(value, *other)));
-      }
+    if (r.window != *window_) differs("the window");
+    // In the report's order of provenance's keys (tool and tool_version are checked above).
+    const auto text = [](const std::optional<std::string>& s) { return s ? Json(*s) : Json(nullptr); };
+    for (const auto& [key, a, b] : {std::tuple{"revision", text(provenance_.revision), text(prov.revision)},
+                                    std::tuple{"source", Json(provenance_.source), Json(prov.source)},
+                                    std::tuple{"target", Json(provenance_.target), Json(prov.target)}}) {
+      if (a != b) differs(fmt::format("provenance.{}{}", key, shown_values(a, b)));
     }
     if (d.count != count_) {
       fail(ErrorKind::Usage, "--merge: {} and {} are not parts of one verify: {} splits the shards {} ways, {} {}",
@@ -633,7 +391,7 @@ void VerifyReportMerger::check_identity(std::string_view name, const Json& j, co
 // the first part until one comes), and equal in every other part not in
 // error.
 void VerifyReportMerger::keep_whole(std::string_view name, PartData& d) {
-  const bool in_error = d.result == "error";
+  const bool in_error = d.report.result == Outcome::Error;
   if (!in_error && !whole_from_error_part_) {
     if (const auto diff = first_difference(whole_, d.whole)) {
       // Both ran every whole-checkpoint check on the same SRC and DST paths:
@@ -643,57 +401,57 @@ void VerifyReportMerger::keep_whole(std::string_view name, PartData& d) {
     }
   } else if (whole_.is_null() || (!in_error && whole_from_error_part_)) {
     whole_ = std::move(d.whole);
+    whole_report_ = d.report;
+    whole_report_.requantized.clear();  // the part's own (kept in requantized_)
+    whole_report_.differences.clear();
     whole_name_ = name;
     whole_from_error_part_ = in_error;
   }
 }
 
 // What each part counts, lists or finds on its own shards.
-void VerifyReportMerger::add_results(std::string_view name, Json& j, PartData& d) {
-  const bool in_error = d.result == "error";
+void VerifyReportMerger::add_results(std::string_view name, PartData& d) {
+  Report& r = d.report;
+  const bool in_error = r.result == Outcome::Error;
   const auto add = [&](std::uint64_t& total, std::uint64_t v, std::string_view key) {
     const auto sum = checked_add(total, v);
     if (!sum) fail_input("--merge: {}: \"{}\": the parts' {} add up past 2^64 - 1", name, key, key);
     total = *sum;
   };
   // A figure a part did not compute makes the sum not computed.
-  const auto add_figure = [&](std::optional<std::uint64_t>& total, const Figure& v, std::string_view key) {
+  const auto add_figure = [&](std::optional<std::uint64_t>& total, const Measured<std::uint64_t>& v, std::string_view key) {
     if (!total || !v) {
       total.reset();
       return;
     }
     add(*total, *v, key);
   };
-  for (const auto& [key, value] : d.counts) add_figure(counts_.try_emplace(key, 0).first->second, value, join("counts", key));
-  add_figure(values_compared_, d.values_compared, "values_compared");
-  add_figure(mismatches_, d.mismatches, "mismatches");
-  if (!d.max_abs_error_computed) {
+  for (std::size_t i = 0; i < std::size(kPerPartCounts); ++i) {
+    add_figure(counts_[i], r.*kPerPartCounts[i].field, fmt::format("counts.{}", kPerPartCounts[i].key));
+  }
+  add_figure(values_compared_, r.values_compared, "values_compared");
+  add_figure(mismatches_, r.mismatches, "mismatches");
+  if (!r.max_abs_error) {
     max_abs_error_computed_ = false;
-  } else if (!d.max_abs_error) {
-    max_abs_error_infinite_ = true;
   } else {
-    max_abs_error_ = std::max(max_abs_error_, *d.max_abs_error);
+    max_abs_error_ = std::max(max_abs_error_, *r.max_abs_error);  // "inf" reads as infinity
   }
-  any_mismatch_ = any_mismatch_ || d.result == "mismatch";
-  if (in_error && (!error_ || d.index < error_->first)) error_.emplace(d.index, std::move(d.error));
-  seconds_ = std::max(seconds_, d.seconds);  // they ran side by side: the slowest part
+  any_mismatch_ = any_mismatch_ || r.result == Outcome::Mismatch;
+  size_change_withheld_ = size_change_withheld_ || (!in_error && r.size_change_withheld);
+  if (in_error && (!error_ || d.index < error_->index)) error_ = PartError{d.index, r.error, r.error_kind};
+  seconds_ = std::max(seconds_, r.seconds);  // they ran side by side: the slowest part
 
-  const Json& differences = j["differences"];
-  for (std::size_t i = 0; i < differences.size(); ++i) {
-    add_difference(d.index, i, differences[i].get_ref<const std::string&>());
-  }
-  if (j.contains("requantized")) {
-    for (Json& row : j["requantized"]) {
-      std::string module = row["module"].get<std::string>();
-      const auto found = requantized_.find(module);
-      if (found != requantized_.end()) {
-        fail_input("--merge: {}: requantized module \"{}\" is also listed by {} (a module belongs to the one part "
-                   "that holds its shard)",
-                   name, excerpt(module), found->second.second);
-      }
-      add(marlin_zeroed_blocks_, row["marlin_zeroed_blocks"].get<std::uint64_t>(), "requantized.marlin_zeroed_blocks");
-      requantized_.emplace(std::move(module), std::make_pair(std::move(row), std::string(name)));
+  for (std::size_t i = 0; i < r.differences.size(); ++i) add_difference(d.index, i, r.differences[i]);
+  for (ModuleError& row : r.requantized) {
+    const auto found = requantized_.find(row.module);
+    if (found != requantized_.end()) {
+      fail_input("--merge: {}: requantized module \"{}\" is also listed by {} (a module belongs to the one part "
+                 "that holds its shard)",
+                 name, excerpt(row.module), found->second.second);
     }
+    add(marlin_zeroed_blocks_, row.marlin_zeroed_blocks, "requantized.marlin_zeroed_blocks");
+    std::string module = row.module;
+    requantized_.emplace(std::move(module), std::make_pair(std::move(row), std::string(name)));
   }
 }
 
@@ -737,58 +495,56 @@ Report VerifyReportMerger::finish() const {
     fail(ErrorKind::Usage, "--merge: {} of {} parts missing: {}{} (each is verify SRC DST --shards I/{} --report FILE)",
          missing, count_, listed, missing > shown ? fmt::format(", and {} more", missing - shown) : "", count_);
   }
-  const std::uint64_t modules = bound_of(whole_["counts"], "modules");
+  const std::uint64_t modules = whole_report_.modules.value_or(0);
   if (requantized_.size() > modules) {
     fail_input("--merge: the parts list {} requantized modules, more than counts.modules ({})", requantized_.size(),
                modules);
   }
 
-  Json merged = Json::object();
-  merged["command"] = "verify";
-  merged["window"] = window_name(*window_);
-  merged["provenance"] = provenance_;
-  merged["counts"] = whole_["counts"];
-  const auto figure = [](const std::optional<std::uint64_t>& v) { return v ? Json(*v) : Json(nullptr); };
-  for (const auto& [key, value] : counts_) merged["counts"][key] = figure(value);
-  for (const char* key : {"source_tensor_bytes", "target_tensor_bytes", "size_change_percent", "over_span",
-                          "unrepresentable_globals", "global_conflicts"}) {
-    merged[key] = whole_[key];
+  // The whole checkpoint's fields from whole_report_, the rest from every part.
+  Report merged = whole_report_;
+  merged.window = *window_;
+  merged.provenance = provenance_;
+  merged.shard_subset.clear();
+  merged.resolved_source.clear();
+  merged.resolved_target.clear();
+  for (std::size_t i = 0; i < std::size(kPerPartCounts); ++i) {
+    Measured<std::uint64_t>& count = merged.*kPerPartCounts[i].field;
+    count.reset();
+    if (counts_[i]) count = *counts_[i];
   }
-  merged["values_compared"] = figure(values_compared_);
-  merged["mismatches"] = figure(mismatches_);
-  merged["max_abs_error"] = !max_abs_error_computed_ ? Json(nullptr)
-                            : max_abs_error_infinite_ ? Json("inf")
-                                                      : Json(max_abs_error_);
-  if (!requantized_.empty()) {
-    merged["requantized"] = Json::array();
-    for (const auto& [module, row] : requantized_) merged["requantized"].push_back(row.first);
-  }
-  if (!whole_["overspan"].is_null()) {
-    merged["overspan"] = whole_["overspan"];
-    merged["overspan"]["lossy"] = !requantized_.empty();
-    merged["overspan"]["requantized_marlin_zeroed_blocks"] = marlin_zeroed_blocks_;
-  }
-  merged["differences"] = Json::array();
+  merged.values_compared.reset();
+  if (values_compared_) merged.values_compared = *values_compared_;
+  merged.mismatches.reset();
+  if (mismatches_) merged.mismatches = *mismatches_;
+  merged.max_abs_error.reset();
+  if (max_abs_error_computed_) merged.max_abs_error = max_abs_error_;
+  merged.requantized.clear();
+  for (const auto& [module, row] : requantized_) merged.requantized.push_back(row.first);
+  merged.requantized_marlin_zeroed_blocks = marlin_zeroed_blocks_;
   const bool differ = fingerprints_differ_ && !fingerprint_missing_;
-  if (differ) merged["differences"].push_back("the parts' fingerprints differ: SRC or DST changed between the parts");
-  if (fingerprint_ && !fingerprint_missing_ && !fingerprints_differ_) merged["fingerprint"] = *fingerprint_;
-  for (const auto& [key, text] : differences_) merged["differences"].push_back(text);
+  merged.differences.clear();
+  if (differ) merged.differences.emplace_back("the parts' fingerprints differ: SRC or DST changed between the parts");
+  merged.fingerprint.reset();
+  if (fingerprint_ && !fingerprint_missing_ && !fingerprints_differ_) merged.fingerprint = fingerprint_;
+  for (const auto& [key, text] : differences_) merged.differences.push_back(text);
   if (omitted_differences_ > 0) {
-    merged["differences"].push_back(fmt::format("... and up to {} more in the parts' reports", omitted_differences_));
+    merged.differences.push_back(fmt::format("... and up to {} more in the parts' reports", omitted_differences_));
   }
+  merged.error.clear();
   if (error_) {
-    merged["result"] = "error";
-    for (const auto& [key, value] : error_->second.items()) merged[key] = value;
+    merged.result = Outcome::Error;
+    merged.error = error_->error;
+    merged.error_kind = error_->kind;
   } else {
-    merged["result"] = any_mismatch_ || differ ? "mismatch" : "ok";
-    merged["exit_code"] = any_mismatch_ || differ ? kExitRefusedOrMismatch : kExitOk;
+    merged.result = any_mismatch_ || differ ? Outcome::Mismatch : Outcome::Ok;
   }
-  merged["seconds"] = seconds_;
-  merged["merged_parts"] = seen_.size();
-  // Read back by the report's own reader: the merged report is a Report,
-  // written as any other (and a contradiction the parts' checks let
-  // through is refused here, as invalid input).
-  return report_from_json(merged, "--merge: the merged report");
+  merged.size_change_withheld = merged.size_change_withheld || size_change_withheld_;
+  merged.seconds = seconds_;
+  merged.merged_parts = seen_.size();
+  // Written and read back by the report's own property list: a contradiction
+  // the parts' checks let through is refused here, as invalid input.
+  return report_from_json(report_to_json(merged), "--merge: the merged report");
 }
 
 std::vector<std::string> VerifyReportMerger::named_trees() const { return {trees_.begin(), trees_.end()}; }

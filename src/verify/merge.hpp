@@ -4,6 +4,10 @@
 // damaged, truncated, from another conversion or another mx2nv, or written
 // by hand.
 //
+// Each part is read by report_from_json (report/report.hpp: every key of
+// its type, no unknown key, derived keys agreeing with the rest), then
+// checked as a verify report of a run; the merged report is a Report.
+//
 // Exit codes (the errors this throws; the CLI maps them):
 // - 3 (InvalidInput), naming the part and the key: a part that is not, on
 //   its own, a verify report of this version's schema: not JSON (or larger
@@ -38,6 +42,7 @@
 #include "report/report.hpp"
 #include "safetensors/index.hpp"
 
+#include <array>
 #include <map>
 #include <optional>
 #include <set>
@@ -58,6 +63,9 @@ inline constexpr std::size_t kMaxMergeParts = kMaxShards;
 inline constexpr std::size_t kMaxListedMissingParts = 10;
 
 struct PartData;  // what one part says, checked (merge.cpp)
+
+// The counts each part makes over its own shards, added up (merge.cpp kPerPartCounts).
+inline constexpr std::size_t kMergedCounts = 6;
 
 class VerifyReportMerger {
  public:
@@ -83,13 +91,13 @@ class VerifyReportMerger {
   bool all_parts_named() const { return named_parts_ == expected_parts_; }
   // The first part's window and provenance, once one was read.
   std::optional<Window> window() const { return window_; }
-  const std::string& source() const { return source_; }
-  const std::string& target() const { return target_; }
+  const std::string& source() const { return provenance_.source; }
+  const std::string& target() const { return provenance_.target; }
 
  private:
-  void check_identity(std::string_view name, const Json& j, const PartData& d);
+  void check_identity(std::string_view name, const PartData& d);
   void keep_whole(std::string_view name, PartData& d);
-  void add_results(std::string_view name, Json& j, PartData& d);
+  void add_results(std::string_view name, PartData& d);
   void add_difference(std::uint64_t part, std::uint64_t position, const std::string& text);
 
   std::size_t expected_parts_;
@@ -99,28 +107,35 @@ class VerifyReportMerger {
   // Identity: what every part shares (from the first part).
   std::string first_name_;
   std::optional<Window> window_;
-  std::string source_, target_;
-  Json provenance_;
+  Provenance provenance_;
   std::uint64_t count_ = 0;  // N
 
   // The whole-checkpoint fields, from the first part not in error (or the
-  // first part, until one arrives).
+  // first part, until one arrives): as written (compared with each part's)
+  // and the part's report they come from (without its rows).
   Json whole_;
+  Report whole_report_;
   std::string whole_name_;
   bool whole_from_error_part_ = true;
 
   std::map<std::uint64_t, std::string> seen_;  // part index I -> its name
-  // The parts' own counts, added up (per key of "counts"); nullopt once a
+  // The parts' own counts, added up (kPerPartCounts' order); nullopt once a
   // part did not compute one.
-  std::map<std::string, std::optional<std::uint64_t>, std::less<>> counts_;
+  std::array<std::optional<std::uint64_t>, kMergedCounts> counts_;
   std::optional<std::uint64_t> values_compared_ = 0, mismatches_ = 0;
   std::uint64_t marlin_zeroed_blocks_ = 0;
-  double max_abs_error_ = 0;
-  bool max_abs_error_infinite_ = false, max_abs_error_computed_ = true;
+  double max_abs_error_ = 0;  // infinity once a part's is "inf"
+  bool max_abs_error_computed_ = true;
   bool any_mismatch_ = false;
-  std::optional<std::pair<std::uint64_t, Json>> error_;  // lowest part index in error -> {error, error_kind, exit_code}
+  bool size_change_withheld_ = false;  // by a part not in error (report.hpp)
+  struct PartError {
+    std::uint64_t index;
+    std::string error;
+    ErrorKind kind;
+  };
+  std::optional<PartError> error_;  // the lowest part index in error
   double seconds_ = 0;
-  std::map<std::string, std::pair<Json, std::string>> requantized_;  // module -> row, the part that listed it
+  std::map<std::string, std::pair<ModuleError, std::string>> requantized_;  // module -> row, the part that listed it
 
   // The first kMaxReportedDifferences distinct differences in (part index,
   // position) order; `omitted_` counts those that did not fit.
@@ -130,7 +145,7 @@ class VerifyReportMerger {
   // The parts' fingerprints (verify writes one): carried into the merged
   // report only when every part has the same one; parts that differ mean SRC
   // or DST changed between them, a difference.
-  std::optional<Json> fingerprint_;
+  std::optional<Fingerprint> fingerprint_;
   bool fingerprint_missing_ = false, fingerprints_differ_ = false, any_part_added_ = false;
 };
 

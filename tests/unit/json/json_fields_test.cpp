@@ -52,32 +52,32 @@ TEST(JsonFields, AWrongTypeNamesTheFileTheNestedPathAndBothTypes) {
   const Json j = doc();
   const JsonFields f(j, "plan.json");
   EXPECT_EQ(message_of([&] { f.required("shards").item(3).as_object().uint("plan_hash"); }),
-            "plan.json: shards[3].plan_hash: expected an unsigned integer, not a string");
-  EXPECT_EQ(message_of([&] { f.uint("n"); }), "plan.json: n: expected an unsigned integer, not -3");
-  EXPECT_EQ(message_of([&] { f.int64("big"); }), "plan.json: big: 18446744073709551615 is out of range");
-  EXPECT_EQ(message_of([&] { f.string("f"); }), "plan.json: f: expected a string, not a number with a fraction or exponent");
-  EXPECT_EQ(message_of([&] { f.boolean("z"); }), "plan.json: z: expected true or false, not null");
-  EXPECT_EQ(message_of([&] { f.object("format"); }), "plan.json: format: expected an object, not a string");
+            "plan.json: \"shards[3].plan_hash\" must be an unsigned integer, not a string");
+  EXPECT_EQ(message_of([&] { f.uint("n"); }), "plan.json: \"n\" must be an unsigned integer, not -3");
+  EXPECT_EQ(message_of([&] { f.int64("big"); }), "plan.json: \"big\" is 18446744073709551615, out of range");
+  EXPECT_EQ(message_of([&] { f.string("f"); }), "plan.json: \"f\" must be a string, not a number with a fraction or exponent");
+  EXPECT_EQ(message_of([&] { f.boolean("z"); }), "plan.json: \"z\" must be true or false, not null");
+  EXPECT_EQ(message_of([&] { f.object("format"); }), "plan.json: \"format\" must be an object, not a string");
   EXPECT_EQ(message_of([&] { f.object("o").object("inner").required("deep").item(1).item(1).as_int(); }),
-            "plan.json: o.inner.deep[1][1]: expected an integer, not a string");
-  EXPECT_EQ(message_of([&] { f.required("n").as_int_in(0, 10); }), "plan.json: n: -3 is outside [0, 10]");
-  EXPECT_EQ(message_of([] { JsonFields(Json::array(), "r.json"); }), "r.json: expected an object, not an array");
+            "plan.json: \"o.inner.deep[1][1]\" must be an integer, not a string");
+  EXPECT_EQ(message_of([&] { f.required("n").as_int_in(0, 10); }), "plan.json: \"n\" is -3, outside [0, 10]");
+  EXPECT_EQ(message_of([] { JsonFields(Json::array(), "r.json"); }), "r.json: the document must be an object, not an array");
 }
 
 TEST(JsonFields, AMissingKeyIsNamedWithItsPath) {
   const Json j = doc();
   const JsonFields f(j, "plan.json");
-  EXPECT_EQ(message_of([&] { f.uint("nope"); }), "plan.json: nope: missing");
-  EXPECT_EQ(message_of([&] { f.object("o").object("inner").string("gone"); }), "plan.json: o.inner.gone: missing");
+  EXPECT_EQ(message_of([&] { f.uint("nope"); }), "plan.json: \"nope\" is missing");
+  EXPECT_EQ(message_of([&] { f.object("o").object("inner").string("gone"); }), "plan.json: \"o.inner.gone\" is missing");
   EXPECT_EQ(message_of([&] { f.only({"format", "shards"}, "a plan"); }).substr(0, 10), "plan.json:");
 }
 
 TEST(JsonFields, CapsAreCheckedBeforeTheItemsAreRead) {
   const Json j = doc();
   const JsonFields f(j, "plan.json");
-  EXPECT_EQ(message_of([&] { f.required("shards").array_size(3); }), "plan.json: shards: 4 items, more than 3");
-  EXPECT_EQ(message_of([&] { f.required("format").as_string(0); }), "plan.json: format: a string of 1 bytes, more than 0");
-  EXPECT_EQ(message_of([&] { f.required("o").array_size(10); }), "plan.json: o: expected an array, not an object");
+  EXPECT_EQ(message_of([&] { f.required("shards").array_size(3); }), "plan.json: \"shards\" has 4 items, more than 3");
+  EXPECT_EQ(message_of([&] { f.required("format").as_string(0); }), "plan.json: \"format\" is a string of 1 bytes, more than 0");
+  EXPECT_EQ(message_of([&] { f.required("o").array_size(10); }), "plan.json: \"o\" must be an array, not an object");
   // A hostile key is quoted in part.
   const Json long_key = {{std::string(500, 'k'), 1}};
   const std::string m = message_of([&] { JsonFields(long_key, "r.json").only({}, "a report"); });

@@ -116,50 +116,50 @@ TEST(ReportJson, ReadingRefusesWrongTypesUnknownKeysAndContradictions) {
   const Json good = report_to_json(full_report(Command::Verify));
   Json j = good;
   j["counts"]["modules"] = "48";
-  EXPECT_EQ(read_error(j), "r.json: counts.modules: expected an unsigned integer, not a string");
+  EXPECT_EQ(read_error(j), "r.json: \"counts.modules\" must be an unsigned integer, not a string");
   j = good;
   j["requantized"][1]["global_scale"] = 0.1;  // not a float
-  EXPECT_EQ(read_error(j), "r.json: requantized[1].global_scale: expected a single-precision number");
+  EXPECT_EQ(read_error(j), "r.json: \"requantized[1].global_scale\" must be a single-precision number");
   j = good;
   j["overspan"]["extra"] = 1;
-  EXPECT_EQ(read_error(j), "r.json: overspan.extra: not a key of a report");
+  EXPECT_EQ(read_error(j), "r.json: \"overspan.extra\" is not a key of a report");
   j = good;
   j.erase("window");
-  EXPECT_EQ(read_error(j), "r.json: window: missing");
+  EXPECT_EQ(read_error(j), "r.json: \"window\" is missing");
   j = good;
   j["exit_code"] = 3;
-  EXPECT_EQ(read_error(j), "r.json: exit_code: 3 contradicts the rest of the report, which gives 0");
+  EXPECT_EQ(read_error(j), "r.json: \"exit_code\" is 3, which contradicts the rest of the report (0)");
   j = good;
   j["counts"]["global_conflicts"] = 2;
-  EXPECT_EQ(read_error(j), "r.json: counts.global_conflicts: 2 contradicts the rest of the report, which gives 1");
+  EXPECT_EQ(read_error(j), "r.json: \"counts.global_conflicts\" is 2, which contradicts the rest of the report (1)");
   j = good;
   j["error"] = "x";
-  EXPECT_EQ(read_error(j), "r.json: \"error\" is present where the rest of the report says it is absent");
+  EXPECT_EQ(read_error(j), "r.json: \"error\" is present, where the rest of the report says it is absent");
   j = good;
   j["overspan"]["bf16_layers"][0]["bf16_bytes"] = 18446744073709551615ull;
-  EXPECT_EQ(read_error(j), "r.json: overspan.bf16_layers[0].bf16_bytes: 18446744073709551615 is out of range");
+  EXPECT_EQ(read_error(j), "r.json: \"overspan.bf16_layers[0].bf16_bytes\" is 18446744073709551615, out of range");
   j = good;
   j["window"] = "wide";
-  EXPECT_EQ(read_error(j), "r.json: window: \"wide\" is not one mx2nv writes");
+  EXPECT_EQ(read_error(j), "r.json: \"window\" is \"wide\", not one mx2nv writes");
   j = good;
   j["differences"] = Json::array();
   for (int i = 0; i < 300; ++i) j["differences"].push_back("d");
-  EXPECT_EQ(read_error(j), "r.json: differences: 300 items, more than 202");
-  EXPECT_EQ(read_error(Json::array()), "r.json: expected an object, not an array");
+  EXPECT_EQ(read_error(j), "r.json: \"differences\" has 300 items, more than 202");
+  EXPECT_EQ(read_error(Json::array()), "r.json: the document must be an object, not an array");
   // Distances are never negative; a cosine may be.
   j = good;
   j["max_abs_error"] = -0.5;
-  EXPECT_EQ(read_error(j), "r.json: max_abs_error: expected a non-negative number or \"inf\", not -0.5");
+  EXPECT_EQ(read_error(j), "r.json: \"max_abs_error\" must be a non-negative number or \"inf\", not -0.5");
   j = good;
   j["requantized"][0]["relative_rmse"] = -1;
-  EXPECT_EQ(read_error(j), "r.json: requantized[0].relative_rmse: expected a non-negative number or \"inf\", not -1");
+  EXPECT_EQ(read_error(j), "r.json: \"requantized[0].relative_rmse\" must be a non-negative number or \"inf\", not -1");
   j = good;
   j["requantized"][0]["cosine"] = -0.25;
   EXPECT_EQ(report_from_json(j, "r.json").requantized[0].cosine, -0.25);
   // A span or a limit is a count of binades.
   j = good;
   j["over_span"][0]["span"] = -1;
-  EXPECT_EQ(read_error(j), "r.json: over_span[0].span: -1 is outside [0, 2147483647]");
+  EXPECT_EQ(read_error(j), "r.json: \"over_span[0].span\" is -1, outside [0, 2147483647]");
 }
 
 // size_change_percent is derived from the two sizes; null is the figure
@@ -176,7 +176,7 @@ TEST(ReportJson, SizeChangeIsDerivedOrWithheld) {
   EXPECT_FALSE(withheld.size_change_percent().has_value());
   EXPECT_EQ(report_to_json(withheld), j);
   j["size_change_percent"] = 1.5;
-  EXPECT_NE(read_error(j).find("size_change_percent: 1.5 contradicts the rest of the report"), std::string::npos);
+  EXPECT_NE(read_error(j).find("\"size_change_percent\" is 1.5, which contradicts the rest of the report"), std::string::npos);
   // Not computable (a size not computed): null is what the writer gives.
   j = good;
   j["source_tensor_bytes"] = nullptr;
