@@ -3,7 +3,10 @@
 #include "numerics/formats.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace mx2nv {
@@ -142,11 +145,44 @@ double ErrorStats::cosine() const {
 
 namespace {
 
+using Block = GroupRequantizer::Block;
+
+const std::uint8_t* bytes_of(std::span<const std::byte> s) { return reinterpret_cast<const std::uint8_t*>(s.data()); }
+
+// By packed byte: the set of its two codes, bit c for code c.
+constexpr std::array<std::uint16_t, 256> kCodesOfByte = [] {
+  std::array<std::uint16_t, 256> t{};
+  for (unsigned b = 0; b < 256; ++b) t[b] = static_cast<std::uint16_t>((1u << (b & 0xF)) | (1u << (b >> 4)));
+  return t;
+}();
+
+// The set of codes of a block (bit c for code c): its 8 packed bytes.
+std::uint16_t block_codes(const std::uint8_t* bytes) {
+  std::uint16_t present = 0;
+  for (std::size_t j = 0; j < kNvBlock / 2; ++j) present = static_cast<std::uint16_t>(present | kCodesOfByte[bytes[j]]);
+  return present;
+}
+
+// The largest magnitude code among the 16 codes of 8 packed bytes, bit by
+// bit from the highest: keep the codes that have the bit when any has it.
+std::uint8_t block_top(const std::uint8_t* bytes) {
+  std::uint64_t m;
+  std::memcpy(&m, bytes, sizeof m);
+  m &= 0x7777777777777777u;  // each code's magnitude, a nibble each
+  const std::uint64_t has4 = m & 0x4444444444444444u;
+  m = has4 != 0 ? m & ((has4 >> 2) * 0xF) : m;  // the nibbles that have the bit, whole
+  const std::uint64_t has2 = m & 0x2222222222222222u;
+  m = has2 != 0 ? m & ((has2 >> 1) * 0xF) : m;
+  const bool has1 = (m & 0x1111111111111111u) != 0;
+  return static_cast<std::uint8_t>((has4 != 0 ? 4 : 0) | (has2 != 0 ? 2 : 0) | (has1 ? 1 : 0));
+}
+
 // The block of an E8M0 byte and largest magnitude code under `global`: every
 // figure computed as the quantizer's steps compute it (file comment), from
-// the block's float32 values (mxfp4_value_f32).
-GroupRequantizer::Block make_block(std::uint8_t e8m0, std::uint8_t top, float global) {
-  GroupRequantizer::Block b;
+// the block's float32 values (mxfp4_value_f32), and each value's error terms
+// as ErrorStats::add computes them.
+Block make_block(std::uint8_t e8m0, std::uint8_t top, float global) {
+  Block b;
   const int k = e8m0_exponent(e8m0);
   const auto amax = mxfp4_value_f32(top, k);  // the largest |value|: magnitudes grow with the code
   if (!amax) return b;
@@ -155,102 +191,467 @@ GroupRequantizer::Block make_block(std::uint8_t e8m0, std::uint8_t top, float gl
   b.scale = scale.byte;
   // An E4M3 subnormal block scale (below 2^-6): vLLM's Marlin path flushes it to zero.
   b.marlin_zeroed = (scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0;
+  std::uint8_t code[16]{};
   for (std::uint8_t c = 0; c < 16; ++c) {
     if ((c & 0x7) > top) continue;  // not in this block
     const float x = *mxfp4_value_f32(c, k);
-    b.code[c] = nvfp4_code(x, scale.value, global);
-    b.value[c] = static_cast<double>(x);
-    b.dequantized[c] = e2m1_value(b.code[c]) * static_cast<double>(scale.value) / static_cast<double>(global);
+    code[c] = nvfp4_code(x, scale.value, global);
+    const double reference = static_cast<double>(x);
+    const double quantized = e2m1_value(code[c]) * static_cast<double>(scale.value) / static_cast<double>(global);
+    const double d = quantized - reference;
+    const double terms[4] = {d * d, reference * reference, quantized * quantized, quantized * reference};
+    for (std::size_t j = 0; j < 4; ++j) {
+      b.term[c][j] = terms[j];
+      b.term_max[j] = std::max(b.term_max[j], terms[j]);
+    }
+    b.abs_error[c] = std::fabs(d);
   }
+  for (std::size_t q = 0; q < 4; ++q) {
+    for (unsigned set = 0; set < 16; ++set) {
+      for (std::size_t i = 0; i < 4; ++i) {
+        if ((set >> i) & 1u) b.max_by_nibble[q][set] = std::max(b.max_by_nibble[q][set], b.abs_error[4 * q + i]);
+      }
+    }
+  }
+  for (unsigned v = 0; v < 256; ++v) b.byte[v] = static_cast<std::uint8_t>(code[v & 0xF] | (code[v >> 4] << 4));
   return b;
 }
 
-using GroupCodes = GroupRequantizer::GroupCodes;
-
-GroupCodes group_codes(std::span<const std::byte, 16> packed) {
-  GroupCodes g{};
-  for (std::size_t j = 0; j < 16; ++j) {
-    const auto b = std::to_integer<std::uint8_t>(packed[j]);
-    g.code[2 * j] = b & 0xF;
-    g.code[2 * j + 1] = static_cast<std::uint8_t>(b >> 4);
-  }
-  for (std::size_t block = 0; block < 2; ++block) {
-    for (std::size_t i = block * kNvBlock; i < (block + 1) * kNvBlock; ++i) {
-      g.top[block] = std::max(g.top[block], static_cast<std::uint8_t>(g.code[i] & 0x7));
-    }
-  }
-  return g;
+// Two doubles added lane by lane, each lane an ordinary IEEE double
+// addition (GCC's and clang's vector extension).
+using Pair = double __attribute__((vector_size(16)));
+Pair load_pair(const double* p) {
+  Pair v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
-// Writes a group from its two blocks (both finite), adding every value to
-// `stats` in order.
-void apply_blocks(const GroupCodes& g, const GroupRequantizer::Block* const (&blocks)[2],
-                  std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
-  std::uint8_t codes[32];
-  for (std::size_t block = 0; block < 2; ++block) {
-    const GroupRequantizer::Block& b = *blocks[block];
-    out_scales[block] = b.scale;
-    if (b.marlin_zeroed) ++stats.marlin_zeroed_blocks;
-    for (std::size_t i = block * kNvBlock; i < (block + 1) * kNvBlock; ++i) {
-      const std::uint8_t c = g.code[i];
-      codes[i] = b.code[c];
-      stats.add(b.value[c], b.dequantized[c]);
+// The largest |q - x| over the codes in `present` (bit c for code c): the
+// largest of the block's four lookups by a nibble of the set.
+double block_max(const Block& b, std::uint16_t present) {
+  return std::max(std::max(b.max_by_nibble[0][present & 0xF], b.max_by_nibble[1][(present >> 4) & 0xF]),
+                  std::max(b.max_by_nibble[2][(present >> 8) & 0xF], b.max_by_nibble[3][present >> 12]));
+}
+
+// ErrorStats's four sums over a run of blocks, bit for bit what adding each
+// value's terms in value order gives (ErrorStats::add: S := fl(S + t) for
+// each term t of each value), plus its maximum, value and block counts.
+//
+// A block's 16 terms of one sum (or a group's 32) are added at once when
+// that provably gives the same double. Let S be a double in the binade
+// [2^(p+52), 2^(p+53)), so S = a u with u = 2^p and a an integer in
+// [2^52, 2^53); the doubles of that binade are exactly its multiples of u.
+// Let every term t be >= 0 and t/u not a half-integer, n(t) = round(t/u),
+// and let a plus the terms' n sum below 2^53. Then, step by step, the exact
+// S + t lies within u/2 of exactly one multiple of u, S + n(t) u, which lies
+// below 2^(p+53) (the n are >= 0 and their total keeps below it), so it is
+// the double nearest S + t: fl(S + t) = S + n(t) u, and the terms end at
+// S = (a + sum of n) u. Each n is an integer below 2^48, 32 of them sum
+// below 2^53: their sum is exact in doubles in any order, and so is a + sum
+// when it is below 2^53 (and >= 2^53 when the exact one is). Otherwise (a
+// tie, a negative or large term, a sum leaving the binade, S below 2^-960
+// where 1/u would overflow) the block is added term by term in value order.
+// The maximum is order-free.
+class SumRun {
+  static constexpr double kBlockValues = 16;  // kNvBlock
+
+ public:
+  explicit SumRun(ErrorStats& stats)
+      : stats_(stats),
+        s_{stats.sum_err2, stats.sum_ref2, stats.sum_q2, stats.sum_dot},
+        max_(stats.max_abs),
+        marlin_zeroed_(stats.marlin_zeroed_blocks),
+        values_(stats.values) {}
+
+  // Adds block b, whose packed bytes are `bytes` (8).
+  void add(Block& b, const std::uint8_t* bytes) {
+    if (b.units_key == key_) {
+      // Every sum in the binade form, and the block's units computed for
+      // each sum's u, with no tie and no negative or large term: only the
+      // sums' totals are left to check.
+      Units r;
+      r.add(b, bytes);
+      if (take(r, 1)) {
+        count(b, bytes);
+        return;
+      }
     }
+    count(b, bytes);
+    add_by_sum(b, bytes);
   }
-  for (std::size_t j = 0; j < 16; ++j) {
-    out_packed[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
+
+  // A group's two blocks, b0 then b1 (bytes: the group's 16 packed bytes).
+  void add_group(Block& b0, Block& b1, const std::uint8_t* bytes) {
+    if (b0.units_key == key_ && b1.units_key == key_) {
+      // As in add, over the group's 32 values: 32 units below 2^48 sum below
+      // 2^53, still exact in any order.
+      Units r;
+      r.add(b0, bytes);
+      r.add(b1, bytes + 8);
+      if (take(r, 2)) {
+        count(b0, bytes);
+        count(b1, bytes + 8);
+        return;
+      }
+    }
+    add(b0, bytes);
+    add(b1, bytes + 8);
+  }
+
+  // Writes the sums back into the stats; returns how many block sums were
+  // added whole.
+  std::uint64_t finish() {
+    for (std::size_t j = 0; j < 4; ++j) leave(j);
+    stats_.sum_err2 = s_[0];
+    stats_.sum_ref2 = s_[1];
+    stats_.sum_q2 = s_[2];
+    stats_.sum_dot = s_[3];
+    stats_.max_abs = max_;
+    stats_.marlin_zeroed_blocks = marlin_zeroed_;
+    stats_.values = values_;
+    return summed_whole_;
+  }
+
+ private:
+  // The sums of units of blocks' values, the four sums side by side in two
+  // pairs of independent chains; integers, so exact in any order.
+  struct Units {
+    Pair lo0{}, hi0{}, lo1{}, hi1{};
+    void add(const Block& b, const std::uint8_t* bytes) {
+      for (std::size_t j = 0; j < 8; j += 2) {
+        const double* u0 = b.units[bytes[j] & 0xF];
+        const double* u1 = b.units[bytes[j] >> 4];
+        const double* u2 = b.units[bytes[j + 1] & 0xF];
+        const double* u3 = b.units[bytes[j + 1] >> 4];
+        lo0 += load_pair(u0) + load_pair(u1);
+        hi0 += load_pair(u0 + 2) + load_pair(u1 + 2);
+        lo1 += load_pair(u2) + load_pair(u3);
+        hi1 += load_pair(u2 + 2) + load_pair(u3 + 2);
+      }
+    }
+  };
+
+  // Adds the units' totals to the sums in the binade form when every sum
+  // stays below 2^53 units (the class comment's condition); else nothing.
+  bool take(const Units& units, std::uint64_t blocks) {
+    const Pair r01 = units.lo0 + units.lo1, r23 = units.hi0 + units.hi1;
+    const double r[4] = {r01[0], r01[1], r23[0], r23[1]};
+    if (!(a_[0] + r[0] < 0x1p53 && a_[1] + r[1] < 0x1p53 && a_[2] + r[2] < 0x1p53 && a_[3] + r[3] < 0x1p53)) {
+      return false;
+    }
+    for (std::size_t j = 0; j < 4; ++j) a_[j] += r[j];
+    summed_whole_ += 4 * blocks;
+    return true;
+  }
+
+  // The maximum and the counts of a block added.
+  void count(const Block& b, const std::uint8_t* bytes) {
+    // A block whose largest |q - x| over all its codes is no larger cannot
+    // raise the maximum: the codes it holds are looked at only otherwise.
+    if (b.max_by_nibble[0][0xF] > max_ || b.max_by_nibble[1][0xF] > max_ || b.max_by_nibble[2][0xF] > max_ ||
+        b.max_by_nibble[3][0xF] > max_) {
+      max_ = std::max(max_, block_max(b, block_codes(bytes)));
+    }
+    values_ += kNvBlock;
+    if (b.marlin_zeroed) ++marlin_zeroed_;
+  }
+
+  // add's sums, each on its own: whole where it can (try_whole), else value
+  // by value.
+  void add_by_sum(Block& b, const std::uint8_t* bytes) {
+    std::uint8_t c[16];
+    for (std::size_t j = 0; j < 8; ++j) {
+      c[2 * j] = bytes[j] & 0xF;
+      c[2 * j + 1] = static_cast<std::uint8_t>(bytes[j] >> 4);
+    }
+    bool whole[4];
+    bool any_whole = false;
+    for (std::size_t j = 0; j < 4; ++j) {
+      whole[j] = try_whole(b, j);
+      any_whole = any_whole || whole[j];
+    }
+    if (any_whole) {
+      // Four partial sums side by side (independent chains); integers, so
+      // exact in any order (class comment).
+      Pair lo0{}, hi0{}, lo1{}, hi1{}, lo2{}, hi2{}, lo3{}, hi3{};
+      for (std::size_t i = 0; i < kNvBlock; i += 4) {
+        const double* u0 = b.units[c[i]];
+        const double* u1 = b.units[c[i + 1]];
+        const double* u2 = b.units[c[i + 2]];
+        const double* u3 = b.units[c[i + 3]];
+        lo0 += load_pair(u0);
+        hi0 += load_pair(u0 + 2);
+        lo1 += load_pair(u1);
+        hi1 += load_pair(u1 + 2);
+        lo2 += load_pair(u2);
+        hi2 += load_pair(u2 + 2);
+        lo3 += load_pair(u3);
+        hi3 += load_pair(u3 + 2);
+      }
+      const Pair r01 = (lo0 + lo1) + (lo2 + lo3), r23 = (hi0 + hi1) + (hi2 + hi3);
+      const double r[4] = {r01[0], r01[1], r23[0], r23[1]};
+      for (std::size_t j = 0; j < 4; ++j) {
+        if (!whole[j]) continue;
+        if (a_[j] + r[j] < 0x1p53) {
+          a_[j] += r[j];
+          ++summed_whole_;
+        } else {
+          leave(j);
+          whole[j] = false;
+        }
+      }
+    }
+    if (!whole[0] && !whole[1] && !whole[2] && !whole[3]) {
+      // The four sums side by side, each lane in value order.
+      Pair s01 = {s_[0], s_[1]}, s23 = {s_[2], s_[3]};
+      for (const std::uint8_t code : c) {
+        s01 += load_pair(b.term[code]);
+        s23 += load_pair(b.term[code] + 2);
+      }
+      s_[0] = s01[0];
+      s_[1] = s01[1];
+      s_[2] = s23[0];
+      s_[3] = s23[1];
+      return;
+    }
+    for (std::size_t j = 0; j < 4; ++j) {
+      if (whole[j]) continue;
+      double s = s_[j];
+      for (const std::uint8_t code : c) s += b.term[code][j];
+      s_[j] = s;
+    }
+    // Every sum took the block whole: its units hold for every sum's u.
+    if (whole[0] && whole[1] && whole[2] && whole[3]) b.units_key = key_;
+  }
+
+  // Whether sum j adds block b whole (its units ready), entering or leaving
+  // the binade form as S allows. A heuristic bound decides when to try; the
+  // exactness conditions are checked in compute_units and add.
+  bool try_whole(Block& b, std::size_t j) {
+    if (!fast_[j]) {
+      // Enter when S is normal, far enough from the exponent range's ends,
+      // and large against the block's terms (else the next blocks would
+      // leave the binade at once).
+      const double s = s_[j];
+      if (!(s >= 0x1p-960 && s < 0x1p1023 && s >= 512 * kBlockValues * b.term_max[j])) return false;
+      const auto bits = std::bit_cast<std::uint64_t>(s);
+      const int p = static_cast<int>(bits >> 52) - 1023 - 52;  // S's binade is [2^(p+52), 2^(p+53))
+      p_[j] = p;
+      u_[j] = std::bit_cast<double>(static_cast<std::uint64_t>(p + 1023) << 52);
+      inv_u_[j] = std::bit_cast<double>(static_cast<std::uint64_t>(1023 - p) << 52);
+      a_[j] = s * inv_u_[j];  // exact: a power-of-two scaling of a normal double into [2^52, 2^53)
+      fast_[j] = true;
+      update_key();
+    }
+    if (!(a_[j] + kBlockValues * b.term_max[j] * inv_u_[j] < 0x1p53)) {
+      leave(j);
+      return false;
+    }
+    if (b.units_ulp[j] != p_[j]) compute_units(b, j);
+    if (!b.units_ok[j]) {
+      leave(j);
+      return false;
+    }
+    return true;
+  }
+
+  void compute_units(Block& b, std::size_t j) const {
+    bool ok = true;
+    for (std::size_t c = 0; c < 16; ++c) {
+      const double t = b.term[c][j];
+      // Exact, a power-of-two scaling, unless it falls below 2^-1022: then
+      // t/u < 2^-1021 and both round to 0, neither a tie.
+      const double v = t * inv_u_[j];
+      double n = 0;
+      if (t >= 0 && v < 0x1p48) {
+        n = (v + 0x1p52) - 0x1p52;       // v rounded to the nearest integer (0 <= v < 2^52)
+        if (std::fabs(v - n) == 0.5) ok = false;  // a tie: S's last bit would decide (v - n is exact)
+      } else {
+        ok = false;
+      }
+      b.units[c][j] = n;
+    }
+    b.units_ok[j] = ok;
+    b.units_ulp[j] = p_[j];
+    b.units_key = 0;  // set again once every sum's units are known good (add_by_sum)
+  }
+
+  // key_: the four sums' u when all are in the binade form (each p + 2048
+  // in 16 bits: never 0), else kNoKey (no block's units_key).
+  void update_key() {
+    key_ = kNoKey;
+    if (!(fast_[0] && fast_[1] && fast_[2] && fast_[3])) return;
+    key_ = 0;
+    for (std::size_t j = 0; j < 4; ++j) key_ = (key_ << 16) | static_cast<std::uint64_t>(p_[j] + 2048);
+  }
+
+  void leave(std::size_t j) {
+    if (!fast_[j]) return;
+    s_[j] = a_[j] * u_[j];  // exact: a power-of-two scaling back into the binade
+    fast_[j] = false;
+    key_ = kNoKey;
+  }
+
+  ErrorStats& stats_;
+  double s_[4];  // each sum, when not in the binade form
+  double a_[4]{};  // S / u, an integer in [2^52, 2^53), when in the binade form
+  double u_[4]{}, inv_u_[4]{};
+  int p_[4]{};
+  bool fast_[4]{};
+  double max_;
+  std::uint64_t marlin_zeroed_, values_;
+  static constexpr std::uint64_t kNoKey = ~std::uint64_t{0};
+  std::uint64_t key_ = kNoKey;
+  std::uint64_t summed_whole_ = 0;
+};
+
+// Writes one group from its two blocks (both finite) and adds its values.
+void apply_group(Block& b0, Block& b1, const std::uint8_t* in, std::uint8_t* out_packed, std::uint8_t* out_scales, SumRun* sums) {
+  if (out_scales != nullptr) {
+    out_scales[0] = b0.scale;
+    out_scales[1] = b1.scale;
+  }
+  if (out_packed != nullptr) {
+    for (std::size_t j = 0; j < 8; ++j) out_packed[j] = b0.byte[in[j]];
+    for (std::size_t j = 8; j < 16; ++j) out_packed[j] = b1.byte[in[j]];
+  }
+  if (sums != nullptr) {
+    sums->add_group(b0, b1, in);
   }
 }
 
 }  // namespace
 
+std::size_t mxfp4_groups_amax(std::span<const std::byte> packed, std::span<const std::byte> e8m0s, float& amax) {
+  // By E8M0 byte and largest magnitude code: mxfp4_value_f32, +inf where it
+  // has none (and for the NaN byte).
+  static const std::array<float, 256 * 8> kValues = [] {
+    std::array<float, 256 * 8> t{};
+    for (unsigned e = 0; e < 256; ++e) {
+      for (unsigned top = 0; top < 8; ++top) {
+        const auto v = mxfp4_value_f32(static_cast<std::uint8_t>(top), e8m0_exponent(static_cast<std::uint8_t>(e)));
+        t[e * 8 + top] = (v && e != kE8M0NaN) ? *v : std::numeric_limits<float>::infinity();
+      }
+    }
+    return t;
+  }();
+  // By E8M0 byte below 253: the largest value a group of it can hold (code 7).
+  static const std::array<float, 253> kBound = [] {
+    std::array<float, 253> t{};
+    for (unsigned e = 0; e < t.size(); ++e) t[e] = kValues[e * 8 + 7];
+    return t;
+  }();
+  const std::uint8_t* in = bytes_of(packed);
+  const std::size_t n = e8m0s.size();
+  float m = amax;
+  std::uint8_t highest = 0;
+  for (const std::byte e : e8m0s) highest = std::max(highest, std::to_integer<std::uint8_t>(e));
+  if (highest < kBound.size()) {
+    // No group can fail (every value is below 2^128), and a group that can
+    // hold no value above the maximum so far cannot raise it: only the others
+    // are decoded.
+    for (std::size_t g = 0; g < n; ++g) {
+      const auto e8m0 = std::to_integer<std::uint8_t>(e8m0s[g]);
+      if (!(kBound[e8m0] > m)) continue;
+      const std::uint8_t* p = in + g * 16;
+      m = std::max(m, kValues[static_cast<std::size_t>(e8m0) * 8 + std::max(block_top(p), block_top(p + 8))]);
+    }
+    amax = m;
+    return n;
+  }
+  for (std::size_t g = 0; g < n; ++g) {
+    const std::uint8_t* p = in + g * 16;
+    const std::uint8_t top = std::max(block_top(p), block_top(p + 8));
+    const float v = kValues[std::to_integer<std::size_t>(e8m0s[g]) * 8 + top];
+    if (v == std::numeric_limits<float>::infinity()) {
+      amax = m;
+      return g;
+    }
+    m = std::max(m, v);
+  }
+  amax = m;
+  return n;
+}
+
 bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
-  const GroupCodes g = group_codes(packed);
-  const GroupRequantizer::Block b0 = make_block(e8m0, g.top[0], global), b1 = make_block(e8m0, g.top[1], global);
+  const std::uint8_t* in = bytes_of(packed);
+  Block b0 = make_block(e8m0, block_top(in), global), b1 = make_block(e8m0, block_top(in + 8), global);
   if (!b0.finite || !b1.finite) return false;
-  const GroupRequantizer::Block* const blocks[2] = {&b0, &b1};
-  apply_blocks(g, blocks, out_packed, out_scales, stats);
+  SumRun sums(stats);
+  apply_group(b0, b1, in, reinterpret_cast<std::uint8_t*>(out_packed.data()), out_scales.data(),
+              &sums);
+  sums.finish();
   return true;
 }
 
-std::size_t GroupRequantizer::block_index(std::uint8_t e8m0, std::uint8_t top) {
-  std::uint16_t& at = index_[static_cast<std::size_t>(e8m0) * 8 + top];
-  if (at == 0) {
-    blocks_.push_back(make_block(e8m0, top, global_));
-    at = static_cast<std::uint16_t>(blocks_.size());
-  }
-  return at - 1u;
+std::size_t GroupRequantizer::add_block(std::uint8_t e8m0, std::uint8_t top) {
+  blocks_.push_back(make_block(e8m0, top, global_));
+  const std::size_t key = static_cast<std::size_t>(e8m0) * 8 + top;
+  index_[key] = static_cast<std::uint16_t>(blocks_.size());
+  const Block& b = blocks_.back();
+  scale_of_[key] = static_cast<std::uint16_t>(kComputed | (b.finite ? b.scale : kBeyondFloat32));
+  return blocks_.size() - 1;
 }
 
-bool GroupRequantizer::blocks_of(std::span<const std::byte, 16> packed, std::uint8_t e8m0, GroupCodes& g,
-                                 const Block* (&blocks)[2]) {
-  g = group_codes(packed);
-  // Both indexes first: computing the second block may move the first.
-  const std::size_t i0 = block_index(e8m0, g.top[0]), i1 = block_index(e8m0, g.top[1]);
-  blocks[0] = &blocks_[i0];
-  blocks[1] = &blocks_[i1];
-  return blocks[0]->finite && blocks[1]->finite;
+std::size_t GroupRequantizer::requantize(std::span<const std::byte> packed, std::span<const std::byte> e8m0s,
+                                         std::span<std::byte> out_packed, std::span<std::uint8_t> out_scales,
+                                         ErrorStats* stats) {
+  const std::size_t n = e8m0s.size();
+  const std::uint8_t* in = bytes_of(packed);
+  auto* out = out_packed.empty() ? nullptr : reinterpret_cast<std::uint8_t*>(out_packed.data());
+  std::uint8_t* scales_out = out_scales.empty() ? nullptr : out_scales.data();
+  std::size_t g = 0;
+  if (out == nullptr && stats == nullptr) {
+    // Only the scale bytes: from the small table of each block's scale,
+    // without touching the blocks themselves.
+    for (; g < n; ++g) {
+      const auto e8m0 = std::to_integer<std::uint8_t>(e8m0s[g]);
+      if (e8m0 == kE8M0NaN) break;
+      const std::uint8_t* p = in + g * 16;
+      const std::size_t key = static_cast<std::size_t>(e8m0) * 8;
+      const std::uint8_t top0 = block_top(p), top1 = block_top(p + 8);
+      const std::size_t k0 = key + top0, k1 = key + top1;
+      if (scale_of_[k0] == 0) block_index(e8m0, top0);
+      if (scale_of_[k1] == 0) block_index(e8m0, top1);
+      const unsigned s0 = scale_of_[k0], s1 = scale_of_[k1];
+      if (((s0 | s1) & kBeyondFloat32) != 0) break;
+      if (scales_out != nullptr) {
+        scales_out[2 * g] = static_cast<std::uint8_t>(s0);
+        scales_out[2 * g + 1] = static_cast<std::uint8_t>(s1);
+      }
+    }
+    return g;
+  }
+  std::optional<SumRun> sums;
+  if (stats != nullptr) sums.emplace(*stats);
+  for (; g < n; ++g) {
+    const auto e8m0 = std::to_integer<std::uint8_t>(e8m0s[g]);
+    if (e8m0 == kE8M0NaN) break;
+    const std::uint8_t* p = in + g * 16;
+    // Both indexes first: computing the second block may move the first.
+    const std::size_t i0 = block_index(e8m0, block_top(p)), i1 = block_index(e8m0, block_top(p + 8));
+    Block& b0 = blocks_[i0];
+    Block& b1 = blocks_[i1];
+    if (!b0.finite || !b1.finite) break;
+    apply_group(b0, b1, p, out == nullptr ? nullptr : out + g * 16, scales_out == nullptr ? nullptr : scales_out + g * 2,
+                sums ? &*sums : nullptr);
+  }
+  if (sums) blocks_summed_whole_ += sums->finish();
+  return g;
 }
 
 bool GroupRequantizer::requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0,
                                   std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales,
                                   ErrorStats& stats) {
-  GroupCodes g;
-  const Block* blocks[2];
-  if (!blocks_of(packed, e8m0, g, blocks)) return false;
-  apply_blocks(g, blocks, out_packed, out_scales, stats);
-  return true;
+  const std::byte scale[1] = {static_cast<std::byte>(e8m0)};
+  return requantize(packed, scale, out_packed, out_scales, &stats) == 1;
 }
 
 bool GroupRequantizer::scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0,
                               std::span<std::uint8_t, 2> out_scales) {
-  GroupCodes g;
-  const Block* blocks[2];
-  if (!blocks_of(packed, e8m0, g, blocks)) return false;
-  out_scales[0] = blocks[0]->scale;
-  out_scales[1] = blocks[1]->scale;
-  return true;
+  const std::byte scale[1] = {static_cast<std::byte>(e8m0)};
+  return requantize(packed, scale, {}, out_scales, nullptr) == 1;
 }
 
 }  // namespace mx2nv

@@ -83,45 +83,87 @@ struct ErrorStats {
 bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
 
+// The largest |value| over consecutive 32-groups (16 packed bytes and one
+// E8M0 byte each), raised into `amax`: what mxfp4_group_amax gives for each.
+// Returns how many groups were taken before the first that has a NaN scale
+// byte or a value beyond float32 (all of them when none has).
+std::size_t mxfp4_groups_amax(std::span<const std::byte> packed, std::span<const std::byte> e8m0s, float& amax);
+
 // requantize_group for many groups under one global. A block's scale, and
-// each of its values' code, value and dequantized value, depend only on the
-// group's E8M0 byte and the block's largest magnitude code (E2M1 magnitudes
-// grow with the code), so they are computed once per such pair and looked up
-// for every later block: the same bytes and the same stats, added in the same
-// order. Holds at most 256 x 8 blocks (~600 KiB).
+// each of its values' code and error terms, depend only on the group's E8M0
+// byte and the block's largest magnitude code (E2M1 magnitudes grow with the
+// code), so they are computed once per such pair and looked up for every
+// later block: the same bytes and the same stats, bit for bit (the sums'
+// proof is at SumRun in the .cpp). Holds at most 256 x 8 blocks of ~2 KiB,
+// only those met.
 class GroupRequantizer {
  public:
   explicit GroupRequantizer(float global) : global_(global) {}
   float global() const { return global_; }
+
+  // Requantizes consecutive groups: `packed` holds 16 bytes a group and
+  // `e8m0s` one scale byte a group. Writes each group's 16 packed NVFP4 bytes
+  // to out_packed and its two block-scale bytes to out_scales (either may be
+  // empty: not written), and adds every value to *stats in value order
+  // (stats may be null: not measured). Returns how many groups were done
+  // before the first that cannot be (a NaN scale byte, or a value beyond
+  // float32), all of them when none; that group and later ones are neither
+  // written nor counted.
+  std::size_t requantize(std::span<const std::byte> packed, std::span<const std::byte> e8m0s,
+                         std::span<std::byte> out_packed, std::span<std::uint8_t> out_scales, ErrorStats* stats);
+
+  // One group (e8m0 not NaN): requantize_group's result through the lookup.
   bool requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::byte, 16> out_packed,
                   std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
   // Only the two block-scale bytes requantize would write (no codes, no
   // stats): for writing weight_scale without redoing every value.
   bool scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::uint8_t, 2> out_scales);
 
+  // How many of the four sums of how many blocks were added whole (SumRun)
+  // rather than value by value, summed: for tests, which must see both ways
+  // taken.
+  std::uint64_t blocks_summed_whole() const { return blocks_summed_whole_; }
+
   // One block's outcome for an E8M0 byte and its largest magnitude code.
   struct Block {
-    bool finite = false;        // every value of the block within float32
-    std::uint8_t scale = 0;     // the E4M3 block-scale byte
-    bool marlin_zeroed = false; // that byte is an E4M3 subnormal (vLLM's Marlin path flushes it)
-    std::uint8_t code[16]{};    // by source E2M1 code: the NVFP4 code written
-    double value[16]{};         // by source code: its MXFP4 value
-    double dequantized[16]{};   // by source code: code x scale / global
-  };
-  // A group's 32 source codes and each block's largest magnitude code.
-  struct GroupCodes {
-    std::uint8_t code[32];
-    std::uint8_t top[2];
+    bool finite = false;         // every value of the block within float32
+    std::uint8_t scale = 0;      // the E4M3 block-scale byte
+    bool marlin_zeroed = false;  // that byte is an E4M3 subnormal (vLLM's Marlin path flushes it)
+    std::uint8_t byte[256]{};    // by source byte (two codes): the NVFP4 byte written
+    // By source code: the four terms ErrorStats::add adds for its value x and
+    // dequantized q = code x scale / global, in ErrorStats's order:
+    // (q - x)^2, x^2, q^2, q x; and |q - x|.
+    double term[16][4]{};
+    double abs_error[16]{};
+    double term_max[4]{};  // the largest of each term over the block's codes
+    // By a set of four codes 4q..4q+3 (bit i for code 4q+i): the largest |q - x| over it.
+    double max_by_nibble[4][16]{};
+    // term / 2^units_ulp[j] rounded to an integer, for the whole-block sums
+    // (SumRun); units_ok[j] false when that rounding is not a fixed function
+    // of the term (a tie, a negative or an oversized term).
+    int units_ulp[4]{kNoUlp, kNoUlp, kNoUlp, kNoUlp};
+    bool units_ok[4]{};
+    double units[16][4]{};
+    std::uint64_t units_key = 0;  // the sums' u all four units were computed for, when all are good; 0: none
+    static constexpr int kNoUlp = -100000;
   };
 
  private:
-  // The place in blocks_ of the block of (e8m0, top), computed on first use.
-  std::size_t block_index(std::uint8_t e8m0, std::uint8_t top);
-  // Fills `g` and both blocks of a group; false when a value is beyond float32.
-  bool blocks_of(std::span<const std::byte, 16> packed, std::uint8_t e8m0, GroupCodes& g, const Block* (&blocks)[2]);
+  // The place in blocks_ of the block of (e8m0, top), computed on first use
+  // (add_block).
+  std::size_t block_index(std::uint8_t e8m0, std::uint8_t top) {
+    const std::uint16_t at = index_[static_cast<std::size_t>(e8m0) * 8 + top];
+    return at != 0 ? at - 1u : add_block(e8m0, top);
+  }
+  std::size_t add_block(std::uint8_t e8m0, std::uint8_t top);
   float global_;
   std::uint16_t index_[256 * 8]{};  // 1 + the block's place in blocks_; 0: not computed yet
+  // By the same key, for the scale-only path: kComputed | the block's scale
+  // byte, or kComputed | kBeyondFloat32; 0: not computed yet.
+  static constexpr std::uint16_t kComputed = 0x100, kBeyondFloat32 = 0x200;
+  std::uint16_t scale_of_[256 * 8]{};
   std::vector<Block> blocks_;
+  std::uint64_t blocks_summed_whole_ = 0;
 };
 
 }  // namespace mx2nv

@@ -67,31 +67,43 @@ GroupRequantizer& requantizer_for(float global) {
   return *kept.back();
 }
 
-// Requantizes every group of a module, handing each group's output to `out`.
+// The failure of the group a run stopped at.
+[[noreturn]] void run_failure(const QuantModule& m, std::uint64_t group, std::byte e8m0) {
+  if (std::to_integer<std::uint8_t>(e8m0) == kE8M0NaN) group_failure(m, group, "NaN scale (E8M0 0xFF)");
+  group_failure(m, group, "a value is beyond float32's range");
+}
+
+// Requantizes every group of a module a chunk at a time: out(packed, scales)
+// with the chunk's requantized bytes (16 and 2 a group; a span is empty when
+// not asked for), its values added to *stats in order when stats is not null.
 template <typename Out>
-void requantize_module(const SourceCheckpoint& source, std::size_t module, float global, ErrorStats& stats, Out&& out) {
+void requantize_module(const SourceCheckpoint& source, std::size_t module, float global, bool want_packed,
+                       bool want_scales, ErrorStats* stats, Out&& out) {
   const QuantModule& m = source.modules.modules[module];
   GroupRequantizer& requantizer = requantizer_for(global);
+  std::vector<std::byte> packed_out;
+  std::vector<std::uint8_t> scales_out;
   for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
-    for (std::size_t g = 0; g < scales.size(); ++g) {
-      const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
-      if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
-      std::array<std::byte, 16> q{};
-      std::array<std::uint8_t, 2> s{};
-      if (!requantizer.requantize(group_bytes(packed, g), e8m0, q, s, stats)) {
-        group_failure(m, first + g, "a value is beyond float32's range");
-      }
-      out(g, q, s);
-    }
+    const std::size_t n = scales.size();
+    if (want_packed) packed_out.resize(n * kGroupBytes);
+    if (want_scales) scales_out.resize(2 * n);
+    const std::size_t done = requantizer.requantize(packed, scales, packed_out, scales_out, stats);
+    if (done != n) run_failure(m, first + done, scales[done]);
+    out(std::span<const std::byte>(packed_out), std::as_bytes(std::span(scales_out)));
   });
 }
 
 // Output buffer that flushes to `emit` in chunks of at most 1 MiB.
 class ChunkedEmit {
  public:
-  explicit ChunkedEmit(const TensorEmit& emit) : emit_(emit) { buffer_.reserve(kCopyBufferBytes); }
+  explicit ChunkedEmit(const TensorEmit& emit) : emit_(emit) {}
   void add(std::span<const std::byte> bytes) {
     if (buffer_.size() + bytes.size() > kCopyBufferBytes) flush();
+    if (buffer_.empty() && bytes.size() == kCopyBufferBytes) {  // a whole chunk: handed on as it is
+      emit_(offset_, bytes);
+      offset_ += bytes.size();
+      return;
+    }
     buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   }
   void flush() {
@@ -114,13 +126,8 @@ float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group) 
   for (const std::size_t module : source.modules.scale_groups[scale_group]) {
     const QuantModule& m = source.modules.modules[module];
     for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
-      for (std::size_t g = 0; g < scales.size(); ++g) {
-        const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
-        if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
-        const auto a = mxfp4_group_amax(group_bytes(packed, g), e8m0);
-        if (!a) group_failure(m, first + g, "a value is beyond float32's range");
-        amax = std::max(amax, *a);
-      }
+      const std::size_t done = mxfp4_groups_amax(packed, scales, amax);
+      if (done != scales.size()) run_failure(m, first + done, scales[done]);
     });
   }
   return amax;
@@ -129,28 +136,15 @@ float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group) 
 void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit,
                                ErrorStats& stats) {
   ChunkedEmit sink(emit);
-  requantize_module(source, module, global, stats,
-                    [&](std::size_t, const std::array<std::byte, 16>& q, const std::array<std::uint8_t, 2>&) {
-                      sink.add(q);
-                    });
+  requantize_module(source, module, global, true, false, &stats,
+                    [&](std::span<const std::byte> packed, std::span<const std::byte>) { sink.add(packed); });
   sink.flush();
 }
 
 void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit) {
   ChunkedEmit sink(emit);
-  const QuantModule& m = source.modules.modules[module];
-  GroupRequantizer& requantizer = requantizer_for(global);
-  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
-    for (std::size_t g = 0; g < scales.size(); ++g) {
-      const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
-      if (e8m0 == kE8M0NaN) group_failure(m, first + g, "NaN scale (E8M0 0xFF)");
-      std::array<std::uint8_t, 2> s{};
-      if (!requantizer.scales(group_bytes(packed, g), e8m0, s)) {
-        group_failure(m, first + g, "a value is beyond float32's range");
-      }
-      sink.add(std::as_bytes(std::span(s)));
-    }
-  });
+  requantize_module(source, module, global, false, true, nullptr,
+                    [&](std::span<const std::byte>, std::span<const std::byte> scales) { sink.add(scales); });
   sink.flush();
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -217,11 +218,41 @@ void expect_same_stats(const ErrorStats& a, const ErrorStats& b) {
   EXPECT_EQ(a.marlin_zeroed_blocks, b.marlin_zeroed_blocks);
 }
 
+// The run form of GroupRequantizer::requantize over `e8m0s.size()` groups,
+// in runs of `piece` groups (the stats carried from run to run), checked
+// against `out_ref`/`sc_ref`/`s_ref`: bytes, scale-only bytes, and every
+// statistic bit for bit. Returns the requantizer's count of block sums added
+// whole.
+std::uint64_t expect_runs_equal(float global, std::span<const std::byte> packed, std::span<const std::byte> e8m0s,
+                                std::span<const std::byte> out_ref, std::span<const std::uint8_t> sc_ref,
+                                const ErrorStats& s_ref, std::size_t piece) {
+  GroupRequantizer runs(global);
+  const std::size_t n = e8m0s.size();
+  std::vector<std::byte> out(16 * n);
+  std::vector<std::uint8_t> sc(2 * n), sc_only(2 * n);
+  ErrorStats stats;
+  for (std::size_t first = 0; first < n; first += piece) {
+    const std::size_t k = std::min(piece, n - first);
+    EXPECT_EQ(runs.requantize(packed.subspan(16 * first, 16 * k), e8m0s.subspan(first, k),
+                              std::span(out).subspan(16 * first, 16 * k), std::span(sc).subspan(2 * first, 2 * k), &stats),
+              k);
+    EXPECT_EQ(runs.requantize(packed.subspan(16 * first, 16 * k), e8m0s.subspan(first, k), {},
+                              std::span(sc_only).subspan(2 * first, 2 * k), nullptr),
+              k);
+  }
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), out_ref.begin(), out_ref.end())) << global << " " << piece;
+  EXPECT_TRUE(std::equal(sc.begin(), sc.end(), sc_ref.begin(), sc_ref.end())) << global << " " << piece;
+  EXPECT_TRUE(std::equal(sc_only.begin(), sc_only.end(), sc_ref.begin(), sc_ref.end())) << global << " " << piece;
+  expect_same_stats(stats, s_ref);
+  return runs.blocks_summed_whole();
+}
+
 // Every E8M0 byte, blocks of every largest magnitude (all-zero and all -0
 // blocks too), globals from tiny to huge: one GroupRequantizer per global
 // across all of them (its blocks computed once, then looked up), the
-// uncached requantize_group and the value-by-value reference agree on every
-// output byte, on refusals, and on the statistics accumulated over the run.
+// uncached requantize_group, the run form (whole and in pieces) and the
+// value-by-value reference agree on every output byte, on refusals, and on
+// the statistics accumulated over the run, bit for bit.
 TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximum) {
   std::mt19937 rng(29);
   std::uniform_int_distribution<int> nibble(0, 15);
@@ -230,6 +261,10 @@ TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximu
     GroupRequantizer cached(global);
     ErrorStats s_ref, s_one, s_cached;
     std::size_t refused = 0;
+    std::vector<std::byte> run_packed, run_e8m0s, run_out;  // the groups requantized, for the run form
+    std::vector<std::uint8_t> run_scales;
+    std::array<std::byte, 16> refused_group{};
+    std::byte refused_e8m0{};
     for (int rep = 0; rep < 24; ++rep) {
       for (int b = 0; b < 255; ++b) {
         std::array<std::uint8_t, 32> codes{};
@@ -252,8 +287,14 @@ TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximu
         ASSERT_EQ(cached.scales(src, e8m0, sc_only), ok) << b;
         if (!ok) {
           ++refused;
+          refused_group = src;
+          refused_e8m0 = static_cast<std::byte>(e8m0);
           continue;
         }
+        run_packed.insert(run_packed.end(), src.begin(), src.end());
+        run_e8m0s.push_back(static_cast<std::byte>(e8m0));
+        run_out.insert(run_out.end(), out_ref.begin(), out_ref.end());
+        run_scales.insert(run_scales.end(), sc_ref.begin(), sc_ref.end());
         ASSERT_EQ(out_one, out_ref) << b << " " << global;
         ASSERT_EQ(out_cached, out_ref) << b << " " << global;
         ASSERT_EQ(sc_one, sc_ref) << b << " " << global;
@@ -265,6 +306,123 @@ TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximu
     expect_same_stats(s_cached, s_ref);
     EXPECT_GT(s_ref.values, 0u);
     EXPECT_GT(refused, 0u);  // scale bytes 253 and 254 with a large code: beyond float32
+    for (const std::size_t piece : {std::size_t{1}, std::size_t{7}, run_e8m0s.size()}) {
+      expect_runs_equal(global, run_packed, run_e8m0s, run_out, run_scales, s_ref, piece);
+    }
+
+    // A run stops at the first group it cannot requantize (a value beyond
+    // float32, a NaN scale byte), writing and counting only the groups before.
+    for (const std::byte stop : {refused_e8m0, std::byte{kE8M0NaN}}) {
+      std::vector<std::byte> packed(run_packed.begin(), run_packed.begin() + 16 * 100);
+      std::vector<std::byte> e8m0s(run_e8m0s.begin(), run_e8m0s.begin() + 100);
+      packed.insert(packed.end(), refused_group.begin(), refused_group.end());
+      e8m0s.push_back(stop);
+      packed.insert(packed.end(), run_packed.begin(), run_packed.begin() + 16);
+      e8m0s.push_back(run_e8m0s[0]);
+      std::vector<std::byte> out(16 * e8m0s.size());
+      std::vector<std::uint8_t> sc(2 * e8m0s.size());
+      ErrorStats stats, first_100;
+      GroupRequantizer runs(global);
+      EXPECT_EQ(runs.requantize(packed, e8m0s, out, sc, &stats), 100u);
+      EXPECT_EQ(runs.requantize(packed, e8m0s, {}, sc, nullptr), 100u);
+      runs.requantize(std::span(packed).first(1600), std::span(e8m0s).first(100), out, sc, &first_100);
+      expect_same_stats(stats, first_100);
+    }
+  }
+}
+
+// A module-sized run (K3's expert rows: a narrow range of scale bytes, all
+// codes): the block sums go whole once the sums are large (the proof at
+// SumRun), yet every statistic equals the value-by-value reference's bit for
+// bit, under globals with full-precision products (2688 / amax) and with
+// exact small ones (powers of two: ties are likeliest there), whole and in
+// pieces of a chunk's size and of odd sizes.
+TEST(GroupRequantizer, ARunAddsWholeBlocksAndKeepsEveryStatisticBitForBit) {
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> nibble(0, 15), scale(118, 127);
+  constexpr std::size_t kGroups = 150000;
+  std::vector<std::byte> packed(16 * kGroups), e8m0s(kGroups);
+  for (std::size_t g = 0; g < kGroups; ++g) {
+    std::array<std::uint8_t, 32> codes{};
+    const int shape = static_cast<int>(g % 97);
+    for (std::size_t i = 0; i < 32; ++i) {
+      codes[i] = static_cast<std::uint8_t>(nibble(rng));
+      if (shape < 10) codes[i] &= 0xB;   // smaller magnitudes: other blocks
+      if (shape == 11) codes[i] = 0x8;   // all -0
+    }
+    const auto bytes = pack(codes);
+    std::copy(bytes.begin(), bytes.end(), packed.begin() + static_cast<std::ptrdiff_t>(16 * g));
+    e8m0s[g] = static_cast<std::byte>(g % 5000 == 17 ? 3 : scale(rng));  // now and then a far smaller scale
+  }
+  for (const float global : {nvfp4_global_scale(6.0f), nvfp4_global_scale(5.0f * 0x1p-3f), 1.0f, 512.0f}) {
+    std::vector<std::byte> out_ref(16 * kGroups);
+    std::vector<std::uint8_t> sc_ref(2 * kGroups);
+    ErrorStats s_ref;
+    for (std::size_t g = 0; g < kGroups; ++g) {
+      std::array<std::byte, 16> out{};
+      std::array<std::uint8_t, 2> sc{};
+      ASSERT_TRUE(reference_group(std::span<const std::byte, 16>(packed.data() + 16 * g, 16),
+                                  std::to_integer<std::uint8_t>(e8m0s[g]), global, out, sc, s_ref));
+      std::copy(out.begin(), out.end(), out_ref.begin() + static_cast<std::ptrdiff_t>(16 * g));
+      sc_ref[2 * g] = sc[0];
+      sc_ref[2 * g + 1] = sc[1];
+    }
+    for (const std::size_t piece : {kGroups, std::size_t{65536}, std::size_t{1237}}) {
+      const std::uint64_t whole = expect_runs_equal(global, packed, e8m0s, out_ref, sc_ref, s_ref, piece);
+      // Both ways taken: most block sums whole, the first ones value by value.
+      EXPECT_GT(whole, 4 * 2 * kGroups / 2) << global << " " << piece;
+      EXPECT_LT(whole, 4 * 2 * kGroups) << global << " " << piece;
+    }
+  }
+}
+
+// The run form of the largest |value| equals mxfp4_group_amax group by
+// group, for every scale byte, and stops where it has none.
+TEST(GroupsAmax, EqualsTheOneGroupFormAndStopsAtTheFirstGroupWithoutOne) {
+  std::mt19937 rng(13);
+  std::vector<std::byte> packed, e8m0s;
+  float expected = 0;
+  for (int b = 0; b < 255; ++b) {
+    std::array<std::uint8_t, 32> codes{};
+    const auto top = static_cast<unsigned>(b % 8);
+    for (auto& c : codes) c = static_cast<std::uint8_t>((rng() % (top + 1)) | (rng() & 0x8u));
+    const auto bytes = pack(codes);
+    const auto one = mxfp4_group_amax(bytes, static_cast<std::uint8_t>(b));
+    float amax = 0;
+    const std::size_t done = mxfp4_groups_amax(bytes, std::array{static_cast<std::byte>(b)}, amax);
+    EXPECT_EQ(done, one ? 1u : 0u) << b;
+    if (!one) continue;
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(amax), std::bit_cast<std::uint32_t>(*one)) << b;
+    expected = std::max(expected, *one);
+    packed.insert(packed.end(), bytes.begin(), bytes.end());
+    e8m0s.push_back(static_cast<std::byte>(b));
+  }
+  float amax = 0;
+  EXPECT_EQ(mxfp4_groups_amax(packed, e8m0s, amax), e8m0s.size());
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(amax), std::bit_cast<std::uint32_t>(expected));
+  e8m0s[10] = std::byte{kE8M0NaN};
+  amax = 0;
+  EXPECT_EQ(mxfp4_groups_amax(packed, e8m0s, amax), 10u);
+
+  // Scale bytes below 253 only (no group can fail, groups that cannot raise
+  // the maximum are skipped), in an order where the maximum rises late,
+  // raised from a starting maximum: the same largest value.
+  for (const float start : {0.0f, 1.0f, 0x1p100f}) {
+    std::vector<std::byte> some_packed, some_e8m0s;
+    float some = start;
+    for (std::size_t g = 0; g < 253 && g < packed.size() / 16; ++g) {
+      const std::size_t at = (g * 101) % 253;  // a permutation of 0..252
+      const auto e = static_cast<std::uint8_t>(at);
+      const auto one = mxfp4_group_amax(std::span<const std::byte, 16>(packed.data() + 16 * at, 16), e);
+      ASSERT_TRUE(one.has_value());
+      some = std::max(some, *one);
+      some_packed.insert(some_packed.end(), packed.begin() + static_cast<std::ptrdiff_t>(16 * at),
+                         packed.begin() + static_cast<std::ptrdiff_t>(16 * at + 16));
+      some_e8m0s.push_back(static_cast<std::byte>(e));
+    }
+    float got = start;
+    EXPECT_EQ(mxfp4_groups_amax(some_packed, some_e8m0s, got), some_e8m0s.size());
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(some)) << start;
   }
 }
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# requantize beside verify on one input, warm page cache, for one or more
+# mx2nv builds: each row the minimum and median wall time over REPS runs and
+# the CPU seconds (user+system) of the fastest run.
+#
+#   bench/requantize_vs_verify.sh SRC REPS BUILD/mx2nv [OTHER_BUILD/mx2nv ...]
+#
+# verify reads SRC and a conversion of it (made once with the first build);
+# requantize writes a fresh DST each run, at --threads 1 and at the default.
+set -euo pipefail
+SRC=$(realpath "$1"); REPS=$2; shift 2
+W=$(mktemp -d "${TMPDIR:-/tmp}/mx2nv-rq-vs-verify.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+"$1" convert "$SRC" "$W/converted" >/dev/null
+cat -- "$SRC"/* "$W"/converted/* >/dev/null 2>&1 || true  # warm the page cache
+row() {  # row LABEL COMMAND...: REPS runs; min and median wall, CPU of the fastest
+  local label=$1; shift
+  local times=()
+  for ((i = 0; i < REPS; i++)); do
+    rm -rf "$W/out"
+    /usr/bin/time -f "%e %U %S" -o "$W/t" "$@" >/dev/null
+    times+=("$(cat "$W/t")")
+  done
+  printf '%s\n' "${times[@]}" | sort -n | awk -v l="$label" '{w[NR]=$1; c[NR]=$2+$3} END {
+    printf "| %s | %.2f | %.2f | %.2f |\n", l, w[1], w[int((NR+1)/2)], c[1] }'
+}
+echo "| command | min wall s | median wall s | CPU s (fastest) |"
+echo "|---|---|---|---|"
+for bin in "$@"; do
+  b=$(realpath "$bin")
+  row "$bin verify --threads 1" "$b" verify --threads 1 "$SRC" "$W/converted"
+  row "$bin verify" "$b" verify "$SRC" "$W/converted"
+  row "$bin requantize --threads 1" "$b" requantize --threads 1 "$SRC" "$W/out"
+  row "$bin requantize" "$b" requantize "$SRC" "$W/out"
+done
