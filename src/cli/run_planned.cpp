@@ -12,9 +12,9 @@
 namespace mx2nv::cli {
 namespace {
 
-int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& selection,
+int run_planned(const PlannedOptions& o, const PlannedPaths& paths, const std::optional<ShardSelection>& selection,
                 const std::optional<ReportFile>& report_path, const std::optional<ReportFile>& html) {
-  const Report r = selection ? convert_planned_shards(o, *selection) : finalize_planned(o);
+  const Report r = selection ? convert_planned_shards(o, *selection, &paths) : finalize_planned(o, &paths);
   if (r.already_complete) {
     out("mx2nv convert: already complete: {} holds the finished conversion\n", printable(r.provenance.target));
   } else if (selection) {
@@ -31,8 +31,8 @@ int run_planned(const PlannedOptions& o, const std::optional<ShardSelection>& se
 }  // namespace
 
 int run_planned_step(const PlannedStep& step, CommandRun& state) {
-  // The plan's SRC and DST (read and checked as the step will), before any
-  // output path is checked against them.
+  // The plan's SRC and DST (read and checked as the step will, which then
+  // runs that plan), before any output path is checked against them.
   std::vector<fs::path> outputs;
   if (!step.report_path.empty()) outputs.emplace_back(step.report_path);
   if (!step.html_path.empty()) outputs.emplace_back(step.html_path);
@@ -42,7 +42,7 @@ int run_planned_step(const PlannedStep& step, CommandRun& state) {
   state.outputs =
       check_command_outputs(path_if_given(step.report_path), path_if_given(step.html_path),
                             {state.source, state.target}, {{step.options.plan, "the plan this step reads"}});
-  return run_planned(step.options, step.selection, state.outputs.report, state.outputs.html);
+  return run_planned(step.options, paths, step.selection, state.outputs.report, state.outputs.html);
 }
 
 }  // namespace mx2nv::cli

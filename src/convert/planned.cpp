@@ -4,6 +4,7 @@
 #include "checkpoint/argument_check.hpp"
 #include "common/cancel.hpp"
 #include "common/error.hpp"
+#include "common/parallel.hpp"
 #include "common/printable.hpp"
 #include "common/stopwatch.hpp"
 #include "convert/plan_command.hpp"
@@ -21,8 +22,17 @@
 
 #include <charconv>
 #include <chrono>
+#include <exception>
+#include <memory>
 
 namespace mx2nv {
+
+// A plan file as a step runs it: the plan, and the SRC and DST it uses.
+struct LoadedPlan {
+  PlanFile file;
+  fs::path source, target;
+};
+
 namespace {
 
 // DST of a plan kept at its default place, DST/.mx2nv/plan.json.
@@ -41,11 +51,6 @@ bool same_directory(const fs::path& a, const fs::path& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && S_ISDIR(sa.st_mode) &&
          sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
-
-struct LoadedPlan {
-  PlanFile file;
-  fs::path source, target;
-};
 
 // --window / --overspan given to a planned step: the plan decides, so a
 // different expectation is a usage error, never a silent override.
@@ -87,29 +92,48 @@ void check_source_matches(const SourceCheckpoint& source, const PlanFile& plan) 
 }
 
 // The plan for SRC from the file, checked against SRC: its shards and
-// modules, and for every shard the fingerprint and output size its rows give
-// (which the step's writes and finalize's index follow). Whether the rows are
-// SRC's is check_planned_rows' part, for the modules a step writes.
-Plan planned(const SourceCheckpoint& source, const PlanFile& file) {
+// modules, and for each of `checked` (the shards a step converts; every
+// shard for finalize) the fingerprint and output size its rows give (which
+// the step's writes and finalize's index follow): a step does not pay for
+// the shards it leaves to others, as it leaves them their rows
+// (check_planned_rows). The shards are checked in parallel; the first in
+// order that fails is reported, whatever finished first.
+Plan planned(const SourceCheckpoint& source, const PlanFile& file, const std::vector<std::size_t>& checked,
+             unsigned threads) {
   check_source_matches(source, file);
   std::vector<std::string_view> names;  // views: K3's ~250k names are not copied again
   names.reserve(source.modules.modules.size());
   for (const auto& m : source.modules.modules) names.push_back(m.name);
   Plan plan = plan_for_modules(file, names);
-  for (std::size_t s = 0; s < file.shards.size(); ++s) {
-    const OpenShard in = source.checkpoint.read_shard(s);
-    const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan);
-    const PlannedShard& p = file.shards[s];
-    if (expected_record(source, plan, in, layout).plan_hash != p.plan_hash) {
-      fail_input("plan: shard {} does not match the plan's own fingerprint (damaged plan?)", printable(p.file));
+  std::vector<std::exception_ptr> errors(checked.size());
+  parallel_for(checked.size(), threads, [&](std::size_t i) {
+    try {
+      const std::size_t s = checked[i];
+      const OpenShard in = source.checkpoint.read_shard(s);
+      const TargetLayout layout = make_target_layout(in.header, s, source.modules, plan);
+      const PlannedShard& p = file.shards[s];
+      if (expected_record(source, plan, in, layout).plan_hash != p.plan_hash) {
+        fail_input("plan: shard {} does not match the plan's own fingerprint (damaged plan?)", printable(p.file));
+      }
+      if (layout.data_size != p.output_data_bytes || layout.tensors.size() != p.output_tensors) {
+        fail_input("plan: shard {} is planned as {} tensors and {} bytes of data, its rows give {} and {} (damaged "
+                   "plan?)",
+                   printable(p.file), p.output_tensors, p.output_data_bytes, layout.tensors.size(), layout.data_size);
+      }
+    } catch (...) {
+      errors[i] = std::current_exception();
     }
-    if (layout.data_size != p.output_data_bytes || layout.tensors.size() != p.output_tensors) {
-      fail_input("plan: shard {} is planned as {} tensors and {} bytes of data, its rows give {} and {} (damaged "
-                 "plan?)",
-                 printable(p.file), p.output_tensors, p.output_data_bytes, layout.tensors.size(), layout.data_size);
-    }
+  });
+  for (const auto& error : errors) {
+    if (error) std::rethrow_exception(error);
   }
   return plan;
+}
+
+std::vector<std::size_t> every_shard(const PlanFile& file) {
+  std::vector<std::size_t> all(file.shards.size());
+  for (std::size_t s = 0; s < all.size(); ++s) all[s] = s;
+  return all;
 }
 
 std::vector<std::uint64_t> plan_hashes(const PlanFile& file) {
@@ -118,10 +142,14 @@ std::vector<std::uint64_t> plan_hashes(const PlanFile& file) {
   return out;
 }
 
-std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
+// The plan as read and checked; null where it is gone. A plan that
+// planned_paths read for these options is not read again (K3's is ~250k
+// rows): the step runs the plan its output paths were checked against.
+std::shared_ptr<const LoadedPlan> load_plan(const PlannedOptions& options, const PlannedPaths* paths = nullptr) {
+  if (paths && paths->loaded && paths->plan == options.plan) return paths->loaded;
   std::error_code ec;
   if (fs::is_directory(options.plan, ec)) check_input_file("--plan", options.plan, "the plan file `mx2nv plan` writes");
-  if (!fs::exists(options.plan, ec)) return std::nullopt;
+  if (!fs::exists(options.plan, ec)) return nullptr;
   LoadedPlan l;
   l.file = read_plan_file(options.plan);
   // Another version may plan otherwise (its rows, its fingerprints): a plan
@@ -147,7 +175,7 @@ std::optional<LoadedPlan> load_plan(const PlannedOptions& options) {
          "convert --plan P ... SRC DST",
          options.plan.string(), home->string(), l.target.string());
   }
-  return l;
+  return std::make_shared<const LoadedPlan>(std::move(l));
 }
 
 // A command whose plan is gone: finalize removes a plan kept in DST/.mx2nv, so
@@ -213,9 +241,10 @@ Report plan_gone(const PlannedOptions& options, std::chrono::steady_clock::time_
 
 PlannedPaths planned_paths(const PlannedOptions& options, const std::vector<fs::path>& outputs) {
   PlannedPaths paths{options.plan, options.source, options.target};
-  if (const auto loaded = load_plan(options)) {
+  if (auto loaded = load_plan(options)) {
     paths.source = loaded->source;
     paths.target = loaded->target;
+    paths.loaded = std::move(loaded);
     return paths;
   }
   if (!paths.target) paths.target = destination_of_default_plan(options.plan);
@@ -254,17 +283,22 @@ PlannedPaths planned_paths(const PlannedOptions& options, const std::vector<fs::
   return paths;
 }
 
-Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection) {
+Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection,
+                              const PlannedPaths* paths) {
   const auto started = std::chrono::steady_clock::now();
   ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
-  const auto loaded = load_plan(options);
+  const auto loaded = load_plan(options, paths);
   if (!loaded) return plan_gone(options, started, false);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::Drop);  // shards need no index names
   add_source_counts(report, source);
-  const Plan plan = planned(source, loaded->file);
+  const std::vector<std::size_t> shards = selected_shards(selection, source.checkpoint.shards.size());
+  // A finished DST is answered for by every shard's fingerprint: all checked.
+  const Plan plan = planned(source, loaded->file,
+                            out.state() == DestinationState::Finished ? every_shard(loaded->file) : shards,
+                            options.threads);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
     answer_finished(report, out, source.checkpoint, loaded->file.window, loaded->file.over_span_choice, &hashes,
@@ -273,7 +307,6 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
     return report;
   };
   if (out.state() == DestinationState::Finished) return answer();
-  const std::vector<std::size_t> shards = selected_shards(selection, source.checkpoint.shards.size());
   if (shards.empty()) {  // --shards I/N with I beyond the plan's shards: nothing here, nothing written
     report.shards = 0;
     report.seconds = seconds_since(started);
@@ -308,18 +341,18 @@ Report convert_planned_shards(const PlannedOptions& options, const ShardSelectio
   return report;
 }
 
-Report finalize_planned(const PlannedOptions& options) {
+Report finalize_planned(const PlannedOptions& options, const PlannedPaths* paths) {
   const auto started = std::chrono::steady_clock::now();
   ProgressTracker progress(Command::Convert, "shards", options.progress);
   progress.phase(ProgressPhase::Plan);
-  const auto loaded = load_plan(options);
+  const auto loaded = load_plan(options, paths);
   if (!loaded) return plan_gone(options, started, true);
   Destination out(loaded->source, loaded->target, true);
   Report report = start_report(Command::Convert, loaded->file.window, loaded->source, loaded->target);
   const SourceCheckpoint source = open_source_checkpoint(loaded->source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  const Plan plan = planned(source, loaded->file);
+  const Plan plan = planned(source, loaded->file, every_shard(loaded->file), options.threads);
   const std::vector<std::uint64_t> hashes = plan_hashes(loaded->file);
   const auto answer = [&] {
     if (answer_finished(report, out, ck, loaded->file.window, loaded->file.over_span_choice, &hashes, loaded->file.kind,

@@ -26,6 +26,7 @@
 #include "sys/copy_engine.hpp"
 #include "sys/file.hpp"
 
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -45,9 +46,13 @@ struct PlannedOptions {
   std::optional<OverSpanChoice> over_span_choice;
   std::optional<TargetFormat> format;  // --format given to a step, likewise
 };
-Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection);
+struct PlannedPaths;
+// `paths`: what planned_paths gave for these options, whose plan the step
+// then runs instead of reading the file again.
+Report convert_planned_shards(const PlannedOptions& options, const ShardSelection& selection,
+                              const PlannedPaths* paths = nullptr);
 // Exits 2 naming the shards not finished yet.
-Report finalize_planned(const PlannedOptions& options);
+Report finalize_planned(const PlannedOptions& options, const PlannedPaths* paths = nullptr);
 
 // The SRC and DST a planned step uses (the plan's, or the options'), for
 // front ends to check their output paths (--report, --html) against before
@@ -57,10 +62,12 @@ Report finalize_planned(const PlannedOptions& options);
 // ancestors of `outputs` that holds SRC's first shard as DST's finished
 // record describes it (name, size, mtime, header), if any: a report meant
 // for SRC is recognised even when nobody said where SRC is.
+struct LoadedPlan;
 struct PlannedPaths {
   fs::path plan;
   std::optional<fs::path> source;
   std::optional<fs::path> target;
+  std::shared_ptr<const LoadedPlan> loaded = nullptr;  // the plan as read and checked; null where it is gone
 };
 PlannedPaths planned_paths(const PlannedOptions& options, const std::vector<fs::path>& outputs = {});
 

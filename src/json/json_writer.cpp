@@ -60,7 +60,7 @@ void append_json_uint_array(std::string& out, std::span<const std::uint64_t> val
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i != 0) out += ',';
     const auto r = std::to_chars(digits, digits + sizeof digits, values[i]);
-    out.append(digits, r.ptr);
+    out.append(digits, static_cast<std::size_t>(r.ptr - digits));
   }
   out += ']';
 }
@@ -124,13 +124,13 @@ void JsonOut::string(std::string_view s) {
 void JsonOut::uint(std::uint64_t v) {
   before_value();
   char digits[24];
-  buffer_.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
+  buffer_.append(digits, static_cast<std::size_t>(std::to_chars(digits, digits + sizeof digits, v).ptr - digits));
 }
 
 void JsonOut::int64(std::int64_t v) {
   before_value();
   char digits[24];
-  buffer_.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
+  buffer_.append(digits, static_cast<std::size_t>(std::to_chars(digits, digits + sizeof digits, v).ptr - digits));
 }
 
 void JsonOut::number(double v) {
@@ -168,6 +168,12 @@ void JsonOut::value(const Json& v) {
     case Json::value_t::boolean: return boolean(v.get<bool>());
     default: return null();
   }
+}
+
+void JsonOut::literal(std::string_view json) {
+  before_value();
+  buffer_ += json;
+  spill();
 }
 
 void JsonOut::raw(std::string_view text) {

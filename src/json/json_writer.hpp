@@ -64,6 +64,10 @@ class JsonOut {
   // where they may be).
   void value(const Json& v);
 
+  // A value the caller wrote as compact JSON text, exactly as this writer
+  // would inline (a row of a table written in one piece, the separator and
+  // layout before it still this writer's); not checked.
+  void literal(std::string_view json);
   // Text after the document (a final newline), then everything to the sink.
   void raw(std::string_view text);
   void finish();

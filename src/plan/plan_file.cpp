@@ -15,6 +15,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -63,20 +64,42 @@ std::optional<std::string> from_hex(std::string_view hex) {
   return out;
 }
 
+// Every call to the writers of a plan's two texts (the file's and the
+// checksum's), either of which may be absent.
+struct BothTexts {
+  std::optional<JsonOut> a, b;
+  void begin_object(bool block = true) { each([&](JsonOut& o) { o.begin_object(block); }); }
+  void end_object() { each([](JsonOut& o) { o.end_object(); }); }
+  void begin_array(bool block = true) { each([&](JsonOut& o) { o.begin_array(block); }); }
+  void end_array() { each([](JsonOut& o) { o.end_array(); }); }
+  void key(std::string_view k) { each([&](JsonOut& o) { o.key(k); }); }
+  void string(std::string_view v) { each([&](JsonOut& o) { o.string(v); }); }
+  void uint(std::uint64_t v) { each([&](JsonOut& o) { o.uint(v); }); }
+  void int64(std::int64_t v) { each([&](JsonOut& o) { o.int64(v); }); }
+  void literal(std::string_view json) { each([&](JsonOut& o) { o.literal(json); }); }
+  void each(const auto& call) {
+    if (a) call(*a);
+    if (b) call(*b);
+  }
+};
+
 // The plan's document in the canonical order: members sorted by key at every
 // level, as nlohmann's dump of the document has them, so the checksum is
 // the one every earlier mx2nv computed (XXH3-64 of the compact text of all
 // members but "fingerprint"). `pretty`: the file's layout (JsonOut with
 // indent 1: a line per member, shard and module row, the rows themselves
-// compact), with the fingerprint (first in that order); otherwise the
-// compact text the checksum is taken over.
-void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_t> fingerprint, bool pretty,
-          const JsonOut::Sink& sink) {
-  JsonOut out(sink, pretty ? 1 : -1);
+// compact), with the fingerprint (first in that order), to `pretty`;
+// the compact text the checksum is taken over, to `compact`. Either may be
+// empty; both are written in one pass (a step reading a plan needs both).
+void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_t> fingerprint,
+          const JsonOut::Sink& pretty, const JsonOut::Sink& compact) {
+  BothTexts out;
+  if (pretty) out.a.emplace(pretty, 1);
+  if (compact) out.b.emplace(compact, -1);
   out.begin_object();
-  if (fingerprint) {
-    out.key("fingerprint");
-    out.string(fmt::format("{:016x}", *fingerprint));
+  if (fingerprint && out.a) {
+    out.a->key("fingerprint");
+    out.a->string(fmt::format("{:016x}", *fingerprint));
   }
   out.key("format");
   out.string(format);
@@ -88,22 +111,31 @@ void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_
   out.begin_array(false);
   for (const std::string_view column : kModuleColumns) out.string(column);
   out.end_array();
-  // Modules as rows of numbers (a line each): K3 has ~250k of them.
+  // Modules as rows of numbers (a line each): K3 has ~250k of them, each
+  // written in one piece, as the inline array JsonOut would write.
   out.key("modules");
   out.begin_array();
+  std::string row;
+  const auto number = [&row](auto v) {
+    char digits[24];
+    row += ',';
+    row.append(digits, static_cast<std::size_t>(std::to_chars(digits, digits + sizeof digits, v).ptr - digits));
+  };
   for (std::size_t i = 0; i < p.modules.size(); ++i) {
     const ModulePlan& m = p.modules[i];
-    out.begin_array(false);
-    out.string(p.module_names[i]);
-    out.int64(m.m);
-    out.uint(std::bit_cast<std::uint32_t>(m.divisor));
-    out.uint(m.zero_scales ? 1 : 0);
-    out.int64(m.span);
-    out.uint(m.groups_outside);
-    out.uint(m.canonical_zero_groups);
-    out.uint(m.marlin_zeroed_groups);
-    out.int64(static_cast<int>(m.treatment));
-    out.end_array();
+    row.clear();
+    row += '[';
+    append_dumped_string(row, p.module_names[i]);
+    number(m.m);
+    number(std::bit_cast<std::uint32_t>(m.divisor));
+    number(m.zero_scales ? 1 : 0);
+    number(m.span);
+    number(m.groups_outside);
+    number(m.canonical_zero_groups);
+    number(m.marlin_zeroed_groups);
+    number(static_cast<int>(m.treatment));
+    row += ']';
+    out.literal(row);
   }
   out.end_array();
   if (p.format != TargetFormat::CompressedTensors) {  // absent for the default: such plans read as they always have
@@ -153,8 +185,8 @@ void emit(const PlanFile& p, std::string_view format, std::optional<std::uint64_
   out.key("window");
   out.string(window_name(p.window));
   out.end_object();
-  if (pretty) out.raw("\n");
-  out.finish();
+  if (out.a) out.a->raw("\n");
+  out.each([](JsonOut& o) { o.finish(); });
 }
 
 // A JSON string as dump_json writes it (the one serialisation of every
@@ -180,7 +212,7 @@ struct HashState {
 
 std::uint64_t checksum(const PlanFile& p, std::string_view format) {
   HashState hash;
-  emit(p, format, std::nullopt, false, [&](std::string_view s) { hash.update(s); });
+  emit(p, format, std::nullopt, {}, [&](std::string_view s) { hash.update(s); });
   return hash.digest();
 }
 
@@ -264,6 +296,110 @@ void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, 
   }
 }
 
+// The plan's top-level members.
+enum Top : unsigned {
+  kFingerprint, kFormat, kToolVersion, kWindow, kOverspan, kSource, kTarget, kSourceBytes, kTargetBytes,
+  kShards, kModules, kColumns, kKind, kOutputFormat, kTopCount
+};
+constexpr std::array<std::string_view, kTopCount> kTopNames = {
+    "fingerprint", "format", "tool_version", "window", "overspan", "source", "target", "source_bytes",
+    "target_bytes", "shards", "modules", "module_columns", "kind", "output_format"};
+
+// Every string member is a name, a version or a path (hex or text): longer
+// than any path can be is refused as it is read, whatever it holds.
+std::size_t string_cap(Top at) {
+  return (at == kSourceBytes || at == kTargetBytes) ? 2 * kMaxPlanPathBytes
+         : (at == kSource || at == kTarget)         ? 4 * kMaxPlanPathBytes
+                                                    : 256;
+}
+
+// What a reader found at the top level: which members, and the strings.
+struct TopMembers {
+  std::array<bool, kTopCount> seen{};
+  std::array<std::optional<std::string>, kTopCount> strings;
+};
+
+// The checks of a plan whose text held together (its checksum, if read as
+// a stream, already matched): the members present and known, the paths, the
+// shards, every row. Fills the plan's options from the strings. What is
+// left to the reader: that the canonical text of what was read has the
+// checksum the plan records (no field ignored, none read differently).
+void complete_plan(PlanFile& p, const TopMembers& top, const std::vector<std::string>& columns,
+                   std::string_view what) {
+  const auto& format = top.strings[kFormat];
+  const bool v2 = format && *format == kPlanFormatV2;
+  for (const Top required : {kToolVersion, kWindow, kOverspan, kSource, kTarget, kShards, kModules, kColumns}) {
+    if (!top.seen[required]) fail_input("{}: \"{}\" is missing", what, kTopNames[required]);
+  }
+  p.tool_version = *top.strings[kToolVersion];
+  const auto window = parse_window(*top.strings[kWindow]);
+  if (!window) fail_input("{}: unknown window \"{}\"", what, excerpt(*top.strings[kWindow]));
+  p.window = *window;
+  const auto overspan = parse_choice<OverSpanChoice>(*top.strings[kOverspan]);
+  if (!overspan) fail_input("{}: unknown overspan choice \"{}\"", what, excerpt(*top.strings[kOverspan]));
+  p.over_span_choice = *overspan;
+  if (top.seen[kKind]) {
+    if (!top.strings[kKind] || *top.strings[kKind] != kRequantizeKind || v2) {
+      fail_input("{}: \"kind\" is not \"{}\"", what, kRequantizeKind);
+    }
+    if (p.over_span_choice != OverSpanChoice::Fail) fail_input("{}: a requantize plan with --overspan", what);
+    p.kind = PlanKind::Requantize;
+  }
+  if (top.seen[kOutputFormat]) {
+    const auto& text = top.strings[kOutputFormat];
+    const auto output = text ? parse_choice<TargetFormat>(*text) : std::nullopt;
+    // The default is never spelled (a plan's text is one canonical text).
+    if (!output || *output == TargetFormat::CompressedTensors || v2) {
+      fail_input("{}: unknown output_format {}", what,
+                 text ? fmt::format("\"{}\"", excerpt(*text)) : "(not a string)");
+    }
+    p.format = *output;
+  }
+  const std::string& source_text = *top.strings[kSource];
+  const std::string& target_text = *top.strings[kTarget];
+  if (v2) {
+    if (top.seen[kSourceBytes] || top.seen[kTargetBytes]) {
+      fail_input("{}: fields other than a plan's, or spelled otherwise; run mx2nv plan again", what);
+    }
+    p.source = v2_path(source_text, what, "SRC");
+    p.target = v2_path(target_text, what, "DST");
+  } else {
+    for (const Top required : {kSourceBytes, kTargetBytes}) {
+      if (!top.seen[required]) fail_input("{}: \"{}\" is missing", what, kTopNames[required]);
+    }
+    const auto source = from_hex(*top.strings[kSourceBytes]);
+    const auto target = from_hex(*top.strings[kTargetBytes]);
+    if (!source || !target) fail_input("{}: source_bytes or target_bytes is not lower-case hex", what);
+    p.source = *source;
+    p.target = *target;
+    // The display text is derived from the bytes: one more place a damaged
+    // or edited plan shows.
+    if (json_text(p.source) != source_text || json_text(p.target) != target_text) {
+      fail_input("{}: \"source\"/\"target\" do not spell source_bytes/target_bytes", what);
+    }
+  }
+  for (const auto* path : {&p.source, &p.target}) {
+    if (path->size() > kMaxPlanPathBytes) {
+      fail_input("{}: {} is a path of {} bytes, longer than a path can be ({})", what,
+                 path == &p.source ? "SRC" : "DST", path->size(), kMaxPlanPathBytes);
+    }
+  }
+  check_planned_path(p.source, what, "SRC");
+  check_planned_path(p.target, what, "DST");
+  if (p.shards.empty()) fail_input("{}: \"shards\" is not a non-empty list", what);
+  std::set<std::string_view> files;
+  for (const auto& s : p.shards) {
+    if (!is_confined_relative_path(s.file)) {
+      fail_input("{}: shard {} is not a plain relative path", what, excerpt(s.file));
+    }
+    if (!files.insert(s.file).second) fail_input("{}: shard {} is planned twice", what, excerpt(s.file));
+  }
+  if (columns.size() != kModuleColumns.size()) {
+    fail_input("{}: \"module_columns\" are not a plan's; run mx2nv plan again", what);
+  }
+  for (std::size_t i = 0; i < p.modules.size(); ++i) check_row(p.modules[i], p, p.module_names[i], what);
+}
+
 // One JSON scalar as the parser gave it: the kind decides what it may be
 // read as (a negative number is never read as unsigned, 1.5 never as 1).
 struct Scalar {
@@ -313,13 +449,6 @@ class PlanReader final : public StrictSax {
 
  private:
   enum class Section { Top, Shards, Shard, Modules, Row, Columns, Ignored };
-  enum Top : unsigned {
-    kFingerprint, kFormat, kToolVersion, kWindow, kOverspan, kSource, kTarget, kSourceBytes, kTargetBytes,
-    kShards, kModules, kColumns, kKind, kOutputFormat, kTopCount
-  };
-  static constexpr std::array<std::string_view, kTopCount> kTopNames = {
-      "fingerprint", "format", "tool_version", "window", "overspan", "source", "target", "source_bytes",
-      "target_bytes", "shards", "modules", "module_columns", "kind", "output_format"};
   struct Frame {
     Section section;
     bool array;
@@ -443,11 +572,7 @@ bool PlanReader::scalar(Scalar v, std::string* text, std::string_view echoed) {
       } else if (v.kind != Scalar::Kind::String) {
         wrong("{}: {} is not a string", what(), kTopNames[at]);
       } else {
-        // Every string member is a name, a version or a path (hex or text):
-        // longer than any path can be is refused now, whatever it holds.
-        const std::size_t cap = (at == kSourceBytes || at == kTargetBytes) ? 2 * kMaxPlanPathBytes
-                                : (at == kSource || at == kTarget)         ? 4 * kMaxPlanPathBytes
-                                                                           : 256;
+        const std::size_t cap = string_cap(at);
         if (text->size() > cap) {
           fail_input("{}: \"{}\" is {} bytes, longer than a plan writes it (at most {})", what(), kTopNames[at],
                      text->size(), cap);
@@ -656,75 +781,7 @@ PlanFile PlanReader::finish() {
     fail_input("{}: checksum mismatch (the plan was edited or damaged); run mx2nv plan again", what());
   }
   if (!first_error_.empty()) throw Error(ErrorKind::InvalidInput, first_error_);
-  for (const Top required : {kToolVersion, kWindow, kOverspan, kSource, kTarget, kShards, kModules, kColumns}) {
-    if (!seen_[required]) fail_input("{}: \"{}\" is missing", what(), kTopNames[required]);
-  }
-  p_.tool_version = *strings_[kToolVersion];
-  const auto window = parse_window(*strings_[kWindow]);
-  if (!window) fail_input("{}: unknown window \"{}\"", what(), excerpt(*strings_[kWindow]));
-  p_.window = *window;
-  const auto overspan = parse_choice<OverSpanChoice>(*strings_[kOverspan]);
-  if (!overspan) fail_input("{}: unknown overspan choice \"{}\"", what(), excerpt(*strings_[kOverspan]));
-  p_.over_span_choice = *overspan;
-  if (seen_[kKind]) {
-    if (!strings_[kKind] || *strings_[kKind] != kRequantizeKind || v2) {
-      fail_input("{}: \"kind\" is not \"{}\"", what(), kRequantizeKind);
-    }
-    if (p_.over_span_choice != OverSpanChoice::Fail) fail_input("{}: a requantize plan with --overspan", what());
-    p_.kind = PlanKind::Requantize;
-  }
-  if (seen_[kOutputFormat]) {
-    const auto output = strings_[kOutputFormat] ? parse_choice<TargetFormat>(*strings_[kOutputFormat]) : std::nullopt;
-    // The default is never spelled (a plan's text is one canonical text).
-    if (!output || *output == TargetFormat::CompressedTensors || v2) {
-      fail_input("{}: unknown output_format {}", what(),
-                 strings_[kOutputFormat] ? fmt::format("\"{}\"", excerpt(*strings_[kOutputFormat])) : "(not a string)");
-    }
-    p_.format = *output;
-  }
-  const std::string& source_text = *strings_[kSource];
-  const std::string& target_text = *strings_[kTarget];
-  if (v2) {
-    if (seen_[kSourceBytes] || seen_[kTargetBytes]) {
-      fail_input("{}: fields other than a plan's, or spelled otherwise; run mx2nv plan again", what());
-    }
-    p_.source = v2_path(source_text, what(), "SRC");
-    p_.target = v2_path(target_text, what(), "DST");
-  } else {
-    for (const Top required : {kSourceBytes, kTargetBytes}) {
-      if (!seen_[required]) fail_input("{}: \"{}\" is missing", what(), kTopNames[required]);
-    }
-    const auto source = from_hex(*strings_[kSourceBytes]);
-    const auto target = from_hex(*strings_[kTargetBytes]);
-    if (!source || !target) fail_input("{}: source_bytes or target_bytes is not lower-case hex", what());
-    p_.source = *source;
-    p_.target = *target;
-    // The display text is derived from the bytes: one more place a damaged
-    // or edited plan shows.
-    if (json_text(p_.source) != source_text || json_text(p_.target) != target_text) {
-      fail_input("{}: \"source\"/\"target\" do not spell source_bytes/target_bytes", what());
-    }
-  }
-  for (const auto* path : {&p_.source, &p_.target}) {
-    if (path->size() > kMaxPlanPathBytes) {
-      fail_input("{}: {} is a path of {} bytes, longer than a path can be ({})", what(),
-                 path == &p_.source ? "SRC" : "DST", path->size(), kMaxPlanPathBytes);
-    }
-  }
-  check_planned_path(p_.source, what(), "SRC");
-  check_planned_path(p_.target, what(), "DST");
-  if (p_.shards.empty()) fail_input("{}: \"shards\" is not a non-empty list", what());
-  std::set<std::string_view> files;
-  for (const auto& s : p_.shards) {
-    if (!is_confined_relative_path(s.file)) {
-      fail_input("{}: shard {} is not a plain relative path", what(), excerpt(s.file));
-    }
-    if (!files.insert(s.file).second) fail_input("{}: shard {} is planned twice", what(), excerpt(s.file));
-  }
-  if (columns_.size() != kModuleColumns.size()) {
-    fail_input("{}: \"module_columns\" are not a plan's; run mx2nv plan again", what());
-  }
-  for (std::size_t i = 0; i < p_.modules.size(); ++i) check_row(p_.modules[i], p_, p_.module_names[i], what());
+  complete_plan(p_, TopMembers{seen_, std::move(strings_)}, columns_, what());
   // What was read is what was checked: the canonical text of the values
   // read spells the document (no field ignored, none read differently).
   if (checksum(p_, v2 ? kPlanFormatV2 : kPlanFormat) != p_.fingerprint) {
@@ -733,16 +790,285 @@ PlanFile PlanReader::finish() {
   return std::move(p_);
 }
 
+// The fast path: the text plan_file_to_text writes, read a line at a time.
+//
+// Every step reads the whole plan (K3's: ~250k rows, ~24 MB), and through
+// nlohmann's lexer (a character at a time) and an event per value that
+// cost more than a step's own work on metadata. A plan is nearly always
+// exactly the text `mx2nv plan` wrote: a line per top-level member, module
+// row and shard, the rows and shards compact. This reader takes only that
+// text, with strings of printable ASCII and no escapes, and accepts only
+// when PlanReader would accept the same plan: the values it read, written
+// again (emit, pretty), are the file byte for byte, so the file is the
+// canonical text of those values, which PlanReader reads back as they are
+// (a plan file's round trip); and they pass the same checks (complete_plan)
+// and the checksum. It declines, keeping nothing, on anything
+// else: another layout, an escape, a value PlanReader would find wrong, a
+// cap reached, any refusal. The streaming reader then gives the verdict and
+// its message, so an edited or damaged plan is refused exactly as before.
+//
+// Memory: a window of kFastPlanWindow bytes (a longer line declines), a
+// chunk for the comparison, and the plan being built, which PlanReader
+// builds too; the caps hold before anything is kept.
+constexpr std::size_t kFastPlanWindow = 1 << 20;
+
+// The file's lines, through a window that slides over it.
+class PlanLines {
+ public:
+  PlanLines(const ByteSource& source, std::uint64_t size)
+      : source_(source),
+        size_(size),
+        window_(static_cast<std::size_t>(std::min<std::uint64_t>(kFastPlanWindow, size))) {}
+  enum class Next { Line, End, Decline };
+  // The next line, without its '\n'. End: the text ended after a '\n'.
+  // Decline: a line longer than the window, or text after the last '\n'.
+  Next next(std::string_view& line) {
+    for (;;) {
+      if (const void* nl = end_ > begin_ ? std::memchr(window_.data() + begin_, '\n', end_ - begin_) : nullptr) {
+        const auto at = static_cast<std::size_t>(static_cast<const char*>(nl) - window_.data());
+        line = std::string_view(window_.data() + begin_, at - begin_);
+        begin_ = at + 1;
+        return Next::Line;
+      }
+      if (read_ == size_) return begin_ == end_ ? Next::End : Next::Decline;
+      std::memmove(window_.data(), window_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      if (end_ == window_.size()) return Next::Decline;
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(window_.size() - end_, size_ - read_));
+      source_.read_at(read_, std::as_writable_bytes(std::span(window_.data() + end_, n)));
+      read_ += n;
+      end_ += n;
+    }
+  }
+
+ private:
+  const ByteSource& source_;
+  std::uint64_t size_, read_ = 0;
+  std::vector<char> window_;
+  std::size_t begin_ = 0, end_ = 0;
+};
+
+// A cursor over one line; each read is false where the text is not what
+// the canonical text would hold there.
+struct LineCursor {
+  const char* at;
+  const char* end;
+  explicit LineCursor(std::string_view line) : at(line.data()), end(line.data() + line.size()) {}
+  bool done() const { return at == end; }
+  bool eat(char ch) {
+    if (at == end || *at != ch) return false;
+    ++at;
+    return true;
+  }
+  bool eat(std::string_view s) {
+    if (static_cast<std::size_t>(end - at) < s.size() || std::memcmp(at, s.data(), s.size()) != 0) return false;
+    at += s.size();
+    return true;
+  }
+  // A string of printable ASCII without escapes: its bytes are its value.
+  bool string(std::string_view& out) {
+    if (!eat('"')) return false;
+    const char* first = at;
+    for (; at != end; ++at) {
+      const char c = *at;
+      if (c == '"') {
+        out = std::string_view(first, static_cast<std::size_t>(at - first));
+        ++at;
+        return true;
+      }
+      if (c < 0x20 || c >= 0x7F || c == '\\') return false;
+    }
+    return false;
+  }
+  template <typename T>
+  bool number(T& out) {
+    const auto r = std::from_chars(at, end, out);
+    if (r.ec != std::errc()) return false;
+    at = r.ptr;
+    return true;
+  }
+  // The trailing comma of an item that is not its container's last (whether
+  // it belongs there, the comparison with the written text decides).
+  void comma() {
+    if (at != end && end[-1] == ',') --end;
+  }
+};
+
+// One module row: ["name",m,divisor_bits,zero_scales,span,groups_outside,
+// canonical_zero_groups,marlin_zeroed_groups,treatment], with PlanReader's
+// conversions; false where it would find a value wrong.
+bool fast_row(LineCursor c, std::string_view& name, ModulePlan& m) {
+  constexpr std::int64_t kIntMin = std::numeric_limits<int>::min(), kIntMax = std::numeric_limits<int>::max();
+  std::int64_t mm = 0, zero = 0, span = 0, treatment = 0;
+  std::uint64_t bits = 0;
+  c.comma();
+  if (!c.eat("  [") || !c.string(name) || !c.eat(',') || !c.number(mm) || !c.eat(',') || !c.number(bits) ||
+      !c.eat(',') || !c.number(zero) || !c.eat(',') || !c.number(span) || !c.eat(',') ||
+      !c.number(m.groups_outside) || !c.eat(',') || !c.number(m.canonical_zero_groups) || !c.eat(',') ||
+      !c.number(m.marlin_zeroed_groups) || !c.eat(',') || !c.number(treatment) || !c.eat(']') || !c.done()) {
+    return false;
+  }
+  if (mm < kIntMin || mm > kIntMax || span < kIntMin || span > kIntMax || zero < 0 || zero > 1 ||
+      bits > std::numeric_limits<std::uint32_t>::max() || treatment < 0 ||
+      treatment > static_cast<int>(Treatment::Bf16)) {
+    return false;
+  }
+  m.m = static_cast<int>(mm);
+  m.divisor = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+  m.zero_scales = zero != 0;
+  m.span = static_cast<int>(span);
+  m.treatment = static_cast<Treatment>(treatment);
+  return true;
+}
+
+// One shard: {"file":...,"output_data_bytes":...,...,"source_size":...}.
+bool fast_shard(LineCursor c, PlannedShard& s) {
+  std::string_view file;
+  c.comma();
+  if (!c.eat("  {\"file\":") || !c.string(file) || file.size() > kMaxPlanPathBytes ||
+      !c.eat(",\"output_data_bytes\":") || !c.number(s.output_data_bytes) || !c.eat(",\"output_tensors\":") ||
+      !c.number(s.output_tensors) || !c.eat(",\"plan_hash\":") || !c.number(s.plan_hash) ||
+      !c.eat(",\"source_header_hash\":") || !c.number(s.source_header_hash) || !c.eat(",\"source_mtime_ns\":") ||
+      !c.number(s.source_mtime_ns) || !c.eat(",\"source_size\":") || !c.number(s.source_size) || !c.eat('}') ||
+      !c.done()) {
+    return false;
+  }
+  s.file = std::string(file);
+  return true;
+}
+
+// Whether bytes [0, size) of `source` are exactly `p`'s text as
+// plan_file_to_text writes it (with `fingerprint`, in `format`), and the
+// compact text of `p` (the checksum's) has that checksum: the file is the
+// canonical text of `p`, undamaged.
+bool spells(const ByteSource& source, std::uint64_t size, const PlanFile& p, std::string_view format,
+            std::uint64_t fingerprint) {
+  struct Differs {};
+  std::uint64_t at = 0;
+  std::vector<char> chunk;
+  HashState hash;
+  try {
+    emit(
+        p, format, fingerprint,
+        [&](std::string_view text) {
+          if (text.size() > size - at) throw Differs{};
+          chunk.resize(text.size());
+          source.read_at(at, std::as_writable_bytes(std::span(chunk)));
+          if (std::memcmp(chunk.data(), text.data(), text.size()) != 0) throw Differs{};
+          at += text.size();
+        },
+        [&](std::string_view text) { hash.update(text); });
+  } catch (const Differs&) {
+    return false;
+  }
+  return at == size && hash.digest() == fingerprint;
+}
+
+std::optional<PlanFile> read_canonical_plan(const ByteSource& source, std::uint64_t size, std::string_view what) {
+  PlanLines lines(source, size);
+  std::string_view line;
+  if (lines.next(line) != PlanLines::Next::Line || line != "{") return std::nullopt;
+  PlanFile p;
+  TopMembers top;
+  std::vector<std::string> columns;
+  std::uint64_t name_bytes = 0;
+  enum class In { Top, Modules, Shards } in = In::Top;
+  for (;;) {
+    if (lines.next(line) != PlanLines::Next::Line) return std::nullopt;
+    if (in == In::Modules || in == In::Shards) {
+      if (line == " ]" || line == " ],") {
+        in = In::Top;
+      } else if (in == In::Modules) {
+        std::string_view name;
+        ModulePlan m;
+        if (p.modules.size() >= kMaxPlanModules || !fast_row(LineCursor(line), name, m)) return std::nullopt;
+        name_bytes += name.size();
+        if (name_bytes > kMaxPlanNameBytes) return std::nullopt;
+        p.module_names.emplace_back(name);
+        p.modules.push_back(m);
+      } else {
+        PlannedShard s;
+        if (p.shards.size() >= kMaxPlanShards || !fast_shard(LineCursor(line), s)) return std::nullopt;
+        p.shards.push_back(std::move(s));
+      }
+      continue;
+    }
+    if (line == "}") break;
+    LineCursor c(line);
+    c.comma();
+    std::string_view key;
+    if (!c.eat(' ') || !c.string(key) || !c.eat(": ")) return std::nullopt;
+    const auto it = std::find(kTopNames.begin(), kTopNames.end(), key);
+    if (it == kTopNames.end()) return std::nullopt;
+    const auto at = static_cast<Top>(it - kTopNames.begin());
+    if (top.seen[at]) return std::nullopt;
+    top.seen[at] = true;
+    if (at == kModules || at == kShards) {
+      const std::string_view rest(c.at, static_cast<std::size_t>(c.end - c.at));
+      if (rest == "[") {
+        in = at == kModules ? In::Modules : In::Shards;
+      } else if (rest != "[]") {
+        return std::nullopt;
+      }
+    } else if (at == kColumns) {
+      if (!c.eat('[')) return std::nullopt;
+      for (std::string_view column; !c.eat(']');) {
+        if ((!columns.empty() && !c.eat(',')) || !c.string(column) || columns.size() >= kModuleColumns.size() ||
+            column != kModuleColumns[columns.size()]) {
+          return std::nullopt;
+        }
+        columns.emplace_back(column);
+      }
+      if (!c.done()) return std::nullopt;
+    } else {
+      std::string_view text;
+      if (!c.string(text) || !c.done() || text.size() > string_cap(at)) return std::nullopt;
+      top.strings[at] = std::string(text);
+    }
+  }
+  if (lines.next(line) != PlanLines::Next::End) return std::nullopt;
+  const auto& format = top.strings[kFormat];
+  const auto& fingerprint = top.strings[kFingerprint];
+  if (!format || (*format != kPlanFormat && *format != kPlanFormatV2) || !fingerprint || fingerprint->size() != 16 ||
+      !from_hex(*fingerprint)) {
+    return std::nullopt;
+  }
+  std::from_chars(fingerprint->data(), fingerprint->data() + fingerprint->size(), p.fingerprint, 16);
+  const std::string format_read = *format;
+  try {
+    complete_plan(p, top, columns, what);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (!spells(source, size, p, format_read, p.fingerprint)) return std::nullopt;
+  return p;
+}
+
 }  // namespace
 
 std::string plan_file_to_text(PlanFile& p) {
   p.fingerprint = checksum(p, kPlanFormat);
   std::string text;
-  emit(p, kPlanFormat, p.fingerprint, true, [&](std::string_view s) { text.append(s); });
+  emit(p, kPlanFormat, p.fingerprint, [&](std::string_view s) { text.append(s); }, {});
   return text;
 }
 
 PlanFile plan_file_from_source(const ByteSource& source, std::uint64_t size, std::string_view what) {
+  if (size > kMaxPlanBytes) {
+    fail_input("{}: {} bytes, more than the {} a plan may have (Kimi K3's is ~24 MB); was it made by mx2nv plan?",
+               what, size, kMaxPlanBytes);
+  }
+  if (auto plan = plan_file_as_written(source, size, what)) return std::move(*plan);
+  return plan_file_streamed(source, size, what);
+}
+
+std::optional<PlanFile> plan_file_as_written(const ByteSource& source, std::uint64_t size, std::string_view what) {
+  if (size > kMaxPlanBytes) return std::nullopt;
+  return read_canonical_plan(source, size, what);
+}
+
+PlanFile plan_file_streamed(const ByteSource& source, std::uint64_t size, std::string_view what) {
   if (size > kMaxPlanBytes) {
     fail_input("{}: {} bytes, more than the {} a plan may have (Kimi K3's is ~24 MB); was it made by mx2nv plan?",
                what, size, kMaxPlanBytes);

@@ -9,9 +9,13 @@
 // earlier format mx2nv-plan/2 (paths as text) is read when its paths are
 // unambiguous and refused (exit 2) otherwise.
 //
-// Memory is bounded by the caps below, never by what a plan claims: it is
-// read as a stream of JSON events (no DOM, no copy of the text), and the
-// checksum is computed over the canonical text as it streams by. Kimi K3's
+// Memory is bounded by the caps below, never by what a plan claims: the text
+// `mx2nv plan` writes is read a line at a time through a fixed window, and
+// written again to prove it is that text; any other is read as a stream of
+// JSON events (no DOM, no copy of the text), the checksum computed over the
+// canonical text as it streams by. Both give one verdict and one message
+// for every file (the line reader accepts only what the stream would, and
+// declines everything else to it). Kimi K3's
 // plan (96 shards, ~250k module rows) is ~24 MB on disk (~34 MB as earlier
 // mx2nv wrote it, a line per number) and ~40 MB as read.
 #pragma once
@@ -21,6 +25,7 @@
 #include "safetensors/index.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +91,13 @@ PlanFile plan_file_from_text(std::string_view text, std::string_view what);
 // The same, streamed from bytes [0, size) of `source` (a plan file): the
 // size is checked against kMaxPlanBytes first.
 PlanFile plan_file_from_source(const ByteSource& source, std::uint64_t size, std::string_view what);
+// The two readers plan_file_from_source uses, alone (tests compare them):
+// the streaming reader, which reads any JSON text and gives every verdict;
+// and the line reader, which reads the text plan_file_to_text writes,
+// accepting only a plan the streaming reader accepts the same (nullopt
+// where it declines, whatever the reason).
+PlanFile plan_file_streamed(const ByteSource& source, std::uint64_t size, std::string_view what);
+std::optional<PlanFile> plan_file_as_written(const ByteSource& source, std::uint64_t size, std::string_view what);
 
 // The plan for `modules` (ModuleSet order) from the file; throws
 // Error(Usage) when the file plans other modules (SRC changed since).

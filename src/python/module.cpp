@@ -366,7 +366,7 @@ CommandReturn convert_shards(const std::string& plan_path, const std::string& se
         const ShardSelection which = selection.find('/') == std::string::npos ? parse_shard_index(selection)
                                                                                : parse_shard_selection(selection);
         outputs = planned_outputs(o, report, std::nullopt, paths);
-        return report_return(outputs, convert_planned_shards(o, which), false, threads);
+        return report_return(outputs, convert_planned_shards(o, which, &paths), false, threads);
       },
       [&] { return planned_error(o, paths, outputs); });
 }
@@ -383,7 +383,7 @@ CommandReturn finalize(const std::string& plan_path, const std::optional<std::st
       [&](const ProgressCallback&) {
         o.copy = choice_arg<CopyMode>("copy", copy);
         outputs = planned_outputs(o, report, html, paths);
-        return report_return(outputs, finalize_planned(o), html.has_value(), threads);
+        return report_return(outputs, finalize_planned(o, &paths), html.has_value(), threads);
       },
       [&] { return planned_error(o, paths, outputs); });
 }

@@ -900,6 +900,52 @@ TEST_F(PlannedHostile, AForgedPlanNeverMakesAStepWriteWhatVerifyRejects) {
   EXPECT_FALSE(fs::exists(dst / "model.safetensors.index.json"));
 }
 
+// A step reads every shard's rows, so damage anywhere is refused, in the
+// rows of a shard the step leaves to others too; a shard's fingerprint
+// forged with the checksum made to agree is the business of the steps that
+// convert that shard and of finalize, which checks every shard.
+TEST_F(PlannedHostile, DamageAnywhereIsRefusedAndAForgedShardByItsOwnStepsAndFinalize) {
+  const SourceCheckpoint source = open_source_checkpoint(src(), 1, IndexNames::Drop);
+  const std::size_t last = source.checkpoint.shards.size() - 1;
+  ASSERT_GT(last, 0u);
+  std::size_t module = 0;
+  while (module < source.modules.modules.size() && source.modules.modules[module].packed_shard != last) ++module;
+  ASSERT_LT(module, source.modules.modules.size());
+  const std::string row = "[\"" + std::string(source.modules.modules[module].name) + "\",";
+  {  // One digit of a row of the last shard's module, the checksum as it was.
+    const fs::path dst = d / "damaged-row";
+    ASSERT_EQ(cli("plan " + q(src()) + " " + q(dst)).exit_code, 0);
+    const fs::path plan = dst / ".mx2nv/plan.json";
+    std::string text = read_file(plan);
+    const std::size_t at = text.find(row);
+    ASSERT_NE(at, std::string::npos) << row;
+    const std::size_t digit = text.find_first_of("0123456789", at + row.size());
+    text[digit] = text[digit] == '9' ? '8' : static_cast<char>(text[digit] + 1);
+    write_file(plan, text);
+    const auto before = tree(dst);
+    const CliResult r = cli("convert --plan " + plan_in(dst) + " --shard 0");
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("checksum mismatch"), std::string::npos) << r.err;
+    EXPECT_TRUE(tree(dst) == before);
+  }
+  // The last shard's fingerprint forged, the checksum made to agree.
+  const fs::path dst = d / "forged-shard";
+  ASSERT_EQ(cli("plan " + q(src()) + " " + q(dst)).exit_code, 0);
+  forge(dst / ".mx2nv/plan.json", src(), [&](PlanFile& f) { f.shards[last].plan_hash ^= 1; }, false);
+  const auto before = tree(dst);
+  const CliResult mine = cli("convert --plan " + plan_in(dst) + " --shard " + std::to_string(last));
+  EXPECT_EQ(mine.exit_code, 3) << mine.err;
+  EXPECT_NE(mine.err.find("does not match the plan's own fingerprint"), std::string::npos) << mine.err;
+  EXPECT_TRUE(tree(dst) == before);
+  EXPECT_EQ(cli("convert --plan " + plan_in(dst) + " --shards 0/" + std::to_string(last + 1)).exit_code, 0);
+  const CliResult all = cli("convert --plan " + plan_in(dst) + " --shards 0/1");
+  EXPECT_EQ(all.exit_code, 3) << all.err;
+  const CliResult finalize = cli("convert --plan " + plan_in(dst) + " --finalize");
+  EXPECT_EQ(finalize.exit_code, 3) << finalize.err;
+  EXPECT_NE(finalize.err.find("does not match the plan's own fingerprint"), std::string::npos) << finalize.err;
+  EXPECT_FALSE(fs::exists(dst / "model.safetensors.index.json"));
+}
+
 TEST(PlannedForgery, RewrittenModulesAreCheckedAgainstSrcToo) {
   ScratchDir d;
   const FixtureSpec spec = spec_with_over_span();

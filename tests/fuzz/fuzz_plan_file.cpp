@@ -4,8 +4,12 @@
 // writing the plan again), shard names confined to the checkpoint and
 // unique, every row's global consistent with its m, treatment and the
 // plan's --overspan choice; writing an accepted plan again gives a plan that
-// reads back to the same values and checksum.
+// reads back to the same values and checksum. Every input gets one
+// verdict: the streaming reader alone accepts the same plan or refuses with
+// the same message, and the line reader of the text mx2nv writes accepts
+// only a plan the streaming reader accepts.
 #include "common/error.hpp"
+#include "json/json_stream.hpp"
 #include "numerics/formats.hpp"
 #include "plan/plan_file.hpp"
 #include "safetensors/index.hpp"
@@ -13,6 +17,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -49,15 +54,39 @@ bool same_shards(const PlanFile& a, const PlanFile& b) {
   return true;
 }
 
+bool same_plan(const PlanFile& a, const PlanFile& b) {
+  return a.kind == b.kind && a.source == b.source && a.target == b.target && a.tool_version == b.tool_version &&
+         a.window == b.window && a.over_span_choice == b.over_span_choice && a.format == b.format &&
+         a.fingerprint == b.fingerprint && same_shards(a, b) && same_rows(a, b);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const MemorySource source(input);
+  std::optional<PlanFile> streamed;
+  std::string refusal;
+  try {
+    streamed = plan_file_streamed(source, size, "fuzz");
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
+  std::optional<PlanFile> as_written;
+  try {
+    as_written = plan_file_as_written(source, size, "fuzz");
+  } catch (const Error&) {
+    std::abort();  // the line reader declines, never refuses
+  }
+  if (as_written && (!streamed || !same_plan(*as_written, *streamed))) std::abort();
   PlanFile plan;
   try {
-    plan = plan_file_from_text({reinterpret_cast<const char*>(data), size}, "fuzz");
-  } catch (const Error&) {
+    plan = plan_file_from_text(input, "fuzz");
+  } catch (const Error& e) {
+    if (streamed || refusal != e.what()) std::abort();
     return 0;  // refused: the only other outcome allowed
   }
+  if (!streamed || !same_plan(plan, *streamed)) std::abort();
   for (const std::string* path : {&plan.source, &plan.target}) {
     if (path->empty() || path->front() != '/' || path->find('\0') != std::string::npos) std::abort();
   }

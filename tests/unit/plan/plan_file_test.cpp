@@ -1,11 +1,14 @@
 // The plan file (plan/plan_file.hpp) on its own: written and read without a
 // DOM, its checksum still the one every earlier mx2nv computed (XXH3-64 of
 // nlohmann's compact dump of the document without "fingerprint"), members
-// the reader does not know refused, caps applied as it streams.
+// the reader does not know refused, caps applied as it streams; the line
+// reader of the text mx2nv writes agreeing with the streaming reader on
+// every plan and every damage.
 #include "common/error.hpp"
 #include "numerics/formats.hpp"
 #include "plan/plan_file.hpp"
 #include "common/printable.hpp"
+#include "json/json_stream.hpp"
 #include "json/strict_json.hpp"
 
 #include <gtest/gtest.h>
@@ -14,7 +17,9 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace mx2nv {
 namespace {
@@ -205,6 +210,214 @@ TEST(PlanFile, TheOutputFormatIsSpelledOnlyWhenItIsNotTheDefault) {
     j["fingerprint"] = fmt::format("{:016x}", XXH3_64bits(canonical.data(), canonical.size()));
     EXPECT_NE(what_of([&] { plan_file_from_text(dump_json(j, 1), "p"); }).find("output_format"), std::string::npos)
         << bad.dump();
+  }
+}
+
+// A plan whose strings are all printable ASCII (what the line reader takes),
+// with rows of every kind of value.
+PlanFile plain_plan() {
+  PlanFile f;
+  f.tool_version = MX2NV_VERSION;
+  f.source = "/data/src";
+  f.target = "/data/dst";
+  f.shards.push_back({"model-00001-of-00003.safetensors", 10, -5, 7, 9, 100, 4});
+  f.shards.push_back({"model-00002-of-00003.safetensors", 11, 1700000000000000000, ~std::uint64_t{0}, 1, 2, 3});
+  f.shards.push_back({"model-00003-of-00003.safetensors", 0, 0, 0, 0, 0, 0});
+  for (int i = 0; i < 6; ++i) {
+    ModulePlan m;
+    m.m = -13 + i;
+    m.divisor = *global_divisor_for(m.m);
+    m.zero_scales = i % 2 == 1;
+    m.span = i - 2;
+    m.groups_outside = static_cast<std::uint64_t>(i);
+    m.canonical_zero_groups = i == 5 ? ~std::uint64_t{0} : 0;
+    m.marlin_zeroed_groups = 3;
+    f.module_names.push_back(fmt::format("model.layers.{}.mlp.experts.{}.w{}", i / 3, i, 1 + i % 3));
+    f.modules.push_back(m);
+  }
+  return f;
+}
+
+// What a reader made of a text: the plan, or the refusal (kind and message).
+struct Outcome {
+  std::optional<PlanFile> plan;
+  std::optional<ErrorKind> kind;
+  std::string message;
+};
+
+Outcome outcome_of(const std::function<PlanFile()>& read) {
+  Outcome o;
+  try {
+    o.plan = read();
+  } catch (const Error& e) {
+    o.kind = e.kind();
+    o.message = e.what();
+  }
+  return o;
+}
+
+void expect_same_plan(const PlanFile& a, const PlanFile& b, const std::string& context) {
+  EXPECT_EQ(a.kind, b.kind) << context;
+  EXPECT_EQ(a.tool_version, b.tool_version) << context;
+  EXPECT_EQ(a.window, b.window) << context;
+  EXPECT_EQ(a.over_span_choice, b.over_span_choice) << context;
+  EXPECT_EQ(a.format, b.format) << context;
+  EXPECT_EQ(a.source, b.source) << context;
+  EXPECT_EQ(a.target, b.target) << context;
+  EXPECT_EQ(a.fingerprint, b.fingerprint) << context;
+  EXPECT_EQ(a.module_names, b.module_names) << context;
+  ASSERT_EQ(a.shards.size(), b.shards.size()) << context;
+  for (std::size_t s = 0; s < a.shards.size(); ++s) {
+    const PlannedShard& x = a.shards[s];
+    const PlannedShard& y = b.shards[s];
+    EXPECT_TRUE(x.file == y.file && x.source_size == y.source_size && x.source_mtime_ns == y.source_mtime_ns &&
+                x.source_header_hash == y.source_header_hash && x.plan_hash == y.plan_hash &&
+                x.output_data_bytes == y.output_data_bytes && x.output_tensors == y.output_tensors)
+        << context << ": shard " << s;
+  }
+  ASSERT_EQ(a.modules.size(), b.modules.size()) << context;
+  for (std::size_t i = 0; i < a.modules.size(); ++i) {
+    const ModulePlan& x = a.modules[i];
+    const ModulePlan& y = b.modules[i];
+    EXPECT_TRUE(x.treatment == y.treatment && x.m == y.m &&
+                std::bit_cast<std::uint32_t>(x.divisor) == std::bit_cast<std::uint32_t>(y.divisor) &&
+                x.zero_scales == y.zero_scales && x.span == y.span && x.groups_outside == y.groups_outside &&
+                x.canonical_zero_groups == y.canonical_zero_groups && x.marlin_zeroed_groups == y.marlin_zeroed_groups)
+        << context << ": row " << i;
+  }
+}
+
+// Reading `text` as every step does gives the streaming reader's verdict:
+// the same plan, or the same refusal and message. Returns whether the line
+// reader took it.
+bool expect_one_verdict(const std::string& text, const std::string& context) {
+  const MemorySource source(text);
+  const Outcome both = outcome_of([&] { return plan_file_from_text(text, "p"); });
+  const Outcome streamed = outcome_of([&] { return plan_file_streamed(source, text.size(), "p"); });
+  std::optional<PlanFile> lines;
+  try {
+    lines = plan_file_as_written(source, text.size(), "p");
+  } catch (const Error& e) {
+    ADD_FAILURE() << context << ": the line reader refused instead of declining: " << e.what();
+  }
+  EXPECT_EQ(both.kind, streamed.kind) << context << "\n" << both.message << "\n" << streamed.message;
+  EXPECT_EQ(both.message, streamed.message) << context;
+  if (both.plan && streamed.plan) expect_same_plan(*both.plan, *streamed.plan, context);
+  if (lines) {
+    EXPECT_TRUE(streamed.plan.has_value()) << context << ": the line reader took what the stream refuses: "
+                                           << streamed.message;
+    if (streamed.plan) expect_same_plan(*lines, *streamed.plan, context + " (line reader)");
+  }
+  return lines.has_value();
+}
+
+TEST(PlanFile, TheLineReaderTakesTheTextMx2nvWritesAndAgreesWithTheStream) {
+  std::vector<std::pair<std::string, PlanFile>> plans;
+  plans.emplace_back("plain", plain_plan());
+  PlanFile e4m3 = plain_plan();
+  e4m3.window = Window::E4M3;
+  plans.emplace_back("e4m3", e4m3);
+  PlanFile modelopt = plain_plan();
+  modelopt.format = TargetFormat::ModelOpt;
+  plans.emplace_back("modelopt", modelopt);
+  PlanFile bf16 = plain_plan();
+  bf16.over_span_choice = OverSpanChoice::Bf16;
+  bf16.modules[2] = ModulePlan{Treatment::Bf16, 0, 1.0f, false, 15, 0, 0, 0};
+  plans.emplace_back("bf16", bf16);
+  PlanFile requantize = plain_plan();
+  requantize.kind = PlanKind::Requantize;
+  for (ModulePlan& m : requantize.modules) m = ModulePlan{Treatment::Requantized, 0, 3.0f};
+  plans.emplace_back("requantize", requantize);
+  PlanFile no_rows = plain_plan();
+  no_rows.modules.clear();
+  no_rows.module_names.clear();
+  plans.emplace_back("no rows", no_rows);
+  for (auto& [name, plan] : plans) {
+    const std::string text = plan_file_to_text(plan);
+    EXPECT_TRUE(expect_one_verdict(text, name)) << name << ": declined\n" << text;
+    const MemorySource source(text);
+    const auto lines = plan_file_as_written(source, text.size(), "p");
+    ASSERT_TRUE(lines.has_value()) << name;
+    expect_same_plan(*lines, plan, name + " as written");
+  }
+  // Strings it does not take as they stand (non-ASCII, escapes): the stream
+  // reads them, with the same result.
+  PlanFile awkward = awkward_plan();
+  EXPECT_FALSE(expect_one_verdict(plan_file_to_text(awkward), "awkward"));
+  // A line longer than the line reader's window (a name of 2 MiB, which a
+  // plan may hold): the stream reads it.
+  PlanFile long_name = plain_plan();
+  long_name.module_names[1] = std::string(2 << 20, 'n');
+  EXPECT_FALSE(expect_one_verdict(plan_file_to_text(long_name), "a 2 MiB name"));
+  // The layout nlohmann writes (earlier mx2nv): read by the stream.
+  PlanFile plain = plain_plan();
+  EXPECT_FALSE(expect_one_verdict(dump_json(Json::parse(plan_file_to_text(plain)), 1), "nlohmann's layout"));
+}
+
+TEST(PlanFile, EveryDamageOrEditGetsTheStreamingReadersVerdict) {
+  PlanFile f = plain_plan();
+  const std::string text = plan_file_to_text(f);
+  // Each byte replaced, removed and doubled: the checksum, the syntax, an
+  // escape, a separator, a row's value, whitespace: one verdict, one message.
+  int taken = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    for (const char c : std::string("0 -9\"\\,]}\nx")) {
+      if (c == text[i]) continue;
+      std::string t = text;
+      t[i] = c;
+      taken += expect_one_verdict(t, fmt::format("byte {} as {:?}", i, c));
+    }
+    std::string removed = text;
+    removed.erase(i, 1);
+    taken += expect_one_verdict(removed, fmt::format("byte {} removed", i));
+    std::string doubled = text;
+    doubled.insert(i, 1, text[i]);
+    taken += expect_one_verdict(doubled, fmt::format("byte {} doubled", i));
+  }
+  EXPECT_EQ(taken, 0) << "a damaged plan read as if it were whole";
+  // Lines removed, repeated and swapped; text after the end; a truncated file.
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t nl = text.find('\n', at);
+    lines.push_back(text.substr(at, nl + 1 - at));
+    at = nl + 1;
+  }
+  const auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& l : v) out += l;
+    return out;
+  };
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::vector<std::string> v = lines;
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    expect_one_verdict(join(v), fmt::format("line {} removed", i));
+    v = lines;
+    v.insert(v.begin() + static_cast<std::ptrdiff_t>(i), lines[i]);
+    expect_one_verdict(join(v), fmt::format("line {} repeated", i));
+    if (i + 1 < lines.size()) {
+      v = lines;
+      std::swap(v[i], v[i + 1]);
+      expect_one_verdict(join(v), fmt::format("lines {} and {} swapped", i, i + 1));
+    }
+  }
+  for (const std::string tail : {"", " ", "\n", "x", "{}"}) expect_one_verdict(text + tail, "tail " + tail);
+  for (std::size_t cut = 0; cut < text.size(); cut += 7) expect_one_verdict(text.substr(0, cut), "truncated");
+  // Edits in the text mx2nv writes, the checksum made to agree (the file is
+  // canonical, the plan is not one mx2nv makes): refused by the same checks.
+  std::vector<std::pair<std::string, std::function<void(PlanFile&)>>> edits = {
+      {"m outside the window", [](PlanFile& p) { p.modules[0].m = 40; }},
+      {"global not 2^-m", [](PlanFile& p) { p.modules[1].divisor = 3.0f; }},
+      {"treatment BF16 in a plan that fails", [](PlanFile& p) { p.modules[2].treatment = Treatment::Bf16; }},
+      {"a shard twice", [](PlanFile& p) { p.shards[1].file = p.shards[0].file; }},
+      {"a shard outside SRC", [](PlanFile& p) { p.shards[1].file = "../x.safetensors"; }},
+      {"no shards", [](PlanFile& p) { p.shards.clear(); }},
+      {"a relative DST", [](PlanFile& p) { p.target = "dst"; }},
+      {"another tool version", [](PlanFile& p) { p.tool_version = "0.0.1"; }},
+  };
+  for (auto& [name, edit] : edits) {
+    PlanFile edited = plain_plan();
+    edit(edited);
+    expect_one_verdict(plan_file_to_text(edited), name);
   }
 }
 
