@@ -166,9 +166,8 @@ std::string format_table(const CardFacts& f) {
     rows.push_back({"Tensor data size", fmt::format("{} bytes (source: {} bytes)", number_text(*r.target_tensor_bytes),
                                                     number_text(*r.source_tensor_bytes))});
   }
-  // The percentage as the report writes it (rounded to 4 decimals).
-  if (const auto change = r.size_change_percent()) {
-    const double p = std::round(*change * 1e4) / 1e4;
+  if (const auto change = r.written_size_change_percent()) {
+    const double p = *change;
     rows.push_back({"Size change", (std::signbit(p) ? "" : "+") + python_float(p) + " %"});
   }
   for (const auto& [label, value] : rows) out += table_row({label, value});

@@ -3,6 +3,7 @@
 #include "common/printable.hpp"
 #include "output/report_file.hpp"
 
+#include <cmath>
 
 namespace mx2nv {
 
@@ -62,6 +63,12 @@ std::optional<double> Report::size_change_percent() const {
   }
   return 100.0 * (static_cast<double>(*target_tensor_bytes) - static_cast<double>(*source_tensor_bytes)) /
          static_cast<double>(*source_tensor_bytes);
+}
+
+std::optional<double> Report::written_size_change_percent() const {
+  const auto change = size_change_percent();
+  if (!change) return std::nullopt;
+  return std::round(*change * 1e4) / 1e4;
 }
 
 void Report::set_error(const Error& e) {

@@ -176,6 +176,8 @@ struct Report {
   // null unless both tensor sizes were computed (and SRC's is not 0), and
   // not withheld.
   std::optional<double> size_change_percent() const;
+  // The same as the report writes it (to 4 decimals), which the card cites.
+  std::optional<double> written_size_change_percent() const;
   int exit_code() const { return mx2nv::exit_code(result, error_kind); }
   // Records `error` as this run's outcome (the error path's report is the
   // success path's report with result "error").

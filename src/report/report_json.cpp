@@ -185,8 +185,8 @@ void report_fields(Io& io, R& r) {
   io.seconds("seconds", r.seconds);
   io.optional_field("shard_subset", subset, r.shard_subset);
   io.derived_figure("size_change_percent", r.size_change_withheld, [&] {
-    const auto change = r.size_change_percent();
-    return change ? Json(std::round(*change * 1e4) / 1e4) : Json(nullptr);
+    const auto change = r.written_size_change_percent();
+    return change ? Json(*change) : Json(nullptr);
   });
   io.field("source_tensor_bytes", r.source_tensor_bytes);
   io.field("target_tensor_bytes", r.target_tensor_bytes);

@@ -2,6 +2,7 @@
 
 #include "common/checked.hpp"
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "json/json_fields.hpp"
 #include "json/strict_json.hpp"
 
@@ -25,10 +26,6 @@ namespace {
 // At most this much of a key or value from a part is quoted in a message.
 constexpr std::size_t kQuotedBytes = 80;
 
-std::string excerpt(std::string_view text) {
-  if (text.size() <= kQuotedBytes) return std::string(text);
-  return std::string(text.substr(0, kQuotedBytes)) + "...";
-}
 
 // One part, for messages: every error names the part (its file) and the key.
 class Part {
@@ -60,15 +57,15 @@ std::pair<std::uint64_t, std::uint64_t> parse_subset(const Part& p, const std::s
   const auto slash = t.find('/');
   std::uint64_t i = 0, n = 0;
   if (slash == std::string::npos) {
-    p.bad("shard_subset", "is \"{}\", not I/N (a part of verify --shards I/N)", excerpt(t));
+    p.bad("shard_subset", "is \"{}\", not I/N (a part of verify --shards I/N)", excerpt(t, kQuotedBytes));
   }
   if (!number(std::string_view(t).substr(0, slash), i) || !number(std::string_view(t).substr(slash + 1), n) || n == 0 ||
       i >= n) {
-    p.bad("shard_subset", "is \"{}\", not I/N with 0 <= I < N", excerpt(t));
+    p.bad("shard_subset", "is \"{}\", not I/N with 0 <= I < N", excerpt(t, kQuotedBytes));
   }
   if (n > kMaxMergeParts) {
     p.bad("shard_subset", "is \"{}\": N is above {} (no checkpoint has more shards, so no merge has more parts)",
-          excerpt(t), kMaxMergeParts);
+          excerpt(t, kQuotedBytes), kMaxMergeParts);
   }
   return {i, n};
 }
@@ -171,7 +168,7 @@ void check_requantized(const Part& p, const Report& r) {
   for (std::size_t i = 0; i < r.requantized.size(); ++i) {
     const ModuleError& m = r.requantized[i];
     if (!names.insert(m.module).second) {
-      p.bad(fmt::format("requantized[{}].module", i), "\"{}\" is listed twice", excerpt(m.module));
+      p.bad(fmt::format("requantized[{}].module", i), "\"{}\" is listed twice", excerpt(m.module, kQuotedBytes));
     }
     const auto sum = checked_add(blocks, m.marlin_zeroed_blocks);
     if (!sum) p.bad(fmt::format("requantized[{}].marlin_zeroed_blocks", i), "adds up past 2^64 - 1");
@@ -214,10 +211,7 @@ void check_outcome(const Part& p, const Report& r) {
 // writes them (so that two parts' are compared by the report's own names).
 // size_change_percent follows from the two sizes (report_from_json checked).
 Json whole_fields(const Report& r) {
-  Report whole = r;
-  whole.requantized.clear();  // the part's own, like the lists below
-  whole.differences.clear();
-  Json doc = report_to_json(whole);
+  Json doc = report_to_json(r);
   Json counts = std::move(doc["counts"]);
   for (const PerPartCount& c : kPerPartCounts) counts.erase(std::string(c.key));
   Json overspan;
@@ -264,8 +258,8 @@ std::optional<FieldDifference> first_difference(const Json& a, const Json& b, co
 // Two values of one key for a message: scalars as JSON, containers not at all.
 std::string shown_values(const Json& a, const Json& b) {
   if (a.is_structured() || b.is_structured()) return "";
-  return fmt::format(": {} and {}", excerpt(a.dump(-1, ' ', false, Json::error_handler_t::replace)),
-                     excerpt(b.dump(-1, ' ', false, Json::error_handler_t::replace)));
+  return fmt::format(": {} and {}", excerpt(a.dump(-1, ' ', false, Json::error_handler_t::replace), kQuotedBytes),
+                     excerpt(b.dump(-1, ' ', false, Json::error_handler_t::replace), kQuotedBytes));
 }
 
 // A json_text() string with its \xNN escapes turned back into bytes (the
@@ -358,7 +352,7 @@ void VerifyReportMerger::check_identity(std::string_view name, const PartData& d
   ++named_parts_;
   if (prov.tool_version != MX2NV_VERSION) {
     fail(ErrorKind::Usage, "--merge: {} was written by mx2nv {}, this is mx2nv {}: merge with the mx2nv that verified",
-         name, excerpt(prov.tool_version), MX2NV_VERSION);
+         name, excerpt(prov.tool_version, kQuotedBytes), MX2NV_VERSION);
   }
   if (!window_) {
     first_name_ = name;
@@ -447,7 +441,7 @@ void VerifyReportMerger::add_results(std::string_view name, PartData& d) {
     if (found != requantized_.end()) {
       fail_input("--merge: {}: requantized module \"{}\" is also listed by {} (a module belongs to the one part "
                  "that holds its shard)",
-                 name, excerpt(row.module), found->second.second);
+                 name, excerpt(row.module, kQuotedBytes), found->second.second);
     }
     add(marlin_zeroed_blocks_, row.marlin_zeroed_blocks, "requantized.marlin_zeroed_blocks");
     std::string module = row.module;
