@@ -18,15 +18,17 @@ struct FormatText {
   std::string_view row;     // the Format row
   std::string_view second;  // the second-level scale, in the summary
   std::string_view seconds; // the Global scales row, after the count
+  std::string_view recipe;  // whose quantization a requantized DST reproduces, in the summary
 };
 
 const FormatText& format_text(TargetFormat format) {
   static const FormatText compressed{"compressed-tensors NVFP4A16",
                                      "`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)", "an FP32 global",
-                                     "FP32 global scales"};
+                                     "FP32 global scales", "compressed-tensors 0.20.1 quantizes NVFP4"};
   static const FormatText modelopt{"ModelOpt W4A16_NVFP4",
                                    "ModelOpt `W4A16_NVFP4` (`weight`, `weight_scale`, `weight_scale_2`)",
-                                   "an exact FP32 multiplier (`weight_scale_2`)", "FP32 `weight_scale_2` multipliers"};
+                                   "an exact FP32 multiplier (`weight_scale_2`)", "FP32 `weight_scale_2` multipliers",
+                                   "nvidia-modelopt 0.47.0's dynamic NVFP4 weight quantizer quantizes them"};
   return format == TargetFormat::ModelOpt ? modelopt : compressed;
 }
 
@@ -88,10 +90,10 @@ std::string summary(const CardFacts& f) {
   if (f.kind == EvidenceKind::Requantize) {
     const Spread rmse = spread(r.requantized, &ModuleError::relative_rmse, true);
     return fmt::format(
-        "{}, requantized to {} by mx2nv {} from the decoded MXFP4 values exactly as "
-        "compressed-tensors 0.20.1 quantizes NVFP4 (lossy). Relative RMSE against the MXFP4 values: median {}, "
-        "worst {}.\n",
-        linked_base(f), format_text(f.format).name, f.version, number_text(rmse.median), number_text(rmse.worst));
+        "{}, requantized to {} by mx2nv {} from the decoded MXFP4 values exactly as {} (lossy). Relative RMSE "
+        "against the MXFP4 values: median {}, worst {}.\n",
+        linked_base(f), format_text(f.format).name, f.version, format_text(f.format).recipe, number_text(rmse.median),
+        number_text(rmse.worst));
   }
   // The figures of the sentence are the report's; one it did not compute
   // (null) is not cited.

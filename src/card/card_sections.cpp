@@ -196,7 +196,9 @@ std::string made_section(const CardFacts& f, const std::string& source_text) {
   if (f.gpu_log) options += " --gpu-check gpu-check.log";
   std::string out = "## How it was made\n\n```sh\n";
   if (f.kind == EvidenceKind::Requantize) {
-    out += "mx2nv requantize SRC DST --report requantize-report.json\n";
+    out += "mx2nv requantize SRC DST";
+    if (f.format != TargetFormat::CompressedTensors) out += fmt::format(" --format {}", choice_name(f.format));
+    out += " --report requantize-report.json\n";
     out += "mx2nv card SRC DST --requantize-report requantize-report.json" + options + "\n";
   } else {
     const std::string window(window_name(r.window));

@@ -1,5 +1,5 @@
 // mx2nv requantize: the LOSSY companion, every expert of SRC requantized from
-// its decoded values as compressed-tensors' NVFP4 quantization would.
+// its decoded values as the layout's own NVFP4 quantizer would.
 #include "cli/standard_output.hpp"
 #include "cli/shared_options.hpp"
 #include "cli/subcommand.hpp"
@@ -43,23 +43,26 @@ class RequantizeCommand final : public Subcommand {
   explicit RequantizeCommand(CLI::App& mx2nv)
       : Subcommand(mx2nv, Command::Requantize,
                    "LOSSY companion: requantize every expert of SRC from its decoded values into an empty DST, "
-                   "as compressed-tensors' NVFP4 quantization would; per-module error table in the report") {
+                   "as the layout's own NVFP4 quantizer would (compressed-tensors', or ModelOpt's with --format "
+                   "modelopt); per-module error table in the report") {
     add_source("source checkpoint directory", true);
     add_target("DST", "target directory (created; must be empty)", true);
     add_threads_option();
     add_report_option();
     add_copy(app_, copy_);
     add_resume(app_, resume_, "requantization");
+    add_format(app_, format_);
   }
 
   int run(CommandRun& state) override {
     begin(state);
-    return run_requantize({source_, target_, threads_, resume_, copy_}, state.outputs.report);
+    return run_requantize({source_, target_, threads_, resume_, copy_, format_}, state.outputs.report);
   }
 
  private:
   CopyMode copy_ = CopyMode::Auto;
   bool resume_ = false;
+  TargetFormat format_ = TargetFormat::CompressedTensors;
 };
 
 }  // namespace

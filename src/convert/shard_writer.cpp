@@ -110,8 +110,7 @@ class ShardWriter {
     const TargetTensor& t = layout_.tensors[layout_.data_order[i]];
     const std::uint64_t dst = data_start_ + t.info.begin;
     if (t.role == TensorRole::Global) {
-      // The divisor, or ModelOpt's multiplier 1/divisor (exact: a power of two).
-      const float stored = stored_global(plan_.format, plan_.modules[t.module].divisor);
+      const float stored = written_second_level(plan_.format, plan_.modules[t.module]);
       std::byte le[4];
       std::memcpy(le, &stored, 4);  // host is little-endian (safetensors.hpp)
       emit(dst, le);
@@ -135,12 +134,12 @@ class ShardWriter {
       emit(dst + offset, bytes);
       throw_if_stopped();
     };
-    const float divisor = plan_.modules[t.module].divisor;
+    const SecondLevel level = requantized_level(plan_.format, plan_.modules[t.module]);
     if (t.role == TensorRole::Requantized) {
       ErrorStats unused;  // not asked for: the caller measures apart (measure_requantized)
-      stream_requantized_packed(source_, t.module, divisor, to_target, errors_ ? (*errors_)[t.module] : unused);
+      stream_requantized_packed(source_, t.module, level, to_target, errors_ ? (*errors_)[t.module] : unused);
     } else if (t.role == TensorRole::Scale) {
-      stream_requantized_scales(source_, t.module, divisor, to_target);
+      stream_requantized_scales(source_, t.module, level, to_target);
     } else {
       stream_bf16_weight(source_, t.module, to_target);
     }

@@ -265,7 +265,7 @@ void finalize_conversion(const SourceCheckpoint& source, const Plan& plan, Repor
   }
   std::string config;
   if (plan.format == TargetFormat::ModelOpt) {
-    ModelOptFiles files = modelopt_files(source, plan.modules);
+    ModelOptFiles files = modelopt_files(source, plan.modules, requantized_modules);
     out.write_file(std::string(kModelOptConfigFileName), files.hf_quant_config);
     finished.quant_config_hash = text_hash(files.hf_quant_config);
     report.written_bytes += files.hf_quant_config.size();
@@ -333,14 +333,11 @@ bool answer_finished(Report& report, const Destination& dst, const Checkpoint& s
 
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
                               unsigned threads, OverSpanChoice choice, TargetFormat format) {
-  if (choice == OverSpanChoice::Requantize) refuse_requantized_modelopt(format, "--overspan requantize");
   if (answer_finished(report, dst, source.checkpoint, window, choice, nullptr, PlanKind::Convert, format)) {
     return std::nullopt;
   }
   const ScanResult scan = scan_modules(source, threads);
-  Plan plan = plan_conversion(source, scan, window);
-  plan.format = format;
-  if (format == TargetFormat::ModelOpt) refuse_subnormal_multipliers(source.modules, plan);
+  Plan plan = plan_conversion(source, scan, window, format);
   apply_overspan(source, plan, choice, threads);
   if (choice != OverSpanChoice::Fail) add_overspan_report(report, source, plan, threads);
   add_plan_counts(report, plan);

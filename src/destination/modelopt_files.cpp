@@ -8,7 +8,8 @@
 
 namespace mx2nv {
 
-ModelOptFiles modelopt_files(const SourceCheckpoint& source, std::span<const ModulePlan> plan) {
+ModelOptFiles modelopt_files(const SourceCheckpoint& source, std::span<const ModulePlan> plan,
+                             const std::vector<std::string>& requantized_modules) {
   const ModuleSet& set = source.modules;
   std::vector<std::string> unquantized, bf16, layers;
   for (std::size_t i = 0; i < set.modules.size(); ++i) {
@@ -32,7 +33,8 @@ ModelOptFiles modelopt_files(const SourceCheckpoint& source, std::span<const Mod
   });
   ModelOptFiles files;
   files.exclude = modelopt_exclude_entries(std::move(unquantized), bf16, layers);
-  files.config = modelopt_config_text(source.checkpoint.config_text, source.quant, files.exclude, MX2NV_VERSION);
+  files.config = modelopt_config_text(source.checkpoint.config_text, source.quant, files.exclude, MX2NV_VERSION,
+                                      requantized_modules);
   files.hf_quant_config = modelopt_hf_quant_config_text(files.exclude, MX2NV_VERSION);
   return files;
 }

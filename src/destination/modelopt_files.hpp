@@ -23,6 +23,8 @@ struct ModelOptFiles {
 // `plan` is parallel to the modules. Throws Error(InvalidInput) for a module
 // no exclude entry can name without also naming a quantized layer, and for a
 // tensor `M.weight` of a quantized module M (the name its packed codes take).
-ModelOptFiles modelopt_files(const SourceCheckpoint& source, std::span<const ModulePlan> plan);
+// `requantized_modules`: as modelopt_quant_config lists them.
+ModelOptFiles modelopt_files(const SourceCheckpoint& source, std::span<const ModulePlan> plan,
+                             const std::vector<std::string>& requantized_modules = {});
 
 }  // namespace mx2nv

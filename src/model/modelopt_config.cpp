@@ -90,14 +90,17 @@ std::vector<std::string> modelopt_exclude_entries(std::vector<std::string> unqua
   return unquantized;
 }
 
-Json modelopt_quant_config(const std::vector<std::string>& exclude, std::string_view producer_version) {
-  return {{"config_groups", {{"group_0", weights_only_group()}}},
-          {"exclude_modules", exclude},
-          {"group_size", 16},
-          {"ignore", exclude},
-          {"producer", {{"name", "mx2nv"}, {"version", producer_version}}},
-          {"quant_algo", kModelOptQuantAlgo},
-          {"quant_method", kModelOptQuantMethod}};
+Json modelopt_quant_config(const std::vector<std::string>& exclude, std::string_view producer_version,
+                           const std::vector<std::string>& requantized_modules) {
+  Json qc = {{"config_groups", {{"group_0", weights_only_group()}}},
+             {"exclude_modules", exclude},
+             {"group_size", 16},
+             {"ignore", exclude},
+             {"producer", {{"name", "mx2nv"}, {"version", producer_version}}},
+             {"quant_algo", kModelOptQuantAlgo},
+             {"quant_method", kModelOptQuantMethod}};
+  if (!requantized_modules.empty()) qc[std::string(kRequantizedModulesKey)] = requantized_modules;
+  return qc;
 }
 
 Json modelopt_hf_quant_config(const std::vector<std::string>& exclude, std::string_view producer_version) {
@@ -110,8 +113,9 @@ Json modelopt_hf_quant_config(const std::vector<std::string>& exclude, std::stri
 }
 
 std::string modelopt_config_text(std::string_view config_text, const SourceQuantConfig& source,
-                                 const std::vector<std::string>& exclude, std::string_view producer_version) {
-  const Json qc = modelopt_quant_config(exclude, producer_version);
+                                 const std::vector<std::string>& exclude, std::string_view producer_version,
+                                 const std::vector<std::string>& requantized_modules) {
+  const Json qc = modelopt_quant_config(exclude, producer_version, requantized_modules);
   const std::string spliced = splice_quant_config(config_text, source, qc);
   if (source.parent.empty()) return spliced;
   return insert_top_level_member(spliced, "quantization_config", qc);

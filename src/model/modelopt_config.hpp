@@ -45,13 +45,18 @@ std::vector<std::string> modelopt_exclude_entries(std::vector<std::string> unqua
                                                   const std::vector<std::string>& quantized_layers);
 
 // config.json's quantization_config, and hf_quant_config.json's document.
-Json modelopt_quant_config(const std::vector<std::string>& exclude, std::string_view producer_version);
+// `requantized_modules` (convert --overspan requantize): the lossy modules,
+// listed under kRequantizedModulesKey as in the compressed-tensors layout
+// (the runtimes' ModelOpt parsers read named keys only).
+Json modelopt_quant_config(const std::vector<std::string>& exclude, std::string_view producer_version,
+                           const std::vector<std::string>& requantized_modules = {});
 Json modelopt_hf_quant_config(const std::vector<std::string>& exclude, std::string_view producer_version);
 
 // config.json's text with SRC's quantization_config replaced by ModelOpt's
 // (every other byte kept), and hf_quant_config.json's text.
 std::string modelopt_config_text(std::string_view config_text, const SourceQuantConfig& source,
-                                 const std::vector<std::string>& exclude, std::string_view producer_version);
+                                 const std::vector<std::string>& exclude, std::string_view producer_version,
+                                 const std::vector<std::string>& requantized_modules = {});
 std::string modelopt_hf_quant_config_text(const std::vector<std::string>& exclude, std::string_view producer_version);
 
 }  // namespace mx2nv

@@ -30,8 +30,17 @@ const FormatNames& format_names(TargetFormat format) {
   return format == TargetFormat::ModelOpt ? modelopt : compressed;
 }
 
+Recipe recipe_of(TargetFormat format) {
+  return format == TargetFormat::ModelOpt ? Recipe::ModelOpt : Recipe::CompressedTensors;
+}
+
 float stored_global(TargetFormat format, float divisor) {
   return format_names(format).global_is_divisor ? divisor : 1.0f / divisor;
+}
+
+double multiplier_of_stored(TargetFormat format, float stored) {
+  const auto v = static_cast<double>(stored);
+  return format_names(format).global_is_divisor ? 1.0 / v : v;
 }
 
 TargetFormat target_format_of(std::string_view config_text, bool has_hf_quant_config) {

@@ -9,10 +9,13 @@
 //     (value = e2m1 x scale x scale_2), an F32 [1] against a scalar F32 [];
 //   - the config (model/quant_config.hpp, model/modelopt_config.hpp).
 // Every global mx2nv writes exactly is a power of two, so 1/divisor is exact
-// and both layouts decode to the same values.
+// and both layouts decode to the same values. A requantized module follows
+// its layout's own quantizer (numerics/nvfp4_quantizer.hpp), whose stored
+// F32 is no power of two: it is never turned into the other layout's.
 #pragma once
 
 #include "common/choice.hpp"
+#include "numerics/nvfp4_quantizer.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -35,6 +38,10 @@ struct FormatNames {
 };
 const FormatNames& format_names(TargetFormat format);
 
+// The quantizer whose recipe a requantized module follows in a format: the
+// layout's own producer (compressed-tensors' or ModelOpt's).
+Recipe recipe_of(TargetFormat format);
+
 // The F32 value a module whose values are e2m1 x scale / divisor stores as its
 // second-level scale: the divisor, or its reciprocal (exact for a power of two).
 float stored_global(TargetFormat format, float divisor);
@@ -42,6 +49,12 @@ float stored_global(TargetFormat format, float divisor);
 // ModelOpt); nullopt where the stored value is no positive finite number or its
 // reciprocal is not finite.
 std::optional<float> divisor_of_stored(TargetFormat format, float stored);
+
+// The multiplier a stored second-level scale stands for, in double (the
+// values are e2m1 x scale x it): 1/stored for compressed-tensors' divisor,
+// the stored value itself for ModelOpt's. What a runtime's global range is
+// judged on (global_multiplier_fits).
+double multiplier_of_stored(TargetFormat format, float stored);
 
 // The layout a converted checkpoint says it is in: ModelOpt's when it has
 // hf_quant_config.json or any quantization_config (top level or one level

@@ -77,6 +77,20 @@ float nvfp4_global_scale(float amax) {
   return std::isfinite(g) ? g : 1.0f;
 }
 
+bool SecondLevel::same_as(const SecondLevel& o) const {
+  return recipe == o.recipe && std::bit_cast<std::uint32_t>(stored) == std::bit_cast<std::uint32_t>(o.stored);
+}
+
+SecondLevel second_level_for(Recipe recipe, float amax) {
+  if (recipe == Recipe::ModelOpt) return {recipe, modelopt_weight_scale_2(amax)};
+  return {recipe, nvfp4_global_scale(amax)};
+}
+
+float modelopt_weight_scale_2(float amax) {
+  const float a = std::fabs(amax);
+  return (a == 0 ? kE2M1Max : a) / (kE2M1Max * kE4M3Max);
+}
+
 std::uint8_t e4m3_round(float x) {
   const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
   const double a = std::fabs(static_cast<double>(x));
@@ -109,6 +123,23 @@ std::uint8_t nvfp4_code(float x, float scale_value, float global) {
   const float s = std::clamp(x / effective, -kE2M1Max, kE2M1Max);
   const std::uint8_t sign = s < 0 ? 0x8 : 0x0;  // cast_to_fp4 multiplies by sign(x): sign(-0.0) is +0
   return static_cast<std::uint8_t>(sign | e2m1_magnitude_code(std::fabs(s)));
+}
+
+BlockScale modelopt_block_scale(float block_amax, float weight_scale_2) {
+  // Each step one float32 operation, in ModelOpt's order.
+  const float six_w = kE2M1Max * weight_scale_2;
+  float s = std::fabs(block_amax) / six_w;
+  if (s == 0) s = 1.0f;
+  s = std::clamp(s, 0x1p-9f, kE4M3Max);
+  const std::uint8_t byte = e4m3_round(s);
+  return {byte, static_cast<float>(e4m3_value(byte))};
+}
+
+std::uint8_t modelopt_code(float x, float scale_value, float weight_scale_2) {
+  const float effective = scale_value * weight_scale_2;
+  const float t = x / effective;
+  const std::uint8_t sign = t < 0 ? 0x8 : 0x0;  // _cast_fp4: weight < 0, so -0.0 is +0
+  return static_cast<std::uint8_t>(sign | e2m1_magnitude_code(std::fabs(t)));
 }
 
 void ErrorStats::add(double reference, double quantized) {
@@ -177,17 +208,19 @@ std::uint8_t block_top(const std::uint8_t* bytes) {
   return static_cast<std::uint8_t>((has4 != 0 ? 4 : 0) | (has2 != 0 ? 2 : 0) | (has1 ? 1 : 0));
 }
 
-// The block of an E8M0 byte and largest magnitude code under `global`: every
-// figure computed as the quantizer's steps compute it (file comment), from
-// the block's float32 values (mxfp4_value_f32), and each value's error terms
-// as ErrorStats::add computes them.
-Block make_block(std::uint8_t e8m0, std::uint8_t top, float global) {
+// The block of an E8M0 byte and largest magnitude code under `level`: every
+// figure computed as its recipe's steps compute it (file comment), from the
+// block's float32 values (mxfp4_value_f32), and each value's error terms as
+// ErrorStats::add computes them.
+Block make_block(std::uint8_t e8m0, std::uint8_t top, SecondLevel level) {
   Block b;
   const int k = e8m0_exponent(e8m0);
   const auto amax = mxfp4_value_f32(top, k);  // the largest |value|: magnitudes grow with the code
   if (!amax) return b;
   b.finite = true;
-  const BlockScale scale = nvfp4_block_scale(*amax, global);
+  const bool modelopt = level.recipe == Recipe::ModelOpt;
+  const float second = level.stored;
+  const BlockScale scale = modelopt ? modelopt_block_scale(*amax, second) : nvfp4_block_scale(*amax, second);
   b.scale = scale.byte;
   // An E4M3 subnormal block scale (below 2^-6): vLLM's Marlin path flushes it to zero.
   b.marlin_zeroed = (scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0;
@@ -195,9 +228,10 @@ Block make_block(std::uint8_t e8m0, std::uint8_t top, float global) {
   for (std::uint8_t c = 0; c < 16; ++c) {
     if ((c & 0x7) > top) continue;  // not in this block
     const float x = *mxfp4_value_f32(c, k);
-    code[c] = nvfp4_code(x, scale.value, global);
+    code[c] = modelopt ? modelopt_code(x, scale.value, second) : nvfp4_code(x, scale.value, second);
     const double reference = static_cast<double>(x);
-    const double quantized = e2m1_value(code[c]) * static_cast<double>(scale.value) / static_cast<double>(global);
+    const double scaled = e2m1_value(code[c]) * static_cast<double>(scale.value);  // exact: 3 x 4 bits
+    const double quantized = modelopt ? scaled * static_cast<double>(second) : scaled / static_cast<double>(second);
     const double d = quantized - reference;
     const double terms[4] = {d * d, reference * reference, quantized * quantized, quantized * reference};
     for (std::size_t j = 0; j < 4; ++j) {
@@ -573,10 +607,10 @@ std::size_t mxfp4_groups_amax(std::span<const std::byte> packed, std::span<const
   return n;
 }
 
-bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, SecondLevel level,
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats) {
   const std::uint8_t* in = bytes_of(packed);
-  Block b0 = make_block(e8m0, block_top(in), global), b1 = make_block(e8m0, block_top(in + 8), global);
+  Block b0 = make_block(e8m0, block_top(in), level), b1 = make_block(e8m0, block_top(in + 8), level);
   if (!b0.finite || !b1.finite) return false;
   SumRun sums(stats);
   apply_group(b0, b1, in, reinterpret_cast<std::uint8_t*>(out_packed.data()), out_scales.data(),
@@ -586,7 +620,7 @@ bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, 
 }
 
 std::size_t GroupRequantizer::add_block(std::uint8_t e8m0, std::uint8_t top) {
-  blocks_.push_back(make_block(e8m0, top, global_));
+  blocks_.push_back(make_block(e8m0, top, level_));
   const std::size_t key = static_cast<std::size_t>(e8m0) * 8 + top;
   index_[key] = static_cast<std::uint16_t>(blocks_.size());
   const Block& b = blocks_.back();

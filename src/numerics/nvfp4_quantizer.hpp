@@ -1,7 +1,8 @@
-// Lossy NVFP4 quantization of decoded MXFP4 values, computed exactly as
-// compressed-tensors' own NVFP4 quantization computes it (pinned 0.20.1, CPU
-// path), step by step in float32 — the dtype the decoded values are handed to
-// it in (every E2M1 x 2^k below 2^128 is exact in float32):
+// Lossy NVFP4 quantization of decoded MXFP4 values, computed exactly as the
+// quantizer of the layout it is written in computes it, step by step in
+// float32 (every E2M1 x 2^k below 2^128 is exact in float32, and in BF16).
+//
+// compressed-tensors' NVFP4 quantization (pinned 0.20.1, CPU path):
 //
 //   global  = generate_gparam:   2688 / max(amax, FLT_MIN), 1.0 when not finite
 //             (2688 = 448 x 6; amax over the whole module, or over the gate/up
@@ -13,10 +14,26 @@
 //             to E2M1 (nearest, ties to even); the sign bit is set for x < 0,
 //             so -0.0 becomes +0 and small negatives become -0 (0x8)
 //
+// ModelOpt's dynamic, max-calibrated NVFP4 weight quantizer (nvidia-modelopt
+// 0.47.0, modelopt/torch/quantization/qtensor/nvfp4_tensor.py, NVFP4QTensor):
+//
+//   weight_scale_2 = get_weights_scaling_factor_2_from_quantizer: amax / 2688
+//             (amax over the module or the gate/up pair, as the exporter's
+//             gate/up amax unification gives it); an amax of 0 is taken as 6,
+//             the maxbound ModelOpt's own export_amax sanitizes it to (its
+//             NVFP4 path would divide by 0: the one deliberate deviation)
+//   scale   = get_weights_scaling_factor: block_amax / (6 x weight_scale_2),
+//             the product first; 0 becomes 1.0; clamped to [2^-9, 448] and
+//             rounded to E4M3 (_cast_per_block_scale_to_fp8)
+//   code    = quantize: x / (scale x weight_scale_2), the product first;
+//             _cast_fp4: the sign bit for x < 0, the magnitude nearest with
+//             ties to even (the thresholds below), beyond 5 -> 6
+//
 // Blocks are 16 values along a row: a 32-value MXFP4 group is two blocks.
 // This is the "documented recomputation" verify and the conformance suite
 // check byte for byte. The error metrics compare the dequantized result
-// (code x scale / global, in double) with the MXFP4 values.
+// (code x scale / global or code x scale x weight_scale_2, in double) with
+// the MXFP4 values.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +61,27 @@ std::optional<float> mxfp4_group_amax(std::span<const std::byte, 16> packed, std
 // generate_gparam for NVFP4 weights.
 float nvfp4_global_scale(float amax);
 
+// Whose NVFP4 weight quantizer a requantization reproduces (file comment).
+enum class Recipe : std::uint8_t { CompressedTensors = 0, ModelOpt = 1 };
+
+// A requantized module's second-level scale, as its layout stores it (F32):
+// compressed-tensors' global, a divisor (value = e2m1 x scale / global), or
+// ModelOpt's weight_scale_2, a multiplier (value = e2m1 x scale x
+// weight_scale_2). Neither is a power of two in general, so neither is turned
+// into the other.
+struct SecondLevel {
+  Recipe recipe = Recipe::CompressedTensors;
+  float stored = 1.0f;
+  // Bit for bit: the same recipe and the same F32 bits.
+  bool same_as(const SecondLevel& o) const;
+};
+// The second-level scale a recipe computes from the largest |value| of a
+// module or of a gate/up pair.
+SecondLevel second_level_for(Recipe recipe, float amax);
+
+// ModelOpt's steps (file comment), each in float32.
+float modelopt_weight_scale_2(float amax);
+
 // float -> E4M3FN byte, round to nearest, ties to even. |x| must be <= 448
 // (callers clamp first, as compressed-tensors does); NaN is not accepted.
 std::uint8_t e4m3_round(float x);
@@ -57,6 +95,10 @@ BlockScale nvfp4_block_scale(float block_amax, float global);
 
 // _quantize + cast_to_fp4 + pack: the E2M1 code of x for a block.
 std::uint8_t nvfp4_code(float x, float scale_value, float global);
+
+// ModelOpt's block scale and code (file comment).
+BlockScale modelopt_block_scale(float block_amax, float weight_scale_2);
+std::uint8_t modelopt_code(float x, float scale_value, float weight_scale_2);
 
 // Accumulates the error of quantized values q against reference values x
 // (both exact in double), in a fixed order so results are reproducible.
@@ -77,10 +119,10 @@ struct ErrorStats {
 };
 
 // Requantizes one MXFP4 32-group (16 packed bytes, E8M0 byte `e8m0`, not NaN)
-// under `global`: writes 16 packed NVFP4 bytes and the two block-scale bytes,
+// under `level`: writes 16 packed NVFP4 bytes and the two block-scale bytes,
 // and adds every value to `stats`. Returns false, writing nothing, when a
 // value is beyond float32.
-bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, SecondLevel level,
                       std::span<std::byte, 16> out_packed, std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
 
 // The largest |value| over consecutive 32-groups (16 packed bytes and one
@@ -89,7 +131,7 @@ bool requantize_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, 
 // byte or a value beyond float32 (all of them when none has).
 std::size_t mxfp4_groups_amax(std::span<const std::byte> packed, std::span<const std::byte> e8m0s, float& amax);
 
-// requantize_group for many groups under one global. A block's scale, and
+// requantize_group for many groups under one second-level scale. A block's scale, and
 // each of its values' code and error terms, depend only on the group's E8M0
 // byte and the block's largest magnitude code (E2M1 magnitudes grow with the
 // code), so they are computed once per such pair and looked up for every
@@ -98,8 +140,8 @@ std::size_t mxfp4_groups_amax(std::span<const std::byte> packed, std::span<const
 // only those met.
 class GroupRequantizer {
  public:
-  explicit GroupRequantizer(float global) : global_(global) {}
-  float global() const { return global_; }
+  explicit GroupRequantizer(SecondLevel level) : level_(level) {}
+  const SecondLevel& level() const { return level_; }
 
   // Requantizes consecutive groups: `packed` holds 16 bytes a group and
   // `e8m0s` one scale byte a group. Writes each group's 16 packed NVFP4 bytes
@@ -131,7 +173,7 @@ class GroupRequantizer {
     bool marlin_zeroed = false;  // that byte is an E4M3 subnormal (vLLM's Marlin path flushes it)
     std::uint8_t byte[256]{};    // by source byte (two codes): the NVFP4 byte written
     // By source code: the four terms ErrorStats::add adds for its value x and
-    // dequantized q = code x scale / global, in ErrorStats's order:
+    // its dequantized q (file comment), in ErrorStats's order:
     // (q - x)^2, x^2, q^2, q x; and |q - x|.
     double term[16][4]{};
     double abs_error[16]{};
@@ -156,7 +198,7 @@ class GroupRequantizer {
     return at != 0 ? at - 1u : add_block(e8m0, top);
   }
   std::size_t add_block(std::uint8_t e8m0, std::uint8_t top);
-  float global_;
+  SecondLevel level_;
   std::uint16_t index_[256 * 8]{};  // 1 + the block's place in blocks_; 0: not computed yet
   // By the same key, for the scale-only path: kComputed | the block's scale
   // byte, or kComputed | kBeyondFloat32; 0: not computed yet.

@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -56,7 +57,7 @@ void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
   if (choice == OverSpanChoice::Requantize) {
     for (const std::size_t sg : groups) {
       const float global = requantized_global(sg);
-      if (!global_multiplier_fits(plan.window, 1.0 / static_cast<double>(global))) {
+      if (!std::isnormal(global) || !global_multiplier_fits(plan.window, multiplier_of_stored(plan.format, global))) {
         still_bad.push_back({sg, global});
         continue;
       }

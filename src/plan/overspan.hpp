@@ -28,9 +28,10 @@ std::vector<std::size_t> refused_scale_groups(const ModuleSet& set, const Plan& 
 
 // Resolves a refused plan with `choice` (not Fail): marks the modules it
 // rewrites (ModulePlan::treatment), moves the refusals into plan.resolved and
-// clears them. For requantize, `requantized_global(scale_group)` is
-// compressed-tensors' global for that group; a group whose requantized global
-// is itself outside the window's global range stays refused.
+// clears them. For requantize, `requantized_global(scale_group)` is the
+// second-level F32 the plan's layout's quantizer gives that group
+// (ModulePlan::divisor); a group whose value is no normal float, or whose
+// multiplier is outside the window's global range, stays refused.
 void resolve_over_span(const ModuleSet& set, Plan& plan, OverSpanChoice choice,
                        const std::function<float(std::size_t scale_group)>& requantized_global);
 

@@ -7,6 +7,12 @@
 
 namespace mx2nv {
 
+float written_second_level(TargetFormat format, const ModulePlan& m) {
+  return m.treatment == Treatment::Requantized ? m.divisor : stored_global(format, m.divisor);
+}
+
+SecondLevel requantized_level(TargetFormat format, const ModulePlan& m) { return {recipe_of(format), m.divisor}; }
+
 namespace {
 constexpr Choice<PlanKind> kPlanKinds[] = {
     {PlanKind::Convert, "convert", "an exact conversion (mx2nv convert)"},
@@ -159,7 +165,8 @@ std::string scale_group_name(const ModuleSet& set, std::size_t scale_group) {
 std::string bad_global_name(const ModuleSet& set, const BadGlobal& bad) {
   std::string name = scale_group_name(set, bad.scale_group);
   if (bad.requantized_global) {
-    name += " (requantized global " + std::to_string(*bad.requantized_global) + " is outside the window's range)";
+    name += " (requantized second-level scale " + std::to_string(*bad.requantized_global) +
+            " is no normal float or outside the window's range)";
   }
   if (bad.no_normal_multiplier) name += " (its weight_scale_2, 1/global, would be no normal FP32: --format modelopt)";
   return name;

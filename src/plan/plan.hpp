@@ -89,8 +89,10 @@ using HistogramReader = std::function<SparseHistogram(std::size_t module)>;
 
 // What convert writes for a module: its exact NVFP4 transcode (the default),
 // or, for scale groups the window refuses (`--overspan`, plan/overspan.hpp),
-// the lossy requantization from decoded values (divisor = compressed-tensors'
-// global; m and zero_scales unused) or a BF16 `weight` (no NVFP4 tensors).
+// the lossy requantization from decoded values (divisor = the F32 its
+// layout's quantizer stores: compressed-tensors' global, a divisor, or
+// ModelOpt's weight_scale_2, a multiplier; m and zero_scales unused) or a
+// BF16 `weight` (no NVFP4 tensors).
 enum class Treatment : std::uint8_t { Exact = 0, Requantized = 1, Bf16 = 2 };
 // convert --overspan: what to do with scale groups the window refuses (plan/overspan.hpp).
 enum class OverSpanChoice { Fail, Bf16, Requantize };
@@ -110,13 +112,20 @@ std::span<const Choice<PlanKind>> choices<PlanKind>();
 struct ModulePlan {
   Treatment treatment = Treatment::Exact;
   int m = 0;                 // global exponent: scales become 2^(k - m), divisor 2^-m
-  float divisor = 1.0f;      // weight_global_scale
+  float divisor = 1.0f;      // weight_global_scale; Requantized: the stored F32 (Treatment, written_second_level)
   bool zero_scales = false;  // the scale group has no active group: all scales 0x00
   int span = 0;              // k_max of the scale group - k_min of this module
   std::uint64_t groups_outside = 0;         // active groups below the window (refusal)
   std::uint64_t canonical_zero_groups = 0;  // zero groups whose 2^(k-m) E4M3 cannot hold: 0x00
   std::uint64_t marlin_zeroed_groups = 0;   // active groups with 2^(k-m) < 2^-6: Marlin flushes them
 };
+
+// The F32 a module's second-level tensor holds in `format`: an exact
+// module's divisor 2^-m, or ModelOpt's multiplier 1/divisor (exact: a power
+// of two); a requantized module's stored value as it is.
+float written_second_level(TargetFormat format, const ModulePlan& m);
+// A requantized module's second-level scale with its layout's recipe.
+SecondLevel requantized_level(TargetFormat format, const ModulePlan& m);
 
 struct OverSpan {
   std::string module;
@@ -148,7 +157,7 @@ struct GlobalConflict {
 // requantize, compressed-tensors' global outside the window's range.
 struct BadGlobal {
   std::size_t scale_group = 0;                // index into ModuleSet::scale_groups
-  std::optional<float> requantized_global;  // set when the requantized global is what does not fit
+  std::optional<float> requantized_global;  // set when the requantized second-level scale is what does not fit
   bool no_normal_multiplier = false;        // ModelOpt layout: 1/divisor is no normal FP32
 };
 

@@ -240,22 +240,20 @@ std::string v2_path(const std::string& text, std::string_view what, std::string_
 // Each row's fields against each other and the plan's options; whether the
 // row is SRC's is for the step to check (convert/planned.cpp).
 void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, std::string_view what) {
-  // ModelOpt stores 1/global, exact only for an exact transcode's power of two.
-  if (p.format == TargetFormat::ModelOpt && m.treatment == Treatment::Requantized) {
-    fail_input("{}: module \"{}\" is requantized in a plan for the modelopt layout, which mx2nv never writes (a "
-               "requantized global has no exact reciprocal)", what, excerpt(name));
-  }
+  // ModelOpt stores an exact module's 1/global, exact for its power of two; a
+  // requantized row holds the stored F32 itself (ModulePlan::divisor).
   if (p.format == TargetFormat::ModelOpt && m.treatment == Treatment::Exact && !std::isnormal(1.0f / m.divisor)) {
     fail_input("{}: module \"{}\" has a global (divisor {}) whose reciprocal, its weight_scale_2, is no normal float",
                what, excerpt(name), m.divisor);
   }
   if (p.kind == PlanKind::Requantize) {
-    // Every module requantized under compressed-tensors' global, whatever the
-    // window: no window was fitted, so every count a row carries is 0 (the
-    // counts are summed into the report and finished.json).
-    if (m.treatment != Treatment::Requantized || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
+    // Every module requantized under its layout's quantizer's second-level
+    // scale, whatever the window: no window was fitted, so every count a row
+    // carries is 0 (the counts are summed into the report and finished.json).
+    if (m.treatment != Treatment::Requantized || m.m != 0 || m.zero_scales || !std::isnormal(m.divisor) ||
         m.divisor <= 0) {
-      fail_input("{}: module \"{}\" is not requantized with a positive global (divisor {}) in a requantize plan",
+      fail_input("{}: module \"{}\" is not requantized with a positive normal second-level scale ({}) in a "
+                 "requantize plan",
                  what, excerpt(name), m.divisor);
     }
     if (m.span != 0 || m.groups_outside != 0 || m.canonical_zero_groups != 0 || m.marlin_zeroed_groups != 0) {
@@ -279,10 +277,10 @@ void check_row(const ModulePlan& m, const PlanFile& p, const std::string& name, 
       return;
     }
     case Treatment::Requantized:
-      if (p.over_span_choice != OverSpanChoice::Requantize || m.m != 0 || m.zero_scales || !std::isfinite(m.divisor) ||
-          m.divisor <= 0 || !global_multiplier_fits(p.window, 1.0 / static_cast<double>(m.divisor))) {
-        fail_input("{}: module \"{}\" is requantized with a global (divisor {}) or in a plan (--overspan {}) that does "
-                   "not allow it",
+      if (p.over_span_choice != OverSpanChoice::Requantize || m.m != 0 || m.zero_scales || !std::isnormal(m.divisor) ||
+          m.divisor <= 0 || !global_multiplier_fits(p.window, multiplier_of_stored(p.format, m.divisor))) {
+        fail_input("{}: module \"{}\" is requantized with a second-level scale ({}) or in a plan (--overspan {}) that "
+                   "does not allow it",
                    what, excerpt(name), m.divisor, choice_name(p.over_span_choice));
       }
       return;

@@ -43,8 +43,8 @@ void add_requantize_counts(Report& report, const std::vector<ShardRecord>& recor
 
 // DST already holds this requantization of SRC: the report says so, and
 // nothing is written.
-bool answer_requantized(Report& report, Destination& out, const Checkpoint& ck) {
-  if (!answer_finished(report, out, ck, Window::Marlin, OverSpanChoice::Fail, nullptr, PlanKind::Requantize)) {
+bool answer_requantized(Report& report, Destination& out, const Checkpoint& ck, TargetFormat format) {
+  if (!answer_finished(report, out, ck, Window::Marlin, OverSpanChoice::Fail, nullptr, PlanKind::Requantize, format)) {
     return false;
   }
   add_requantize_counts(report, out.finished()->shards);
@@ -67,7 +67,7 @@ std::vector<ModuleError> error_table(const SourceCheckpoint& source, const Plan&
   const TensorEmit discard = [](std::uint64_t, std::span<const std::byte>) { throw_if_stopped(); };
   parallel_for(unmeasured.size(), threads, [&](std::size_t u) {
     const std::size_t i = unmeasured[u];
-    stream_requantized_packed(source, i, plan.modules[i].divisor, discard, errors[i]);
+    stream_requantized_packed(source, i, requantized_level(plan.format, plan.modules[i]), discard, errors[i]);
   });
   throw_if_stopped();
   std::vector<ModuleError> rows;
@@ -110,18 +110,18 @@ Report requantize_checkpoint(const RequantizeOptions& options) {
     report.seconds = seconds_since(started);
     return report;
   };
-  if (answer_requantized(report, out, ck)) return done();
+  if (answer_requantized(report, out, ck, options.format)) return done();
 
-  // Plan: one global per scale group, from the group's absolute max.
-  const Plan plan = requantize_plan(source, options.threads);
+  // Plan: one second-level scale per scale group, from the group's absolute max.
+  const Plan plan = requantize_plan(source, options.threads, options.format);
   const ConversionIdentity identity = conversion_identity(source_identities(ck), plan);
   out.check_identity(identity);
   if (options.copy == CopyMode::Reflink && !ck.shards.empty()) out.require_sharing(*ck.files->open(0));
   throw_if_stopped();
 
   // Execute every shard, then finalize, as convert does.
-  if (!out.open_for_writing(files_written(ck))) {
-    if (answer_requantized(report, out, ck)) return done();
+  if (!out.open_for_writing(files_written(ck, options.format))) {
+    if (answer_requantized(report, out, ck, options.format)) return done();
     fail(ErrorKind::Usage, "DST {} changed meanwhile", options.target.string());
   }
   refuse_planned_destination(out, Command::Requantize);

@@ -1,7 +1,9 @@
 // mx2nv requantize: the lossy companion artifact. Every quantized module
 // (the routed experts) is decoded from MXFP4 and quantized to NVFP4 the way
-// compressed-tensors does it (scan/requantizer.hpp), gate/up pairs sharing
-// one global from the pair's absolute max. It runs through convert's steps
+// the layout's own producer does it (scan/requantizer.hpp): compressed-
+// tensors' NVFP4 quantization, or, with format ModelOpt, ModelOpt's dynamic
+// NVFP4 weight quantizer; gate/up pairs share one second-level scale from
+// the pair's absolute max. It runs through convert's steps
 // (convert/steps.hpp) on a requantize plan (PlanKind::Requantize): the
 // shards are written by convert's shard writer, in parallel and crash-safe,
 // unchanged tensors go through the copy engine (--copy), --resume reuses
@@ -15,6 +17,7 @@
 // their own. Refuses only NaN scales and values beyond float32.
 #pragma once
 
+#include "model/target_format.hpp"
 #include "report/report.hpp"
 #include "sys/copy_engine.hpp"
 #include "sys/file.hpp"
@@ -27,6 +30,7 @@ struct RequantizeOptions {
   unsigned threads = 1;
   bool resume = false;             // as convert --resume
   CopyMode copy = CopyMode::Auto;  // as convert --copy
+  TargetFormat format = TargetFormat::CompressedTensors;  // as convert --format
 };
 
 Report requantize_checkpoint(const RequantizeOptions& options);

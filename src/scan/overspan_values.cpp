@@ -1,10 +1,13 @@
 #include "scan/overspan_values.hpp"
 
 #include "common/cancel.hpp"
+#include "common/error.hpp"
+#include "common/printable.hpp"
 #include "common/parallel.hpp"
 #include "scan/requantizer.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mx2nv {
 
@@ -12,12 +15,15 @@ void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice c
   const ModuleSet& set = source.modules;
   plan.over_span_choice = choice;
   if (choice == OverSpanChoice::Fail || !plan.refused()) return;
-  // compressed-tensors' global for each refused group, read before the plan changes.
+  // The layout's quantizer's second-level scale for each refused group, read
+  // before the plan changes.
   const std::vector<std::size_t> groups = refused_scale_groups(set, plan);
   std::vector<float> globals(set.scale_groups.size(), 1.0f);
   if (choice == OverSpanChoice::Requantize) {
-    parallel_for(groups.size(), threads,
-                 [&](std::size_t g) { globals[groups[g]] = nvfp4_global_scale(scale_group_amax(source, groups[g])); });
+    const Recipe recipe = recipe_of(plan.format);
+    parallel_for(groups.size(), threads, [&](std::size_t g) {
+      globals[groups[g]] = second_level_for(recipe, scale_group_amax(source, groups[g])).stored;
+    });
     throw_if_stopped();
   }
   resolve_over_span(set, plan, choice, [&](std::size_t sg) { return globals[sg]; });
@@ -32,27 +38,23 @@ void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice c
   }
 }
 
-void refuse_requantized_modelopt(TargetFormat format, std::string_view what) {
-  if (format != TargetFormat::ModelOpt) return;
-  fail(ErrorKind::Usage,
-       "{} with --format modelopt: a requantized module's global (compressed-tensors' 448*6/amax) is no power of two, "
-       "so ModelOpt's multiplier weight_scale_2 = 1/global would not be exact; write it in the compressed-tensors "
-       "layout, or use --overspan bf16",
-       what);
-}
-
 Plan requantize_plan(const SourceCheckpoint& source, unsigned threads, TargetFormat format) {
-  refuse_requantized_modelopt(format, "mx2nv requantize");
   const ModuleSet& set = source.modules;
   Plan plan;
   plan.kind = PlanKind::Requantize;
   plan.format = format;
   plan.modules.resize(set.modules.size());
   parallel_for(set.scale_groups.size(), threads, [&](std::size_t sg) {
-    const float global = nvfp4_global_scale(scale_group_amax(source, sg));
+    const float amax = scale_group_amax(source, sg);
+    const float stored = second_level_for(recipe_of(format), amax).stored;
+    if (!std::isnormal(stored)) {
+      fail_input("{}: its largest |value| {} gives ModelOpt's weight_scale_2 = amax / 2688 = {}, no normal float "
+                 "(runtimes flush it to zero); it cannot be requantized in the {} layout",
+                 printable(scale_group_name(set, sg)), amax, stored, choice_name(format));
+    }
     for (const std::size_t i : set.scale_groups[sg]) {
       plan.modules[i].treatment = Treatment::Requantized;
-      plan.modules[i].divisor = global;
+      plan.modules[i].divisor = stored;
     }
   });
   throw_if_stopped();
@@ -70,7 +72,7 @@ std::vector<ModuleError> measure_requantized(const SourceCheckpoint& source, con
   parallel_for(modules.size(), threads, [&](std::size_t r) {
     const std::size_t i = modules[r];
     ErrorStats stats;
-    stream_requantized_packed(source, i, plan.modules[i].divisor, discard, stats);
+    stream_requantized_packed(source, i, requantized_level(plan.format, plan.modules[i]), discard, stats);
     rows[r] = {std::string(set.modules[i].name), plan.modules[i].divisor, stats.values, stats.relative_rmse(), stats.cosine(),
                stats.max_abs, stats.marlin_zeroed_blocks};
   });

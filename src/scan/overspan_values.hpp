@@ -1,6 +1,6 @@
 // convert --overspan over files (the rules: plan/overspan.hpp). Reads the
-// values the choice needs: compressed-tensors' global of each requantized
-// scale group (its absolute max), each requantized module's error against
+// values the choice needs: the second-level scale the layout's quantizer
+// gives each requantized scale group (from its absolute max), each requantized module's error against
 // its MXFP4 values, and whether BF16 holds every value of a BF16 module.
 #pragma once
 
@@ -19,14 +19,12 @@ namespace mx2nv {
 void apply_overspan(const SourceCheckpoint& source, Plan& plan, OverSpanChoice choice, unsigned threads);
 
 // `mx2nv requantize`'s plan (PlanKind::Requantize): every module Requantized
-// under compressed-tensors' global of its scale group (from the group's
-// absolute max: a gate/up pair shares one), whatever the window. Throws
-// Error(InvalidInput) for a NaN scale or a value beyond float32.
+// under the second-level scale `format`'s quantizer gives its scale group
+// (from the group's absolute max: a gate/up pair shares one), whatever the
+// window. Throws Error(InvalidInput) for a NaN scale or a value beyond
+// float32.
 Plan requantize_plan(const SourceCheckpoint& source, unsigned threads,
                      TargetFormat format = TargetFormat::CompressedTensors);
-// Requantized modules have no exact ModelOpt form (their global is no power of
-// two, ModelOpt stores its reciprocal): Error(Usage) naming `what` for ModelOpt.
-void refuse_requantized_modelopt(TargetFormat format, std::string_view what);
 
 // The report's error table: every requantized module of the plan, measured
 // against its MXFP4 values (one streaming pass each), sorted by name.

@@ -176,7 +176,7 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::u
   return result;
 }
 
-Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window) {
+Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window, TargetFormat format) {
   const auto count_active = [&](std::size_t i, int k_lo, int k_hi) {
     const QuantModule& m = source.modules.modules[i];
     const ModuleSources sources(source, m);
@@ -195,7 +195,10 @@ Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Win
     scanner.read_histogram();
     return to_sparse(scanner.histogram());
   };
-  return make_plan(source.modules, scan.facts, window, count_active, read_histogram);
+  Plan plan = make_plan(source.modules, scan.facts, window, count_active, read_histogram);
+  plan.format = format;
+  if (format == TargetFormat::ModelOpt) refuse_subnormal_multipliers(source.modules, plan);
+  return plan;
 }
 
 namespace {
@@ -218,8 +221,8 @@ std::string describe_row(const ModulePlan& p) {
 
 namespace {
 
-// A requantize plan's rows: each written module's global is compressed-tensors'
-// global of its scale group, read again from SRC.
+// A requantize plan's rows: each written module's second-level scale is the
+// one its layout's quantizer gives its scale group, read again from SRC.
 void check_requantized_rows(const SourceCheckpoint& source, const Plan& plan, const std::vector<std::size_t>& written,
                             unsigned threads) {
   const ModuleSet& set = source.modules;
@@ -228,8 +231,9 @@ void check_requantized_rows(const SourceCheckpoint& source, const Plan& plan, co
   std::sort(groups.begin(), groups.end());
   groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
   std::vector<float> globals(groups.size());
+  const Recipe recipe = recipe_of(plan.format);
   parallel_for(groups.size(), threads,
-               [&](std::size_t g) { globals[g] = nvfp4_global_scale(scale_group_amax(source, groups[g])); });
+               [&](std::size_t g) { globals[g] = second_level_for(recipe, scale_group_amax(source, groups[g])).stored; });
   throw_if_stopped();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     for (const std::size_t i : set.scale_groups[groups[g]]) {
@@ -271,7 +275,8 @@ void check_planned_rows(const SourceCheckpoint& source, const Plan& plan, const 
       if (!scan[i] && layers.contains(moe_layer_of(set.modules[i].name))) add_group(set.modules[i].scale_group);
     }
   }
-  Plan derived = plan_conversion(source, scan_modules(source, threads, kKeptHistogramBytes, &scan), plan.window);
+  Plan derived =
+      plan_conversion(source, scan_modules(source, threads, kKeptHistogramBytes, &scan), plan.window, plan.format);
   apply_overspan(source, derived, plan.over_span_choice, threads);
   for (const std::size_t i : written) {
     const ModulePlan& want = derived.modules[i];

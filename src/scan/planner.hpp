@@ -28,7 +28,10 @@ struct ScanResult {
 ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads,
                         std::uint64_t histogram_budget = kKeptHistogramBytes, const std::vector<bool>* only = nullptr);
 
-Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window);
+// The plan of a conversion into `format` (make_plan; for ModelOpt's layout,
+// with refuse_subnormal_multipliers).
+Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window,
+                     TargetFormat format = TargetFormat::CompressedTensors);
 
 // A plan from a file (`mx2nv plan`, read by a planned step) against SRC: the
 // rows of every module whose tensors are in `shards` (the ones a step writes)

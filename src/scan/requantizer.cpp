@@ -21,6 +21,13 @@ constexpr std::uint64_t kChunkGroups = kCopyBufferBytes / kGroupBytes;
   fail(ErrorKind::InvalidInput, "{}: row {} group {}: {}", m.name, group / m.groups, group % m.groups, why);
 }
 
+// A NaN scale byte, in the words convert's scan refuses it with (one message
+// whichever command meets it first).
+[[noreturn]] void nan_failure(const SourceCheckpoint& source, const QuantModule& m, std::uint64_t group) {
+  fail_input("{}: tensor \"{}\" row {} group {}: scale byte 0xFF is NaN in E8M0",
+             source.checkpoint.shards[m.scale_shard].file, m.scale_name(), group / m.groups, group % m.groups);
+}
+
 // visit(packed, scales, first_group) over a module's groups in file order.
 template <typename Visit>
 void for_each_chunk(const SourceCheckpoint& source, const QuantModule& m, Visit&& visit) {
@@ -47,29 +54,29 @@ std::span<const std::byte, 16> group_bytes(std::span<const std::byte> packed, st
   return std::span<const std::byte, 16>(packed.data() + g * kGroupBytes, 16);
 }
 
-// The GroupRequantizer of `global`, kept across the modules this thread
+// The GroupRequantizer of `level`, kept across the modules this thread
 // requantizes: a requantizer's blocks are the same for every module of one
-// global, and modules share few globals (2688 / amax, where most amaxes are
-// 6 x 2^k), so K3's 247k small modules reuse blocks instead of recomputing
-// them. At most kKeptGlobals are kept (the least recently used goes), so
-// memory stays bounded whatever the globals.
-GroupRequantizer& requantizer_for(float global) {
-  constexpr std::size_t kKeptGlobals = 8;
+// second-level scale, and modules share few (a function of amax, where most
+// amaxes are 6 x 2^k), so K3's 247k small modules reuse blocks instead of
+// recomputing them. At most kKeptLevels are kept (the least recently used
+// goes), so memory stays bounded whatever the scales.
+GroupRequantizer& requantizer_for(SecondLevel level) {
+  constexpr std::size_t kKeptLevels = 8;
   thread_local std::vector<std::unique_ptr<GroupRequantizer>> kept;  // most recently used last
-  const auto bits = std::bit_cast<std::uint32_t>(global);
   for (auto it = kept.begin(); it != kept.end(); ++it) {
-    if (std::bit_cast<std::uint32_t>((*it)->global()) != bits) continue;
+    if (!(*it)->level().same_as(level)) continue;
     std::rotate(it, it + 1, kept.end());
     return *kept.back();
   }
-  if (kept.size() == kKeptGlobals) kept.erase(kept.begin());
-  kept.push_back(std::make_unique<GroupRequantizer>(global));
+  if (kept.size() == kKeptLevels) kept.erase(kept.begin());
+  kept.push_back(std::make_unique<GroupRequantizer>(level));
   return *kept.back();
 }
 
 // The failure of the group a run stopped at.
-[[noreturn]] void run_failure(const QuantModule& m, std::uint64_t group, std::byte e8m0) {
-  if (std::to_integer<std::uint8_t>(e8m0) == kE8M0NaN) group_failure(m, group, "NaN scale (E8M0 0xFF)");
+[[noreturn]] void run_failure(const SourceCheckpoint& source, const QuantModule& m, std::uint64_t group,
+                              std::byte e8m0) {
+  if (std::to_integer<std::uint8_t>(e8m0) == kE8M0NaN) nan_failure(source, m, group);
   group_failure(m, group, "a value is beyond float32's range");
 }
 
@@ -77,10 +84,10 @@ GroupRequantizer& requantizer_for(float global) {
 // with the chunk's requantized bytes (16 and 2 a group; a span is empty when
 // not asked for), its values added to *stats in order when stats is not null.
 template <typename Out>
-void requantize_module(const SourceCheckpoint& source, std::size_t module, float global, bool want_packed,
+void requantize_module(const SourceCheckpoint& source, std::size_t module, SecondLevel level, bool want_packed,
                        bool want_scales, ErrorStats* stats, Out&& out) {
   const QuantModule& m = source.modules.modules[module];
-  GroupRequantizer& requantizer = requantizer_for(global);
+  GroupRequantizer& requantizer = requantizer_for(level);
   std::vector<std::byte> packed_out;
   std::vector<std::uint8_t> scales_out;
   for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
@@ -88,7 +95,7 @@ void requantize_module(const SourceCheckpoint& source, std::size_t module, float
     if (want_packed) packed_out.resize(n * kGroupBytes);
     if (want_scales) scales_out.resize(2 * n);
     const std::size_t done = requantizer.requantize(packed, scales, packed_out, scales_out, stats);
-    if (done != n) run_failure(m, first + done, scales[done]);
+    if (done != n) run_failure(source, m, first + done, scales[done]);
     out(std::span<const std::byte>(packed_out), std::as_bytes(std::span(scales_out)));
   });
 }
@@ -127,23 +134,24 @@ float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group) 
     const QuantModule& m = source.modules.modules[module];
     for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
       const std::size_t done = mxfp4_groups_amax(packed, scales, amax);
-      if (done != scales.size()) run_failure(m, first + done, scales[done]);
+      if (done != scales.size()) run_failure(source, m, first + done, scales[done]);
     });
   }
   return amax;
 }
 
-void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit,
-                               ErrorStats& stats) {
+void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
+                               const TensorEmit& emit, ErrorStats& stats) {
   ChunkedEmit sink(emit);
-  requantize_module(source, module, global, true, false, &stats,
+  requantize_module(source, module, level, true, false, &stats,
                     [&](std::span<const std::byte> packed, std::span<const std::byte>) { sink.add(packed); });
   sink.flush();
 }
 
-void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit) {
+void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
+                               const TensorEmit& emit) {
   ChunkedEmit sink(emit);
-  requantize_module(source, module, global, false, true, nullptr,
+  requantize_module(source, module, level, false, true, nullptr,
                     [&](std::span<const std::byte>, std::span<const std::byte> scales) { sink.add(scales); });
   sink.flush();
 }
@@ -151,9 +159,10 @@ void stream_requantized_scales(const SourceCheckpoint& source, std::size_t modul
 namespace {
 
 // The BF16 bytes of one decoded 32-group (64 bytes, little-endian).
-void bf16_group(const QuantModule& m, std::uint64_t group, std::span<const std::byte, 16> packed, std::uint8_t e8m0,
+void bf16_group(const SourceCheckpoint& source, const QuantModule& m, std::uint64_t group,
+                std::span<const std::byte, 16> packed, std::uint8_t e8m0,
                 std::span<std::byte, 64> out) {
-  if (e8m0 == kE8M0NaN) group_failure(m, group, "NaN scale (E8M0 0xFF)");
+  if (e8m0 == kE8M0NaN) nan_failure(source, m, group);
   const int k = e8m0_exponent(e8m0);
   for (std::size_t i = 0; i < 32; ++i) {
     const auto b = std::to_integer<std::uint8_t>(packed[i / 2]);
@@ -173,14 +182,14 @@ void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, cons
   std::array<std::byte, 64> values{};
   for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     for (std::size_t g = 0; g < scales.size(); ++g) {
-      bf16_group(m, first + g, group_bytes(packed, g), std::to_integer<std::uint8_t>(scales[g]), values);
+      bf16_group(source, m, first + g, group_bytes(packed, g), std::to_integer<std::uint8_t>(scales[g]), values);
       sink.add(values);
     }
   });
   sink.flush();
 }
 
-RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, float global,
+RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
                                    const TensorRead& read_packed, const TensorRead& read_scales) {
   RequantizedCheck check;
   std::vector<std::byte> theirs;
@@ -191,8 +200,8 @@ RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t m
       for (std::size_t i = 0; i < ours.size(); ++i) differing += ours[i] != theirs[i] ? 1u : 0u;
     });
   };
-  stream_requantized_packed(source, module, global, compare(read_packed, check.packed_bytes_differing), check.error);
-  stream_requantized_scales(source, module, global, compare(read_scales, check.scale_bytes_differing));
+  stream_requantized_packed(source, module, level, compare(read_packed, check.packed_bytes_differing), check.error);
+  stream_requantized_scales(source, module, level, compare(read_scales, check.scale_bytes_differing));
   return check;
 }
 

@@ -1,5 +1,5 @@
 // Requantizing a source checkpoint's modules from their decoded MXFP4 values,
-// the way compressed-tensors' NVFP4 quantization does it
+// the way compressed-tensors' or ModelOpt's NVFP4 quantization does it
 // (numerics/nvfp4_quantizer.hpp), streamed through fixed buffers: the
 // building blocks of `mx2nv requantize`, `convert --overspan requantize|bf16`
 // and of verify's check of such modules.
@@ -18,14 +18,15 @@ namespace mx2nv {
 // group for a NaN scale or a value beyond float32.
 float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group);
 
-// Streams module `module` requantized under `global`: emit(offset, bytes) for
+// Streams module `module` requantized under `level`: emit(offset, bytes) for
 // the packed tensor (16 bytes per 32-group) or, with `scales`, for the
 // F8_E4M3 weight_scale tensor (2 bytes per 32-group); offsets are relative to
 // the tensor. Adds every value's error to `stats` (packed pass only).
 using TensorEmit = std::function<void(std::uint64_t offset, std::span<const std::byte> bytes)>;
-void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit,
-                               ErrorStats& stats);
-void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, float global, const TensorEmit& emit);
+void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
+                               const TensorEmit& emit, ErrorStats& stats);
+void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
+                               const TensorEmit& emit);
 
 // Streams module `module` decoded into its BF16 `weight` [N, K] (2 bytes per
 // value, row-major; exact, -0 kept). Throws Error(InvalidInput) for a NaN
@@ -33,14 +34,14 @@ void stream_requantized_scales(const SourceCheckpoint& source, std::size_t modul
 void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, const TensorEmit& emit);
 
 // verify: compares DST's packed and scale bytes of `module` with the
-// documented recomputation under `global`. read(tensor_offset, out) reads DST.
+// documented recomputation under `level`. read(tensor_offset, out) reads DST.
 struct RequantizedCheck {
   std::uint64_t packed_bytes_differing = 0;
   std::uint64_t scale_bytes_differing = 0;
   ErrorStats error;  // of the recomputed (hence, when equal, DST's) values against SRC's
 };
 using TensorRead = std::function<void(std::uint64_t offset, std::span<std::byte> out)>;
-RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, float global,
+RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
                                    const TensorRead& read_packed, const TensorRead& read_scales);
 // verify: the number of BF16 values of `module` in DST that differ from SRC's
 // decoded values (bit for bit, -0 included). read(tensor_offset, out) reads DST.

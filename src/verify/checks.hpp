@@ -61,7 +61,14 @@ struct TargetModule {
   // convert --overspan bf16: DST's BF16 `weight` in place of the NVFP4 tensors.
   MaybeOffset bf16_offset;
   std::uint32_t packed_shard = 0, scale_shard = 0, bf16_shard = 0;  // DST shard indices (kMaxShards fits)
-  std::optional<float> global;  // the divisor: present, of the format's shape, positive normal (ModelOpt: 1/multiplier)
+  // The second-level F32 as stored: present, of the format's shape,
+  // positive normal (compressed-tensors' divisor, ModelOpt's multiplier).
+  std::optional<float> stored;
+  // The divisor it stands for (the stored value, or ModelOpt's exact
+  // 1/multiplier); empty for a ModelOpt multiplier that is no power of two,
+  // which only a requantized module holds (its values: `stored` and its
+  // layout's recipe).
+  std::optional<float> global;
   bool global_seen = false;     // found anywhere (even if wrong)
   bool scale_absent = false;  // SRC's weight_scale is not in DST (right only for a BF16 module)
 };

@@ -1,7 +1,8 @@
 // verify: modules convert --overspan rewrote. What DST holds decides the
-// choice it was converted with (a BF16 weight: bf16; a global that is no
-// power of two, which a lossless transcode always writes and
-// compressed-tensors' 2688 / amax never does: requantize); the plan for SRC
+// choice it was converted with (a BF16 weight: bf16; a second-level scale
+// that is no power of two, which a lossless transcode always writes and
+// neither compressed-tensors' 2688 / amax nor ModelOpt's amax / 2688 ever
+// does: requantize); the plan for SRC
 // under the window, resolved with that choice, then says exactly which
 // modules may be rewritten and how, and every value is checked against it.
 #include "common/error.hpp"
@@ -12,6 +13,7 @@
 #include "scan/planner.hpp"
 #include "verify/checks.hpp"
 
+#include <bit>
 #include <cmath>
 
 namespace mx2nv {
@@ -42,7 +44,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
     if (t.bf16_offset) {
       found[i] = Treatment::Bf16;
       any_bf16 = true;
-    } else if (t.global && !power_of_two(*t.global)) {
+    } else if (t.stored && !power_of_two(*t.stored)) {
       found[i] = Treatment::Requantized;
     }
     any_rewritten = any_rewritten || found[i] != Treatment::Exact;
@@ -54,7 +56,7 @@ void check_overspan(VerifyContext& ctx, Report& report) {
     return;
   }
   const OverSpanChoice choice = any_bf16 ? OverSpanChoice::Bf16 : OverSpanChoice::Requantize;
-  Plan plan = plan_conversion(ctx.source, scan_modules(ctx.source, ctx.options.threads), ctx.options.window);
+  Plan plan = plan_conversion(ctx.source, scan_modules(ctx.source, ctx.options.threads), ctx.options.window, ctx.format);
   apply_overspan(ctx.source, plan, choice, ctx.options.threads);
   if (plan.refused()) {
     ctx.diff.add("SRC cannot be converted under the {} window even with --overspan {}", window_name(ctx.options.window),
@@ -71,7 +73,17 @@ void check_overspan(VerifyContext& ctx, Report& report) {
       ctx.treatments[i] = found[i];  // check the values as what they are
     }
     if (expected == Treatment::Bf16) ctx.bf16_modules.emplace_back(modules[i].name);
-    if (expected == Treatment::Requantized) ctx.requantized_modules.emplace_back(modules[i].name);
+    if (expected == Treatment::Requantized) {
+      ctx.requantized_modules.emplace_back(modules[i].name);
+      // The F32 the quantizer gives the module's scale group, bit for bit:
+      // values that agree with another scale do not make it right.
+      const float want = plan.modules[i].divisor;
+      const auto& have = ctx.modules[i].stored;
+      if (found[i] == expected && have && std::bit_cast<std::uint32_t>(*have) != std::bit_cast<std::uint32_t>(want)) {
+        ctx.diff.add("\"{}\": requantized with the second-level scale {}, but its layout's quantizer gives {}",
+                     modules[i].name, *have, want);
+      }
+    }
     if (ctx.modules[i].scale_absent && found[i] != Treatment::Bf16) {
       ctx.diff.add("tensor \"{}\" missing from DST", modules[i].scale_name());
     }
@@ -105,18 +117,18 @@ void check_rewritten_values(const VerifyContext& ctx, Report& report) {
       values[r] = m.group_count() * kMxGroup;
       return;
     }
-    if (!t.global || !t.packed_offset || !t.scale_offset) return;  // reported by the shard pass
+    if (!t.stored || !t.packed_offset || !t.scale_offset) return;  // reported by the shard pass
     const auto packed = ctx.target.files->open(t.packed_shard);
     const auto scales = ctx.target.files->open(t.scale_shard);
     const std::uint64_t p = *t.packed_offset, s = *t.scale_offset;
     const RequantizedCheck c = check_requantized(
-        ctx.source, i, *t.global, [&](std::uint64_t off, std::span<std::byte> out) { packed->read_at(p + off, out); },
+        ctx.source, i, SecondLevel{recipe_of(ctx.format), *t.stored}, [&](std::uint64_t off, std::span<std::byte> out) { packed->read_at(p + off, out); },
         [&](std::uint64_t off, std::span<std::byte> out) { scales->read_at(s + off, out); });
     if (c.packed_bytes_differing || c.scale_bytes_differing) {
       ctx.diff.add("\"{}\": requantized, but {} packed and {} scale bytes differ from the documented recomputation",
                    m.name, c.packed_bytes_differing, c.scale_bytes_differing);
     }
-    rows[r] = ModuleError{std::string(m.name), *t.global, c.error.values, c.error.relative_rmse(), c.error.cosine(), c.error.max_abs,
+    rows[r] = ModuleError{std::string(m.name), *t.stored, c.error.values, c.error.relative_rmse(), c.error.cosine(), c.error.max_abs,
                           c.error.marlin_zeroed_blocks};
   });
   for (std::size_t r = 0; r < rewritten.size(); ++r) {

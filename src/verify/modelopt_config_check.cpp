@@ -51,7 +51,8 @@ std::vector<std::string> check_modelopt_config(const SourceQuantConfig& source, 
                                                const std::optional<std::string>& hf_quant_config_text,
                                                std::vector<std::string> unquantized,
                                                const std::vector<std::string>& bf16_modules,
-                                               const std::vector<std::string>& quantized_layers) {
+                                               const std::vector<std::string>& quantized_layers,
+                                               const std::vector<std::string>& requantized_modules) {
   std::vector<std::string> diff;
   std::vector<std::string> entries;
   try {
@@ -75,7 +76,7 @@ std::vector<std::string> check_modelopt_config(const SourceQuantConfig& source, 
   if (without_quant_configs(source.config, source.parent) != without_quant_configs(dst, source.parent)) {
     diff.push_back("config.json: differs outside quantization_config");
   }
-  check_members(member_or_null(dst, "quantization_config"), modelopt_quant_config(entries, ""),
+  check_members(member_or_null(dst, "quantization_config"), modelopt_quant_config(entries, "", requantized_modules),
                 fmt::format("{}: quantization_config", kConfigFileName), diff);
   const Json& nested = member_or_null(member_or_null(dst, source.parent), "quantization_config");
   if (!source.parent.empty() && nested.dump() != member_or_null(dst, "quantization_config").dump()) {

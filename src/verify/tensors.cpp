@@ -136,25 +136,24 @@ void note_added_tensor(VerifyContext& ctx, const OpenShard& out, std::size_t src
     ctx.diff.add("{}: \"{}\" = {} is not a positive normal float", file, d.name, stored);
     return;
   }
-  // A multiplier is exact as a divisor only when it is a power of two, and
-  // every multiplier an exact conversion writes is one.
-  int exponent = 0;
-  if (!names.global_is_divisor && std::frexp(stored, &exponent) != 0.5f) {
-    ctx.diff.add("{}: \"{}\" = {} is no power of two (its reciprocal, the divisor the values need, is not exact)",
-                 file, d.name, stored);
-    return;
+  t.stored = stored;
+  if (const double multiplier = multiplier_of_stored(ctx.format, stored);
+      !global_multiplier_fits(ctx.options.window, multiplier)) {
+    ctx.diff.add("{}: \"{}\" = {}: its multiplier {} is outside the {} window's global range (runtimes fold it "
+                 "into fp16: see README \"Windows\")",
+                 file, d.name, stored, multiplier, window_name(ctx.options.window));
   }
+  // A multiplier stands for an exact divisor only when it is a power of two,
+  // which every exact conversion writes; one that is not is a requantized
+  // module's (lossy_modules.cpp checks it as that).
+  int exponent = 0;
+  if (!names.global_is_divisor && std::frexp(stored, &exponent) != 0.5f) return;
   const float v = *divisor_of_stored(ctx.format, stored);
   if (!std::isnormal(v)) {
     ctx.diff.add("{}: \"{}\" = {}: its reciprocal is not a normal float", file, d.name, stored);
     return;
   }
   t.global = v;
-  if (!global_multiplier_fits(ctx.options.window, 1.0 / static_cast<double>(v))) {
-    ctx.diff.add("{}: \"{}\" = {}: its multiplier 1/{} is outside the {} window's global range (runtimes fold it "
-                 "into fp16: see README \"Windows\")",
-                 file, d.name, v, v, window_name(ctx.options.window));
-  }
 }
 
 void check_shard_pair(VerifyContext& ctx, std::size_t s, std::size_t d) {
@@ -301,10 +300,11 @@ void check_shards(VerifyContext& ctx) {
 void check_globals(const VerifyContext& ctx) {
   const auto& modules = ctx.source.modules.modules;
   for (const auto& members : ctx.source.modules.scale_groups) {
-    const auto& first = ctx.modules[members[0]].global;
+    // Bit for bit: the F32s as stored.
+    const auto& first = ctx.modules[members[0]].stored;
     for (const std::size_t i : members) {
-      const auto& g = ctx.modules[i].global;
-      if (g && first && *g != *first) {
+      const auto& g = ctx.modules[i].stored;
+      if (g && first && std::bit_cast<std::uint32_t>(*g) != std::bit_cast<std::uint32_t>(*first)) {
         ctx.diff.add("\"{}\" and \"{}\" have different global scales ({} vs {}); vLLM applies the gate's to both",
                      modules[members[0]].name, modules[i].name, *first, *g);
       }

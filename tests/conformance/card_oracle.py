@@ -46,10 +46,11 @@ BASE_TAGS = ("nvfp4", "compressed-tensors", "mx2nv")  # a compressed-tensors DST
 FORMATS = {
     "compressed-tensors": dict(tag="compressed-tensors", row="`compressed-tensors` `nvfp4-pack-quantized` (NVFP4A16)",
                                name="compressed-tensors NVFP4A16", second="an FP32 global",
-                               seconds="FP32 global scales"),
+                               seconds="FP32 global scales", recipe="compressed-tensors 0.20.1 quantizes NVFP4"),
     "modelopt": dict(tag="modelopt", row="ModelOpt `W4A16_NVFP4` (`weight`, `weight_scale`, `weight_scale_2`)",
                      name="ModelOpt W4A16_NVFP4", second="an exact FP32 multiplier (`weight_scale_2`)",
-                     seconds="FP32 `weight_scale_2` multipliers"),
+                     seconds="FP32 `weight_scale_2` multipliers",
+                     recipe="nvidia-modelopt 0.47.0's dynamic NVFP4 weight quantizer quantizes them"),
 }
 # SGLang's weight-only MoE runners a ModelOpt DST's commands name (with `auto`
 # SGLang 0.5.23 picks a W4A4 runner on Blackwell): backend -> environment prefix.
@@ -1021,7 +1022,10 @@ def check_made(card: ParsedCard, inputs: CardInputs) -> list[str]:
         want = [convert, f"mx2nv verify SRC DST --window {r['window']} --report verify-report.json",
                 " ".join(["mx2nv card SRC DST --verify-report verify-report.json", *options])]
     else:
-        want = ["mx2nv requantize SRC DST --report requantize-report.json",
+        requantize = "mx2nv requantize SRC DST"
+        if inputs.target_format != "compressed-tensors":
+            requantize += f" --format {inputs.target_format}"
+        want = [requantize + " --report requantize-report.json",
                 " ".join(["mx2nv card SRC DST --requantize-report requantize-report.json", *options])]
     problems: list[str] = []
     _want(problems, "## How it was made commands", lines, want)
@@ -1114,6 +1118,8 @@ def check_intro(card: ParsedCard, inputs: CardInputs) -> list[str]:
     done = "transcoded" if inputs.kind == "verify" else "requantized"
     if f"{done} to {fmt['name']} by mx2nv" not in intro:
         problems.append(f"summary does not say '{done} to {fmt['name']}'")
+    if inputs.kind != "verify" and f"from the decoded MXFP4 values exactly as {fmt['recipe']} (lossy)" not in intro:
+        problems.append(f"summary does not name the recipe as {fmt['recipe']!r}")
     if inputs.kind == "verify" and f"an FP8 E4M3 scale and {fmt['second']}:" not in intro:
         problems.append(f"summary does not name the second-level scale as {fmt['second']!r}")
     return problems

@@ -198,6 +198,12 @@ def test_hostile_input_is_refused(base, tmp_path, case):
     assert r.returncode == case["exit"], r.stdout + r.stderr
     assert case["message"] in r.stderr, r.stderr
     assert not mo.exists()
+    # So does the lossy writer in that layout (requantize --format modelopt, ModelOpt's own quantizer).
+    rq = tmp_path / "rq"
+    r = run("requantize", "--format", "modelopt", ck, rq)
+    assert r.returncode == case["exit"], r.stdout + r.stderr
+    assert case["message"] in r.stderr, r.stderr
+    assert not rq.exists()
 
 
 def test_corpus_is_large_enough():

@@ -126,3 +126,19 @@ def test_a_global_whose_reciprocal_is_no_normal_float_is_refused(tmp_path):
     assert r.returncode == 1 and "weight_scale_2" in r.stdout, r.stdout + r.stderr
     assert not (tmp_path / "mo").exists()
     assert run("convert", src, tmp_path / "ct", "--window", "e4m3").returncode == 0
+
+
+def test_a_requantized_multiplier_that_would_be_subnormal_is_refused(tmp_path):
+    """ModelOpt's weight_scale_2 = amax / 2688 is subnormal for an amax below about 2^-114.6: runtimes flush
+    it, so neither the lossy companion nor --overspan requantize writes it in the ModelOpt layout."""
+    src = tmp_path / "src"
+    assert run("generate", src, "--layout", "flat", "--layers", "1", "--experts", "2", "--shards", "1",
+               "--k-max", "-127", "--span", "3").returncode == 0
+    r = run("requantize", "--format", "modelopt", src, tmp_path / "rq")
+    assert r.returncode == 3 and "weight_scale_2" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "rq").exists()
+    r = run("convert", "--format", "modelopt", "--window", "e4m3", "--overspan", "requantize", src, tmp_path / "mo")
+    assert r.returncode == 1 and "no normal float" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "mo").exists()
+    assert run("requantize", src, tmp_path / "ct").returncode == 0  # compressed-tensors' recipe has its own floor
+

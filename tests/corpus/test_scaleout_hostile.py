@@ -321,6 +321,7 @@ def over_span(tmp_path):
     (["--overspan", "bf16"], ["--overspan", "requantize"]),
     (["--overspan", "bf16"], ["--overspan", "bf16"]),
     (["--overspan", "requantize"], ["--overspan", "bf16"]),
+    (["--overspan", "requantize", "--format", "modelopt"], ["--overspan", "requantize", "--format", "modelopt"]),
     (["--overspan", "bf16"], []),
     (["--overspan", "bf16", "--window", "e4m3"], ["--overspan", "bf16"]),
 ])
@@ -346,6 +347,8 @@ def test_a_resume_never_finishes_a_dst_holding_a_plan(tmp_path, over_span, plann
     (["--overspan", "requantize"], ["--overspan", "bf16"]),
     (["--overspan", "bf16"], ["--window", "e4m3", "--overspan", "bf16"]),
     (["--window", "e4m3", "--overspan", "requantize"], ["--overspan", "requantize"]),
+    (["--overspan", "requantize", "--format", "modelopt"], ["--overspan", "requantize"]),
+    (["--overspan", "requantize"], ["--overspan", "requantize", "--format", "modelopt"]),
 ])
 def test_steps_of_two_plans_never_mix_in_one_dst(tmp_path, over_span, first, second):
     dst = tmp_path / "dst"

@@ -12,7 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
 #include <cstring>
 #include <thread>
 
@@ -134,7 +138,8 @@ TEST_P(ModelOpt, VerifyCatchesWhatIsWrong) {
     write_file(shard, all);
     const CliResult v = verify(dst);
     EXPECT_EQ(v.exit_code, 1);
-    EXPECT_NE(v.err.find("no power of two"), std::string::npos) << v.err;
+    // No power of two: what only a requantized module holds, and convert writes this one exact.
+    EXPECT_NE(v.err.find("is requantized in DST, but"), std::string::npos) << v.err;
   }
   {  // an exclude list missing a module that stays unquantized
     const fs::path dst = copy_of("short_ignore");
@@ -193,21 +198,106 @@ TEST_P(ModelOpt, PlannedStepsWriteTheSameBytes) {
   EXPECT_EQ(snapshot(dst), snapshot(d / "mo"));
 }
 
-TEST_P(ModelOpt, RequantizedModulesAreRefusedBf16LayersExcluded) {
+// --overspan requantize and mx2nv requantize in ModelOpt's layout follow
+// ModelOpt's own quantizer (numerics/nvfp4_quantizer.hpp; the conformance
+// suite checks the bytes against nvidia-modelopt's code): a weight_scale_2
+// that is no power of two, one per gate/up pair, the same in the report's
+// table, and verify checks every byte and the scale itself.
+TEST_P(ModelOpt, RequantizedModulesFollowModelOptsQuantizerBf16LayersExcluded) {
   spec = spec_with_over_span();
   spec.overrides.clear();
   spec.layout = GetParam();
-  spec.overrides[fixture_module_name(spec, 1, 2, 2)].span = 30;
+  const std::string gate = fixture_module_name(spec, 0, 1, 0), up = fixture_module_name(spec, 0, 1, 1);
+  const std::string down = fixture_module_name(spec, 1, 2, 2);
+  spec.overrides[gate].span = 20;  // the pair goes together
+  spec.overrides[down].span = 30;
   write_fixture(d / "wide", spec);
-  const CliResult lossy = run_cli("convert --format modelopt --overspan requantize " + q(d / "wide") + " " + q(d / "x"));
-  EXPECT_EQ(lossy.exit_code, 2);
-  EXPECT_FALSE(fs::exists(d / "x" / "config.json"));
-  EXPECT_EQ(run_cli("plan --requantize --format modelopt " + q(d / "wide") + " " + q(d / "y")).exit_code, 2);
+  const CliResult lossy = run_cli("convert --format modelopt --overspan requantize " + q(d / "wide") + " " + q(d / "x") +
+                                  " --report " + q(d / "x.json"));
+  ASSERT_EQ(lossy.exit_code, 0) << lossy.err;
+  EXPECT_EQ(run_cli("verify " + q(d / "wide") + " " + q(d / "x")).exit_code, 0);
+  const json report = json::parse(read_file(d / "x.json"));
+  std::set<std::string> listed;
+  std::map<std::string, double> reported;
+  for (const auto& row : report["requantized"]) {
+    listed.insert(row["module"].get<std::string>());
+    reported[row["module"].get<std::string>()] = row["global_scale"].get<double>();
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{gate, up, down}));
+  const auto scale_2 = [&](const fs::path& dst, const std::string& m) {
+    return f32_of(tensor_bytes(shard_of(dst, m + ".weight_scale_2"), m + ".weight_scale_2"));
+  };
+  for (const std::string& m : listed) {
+    const float w = scale_2(d / "x", m);
+    int e = 0;
+    EXPECT_NE(std::frexp(w, &e), 0.5f) << m << ": amax / 2688 is no power of two";
+    EXPECT_EQ(reported[m], static_cast<double>(w)) << m << ": the table's global_scale is the stored multiplier";
+    EXPECT_FALSE(header_of(shard_of(d / "x", m + ".weight")).contains(m + ".input_scale")) << m;
+  }
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(scale_2(d / "x", gate)), std::bit_cast<std::uint32_t>(scale_2(d / "x", up)));
+  const json config = json::parse(read_file(d / "x" / "config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "modelopt");
+  const json& names = config["quantization_config"]["mx2nv_requantized_modules"];
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), listed);
+
+  // A retry is answered; the other layout's lossy DST is not this conversion.
+  EXPECT_EQ(run_cli("convert --resume --format modelopt --overspan requantize " + q(d / "wide") + " " + q(d / "x")).exit_code,
+            0);
+  EXPECT_EQ(run_cli("convert --resume --overspan requantize " + q(d / "wide") + " " + q(d / "x")).exit_code, 2);
+
+  // verify: a changed weight_scale_2 (one bit), block scale or code is found.
+  const auto copy_of = [&](const std::string& name) {
+    const fs::path to = d / name;
+    fs::copy(d / "x", to, fs::copy_options::recursive);
+    return to;
+  };
+  const auto flip = [&](const fs::path& dst, const std::string& tensor, std::size_t at, unsigned char bit) {
+    const fs::path shard = shard_of(dst, tensor);
+    const json h = header_of(shard);
+    std::string all = read_file(shard);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(all[static_cast<std::size_t>(i)])) << (8 * i);
+    const std::size_t pos = 8 + n + h[tensor]["data_offsets"][0].get<std::size_t>() + at;
+    all[pos] = static_cast<char>(static_cast<unsigned char>(all[pos]) ^ bit);
+    write_file(shard, all);
+  };
+  const struct {
+    const char* name;
+    std::string tensor;
+    std::size_t at;
+    unsigned char bit;
+    const char* says;
+  } damages[] = {{"scale2_bit", down + ".weight_scale_2", 0, 0x01, "its layout's quantizer gives"},
+                 {"block_scale", down + ".weight_scale", 3, 0x01, "differ from the documented recomputation"},
+                 {"code", gate + ".weight", 5, 0x10, "differ from the documented recomputation"}};
+  for (const auto& damage : damages) {
+    const fs::path dst = copy_of(damage.name);
+    flip(dst, damage.tensor, damage.at, damage.bit);
+    const CliResult v = run_cli("verify " + q(d / "wide") + " " + q(dst));
+    EXPECT_EQ(v.exit_code, 1) << damage.name;
+    EXPECT_NE(v.err.find(damage.says), std::string::npos) << damage.name << ": " << v.err;
+  }
+
+  // mx2nv requantize --format modelopt, and the same as planned steps.
+  ASSERT_EQ(run_cli("requantize --format modelopt " + q(d / "wide") + " " + q(d / "rq")).exit_code, 0);
+  EXPECT_EQ(json::parse(read_file(d / "rq" / "config.json"))["quantization_config"]["quant_algo"], "W4A16_NVFP4");
+  EXPECT_TRUE(fs::exists(d / "rq" / "hf_quant_config.json"));
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(scale_2(d / "rq", down)), std::bit_cast<std::uint32_t>(scale_2(d / "x", down)));
+  EXPECT_EQ(tensor_bytes(shard_of(d / "rq", down + ".weight"), down + ".weight"),
+            tensor_bytes(shard_of(d / "x", down + ".weight"), down + ".weight"));
+  ASSERT_EQ(run_cli("plan --requantize --format modelopt " + q(d / "wide") + " " + q(d / "y")).exit_code, 0);
+  const std::string plan = q(d / "y" / ".mx2nv" / "plan.json");
+  ASSERT_EQ(run_cli("convert --plan " + plan + " --shards 0/1").exit_code, 0);
+  ASSERT_EQ(run_cli("convert --plan " + plan + " --finalize").exit_code, 0);
+  EXPECT_TRUE(snapshot(d / "y") == snapshot(d / "rq"));
+  // A DST requantized in one layout is never continued in the other.
+  EXPECT_EQ(run_cli("requantize --resume --format modelopt " + q(d / "wide") + " " + q(d / "rq")).exit_code, 0);
+  EXPECT_EQ(run_cli("requantize --resume " + q(d / "wide") + " " + q(d / "rq")).exit_code, 2);
+
   const CliResult bf16 = run_cli("convert --format modelopt --overspan bf16 " + q(d / "wide") + " " + q(d / "b"));
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
   EXPECT_EQ(run_cli("verify " + q(d / "wide") + " " + q(d / "b")).exit_code, 0);
   const json qc = json::parse(read_file(d / "b" / "config.json"))["quantization_config"];
-  const std::string down = fixture_module_name(spec, 1, 2, 2);
   const std::string layer = down.substr(0, down.rfind(".experts.") + std::string(".experts").size());
   bool module_listed = false, layer_listed = false;
   for (const auto& e : qc["ignore"]) {

@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <tuple>
@@ -114,10 +115,12 @@ void forge(const fs::path& plan_path, const fs::path& src, const std::function<v
     Plan p;
     p.window = f.window;
     p.over_span_choice = f.over_span_choice;
+    p.kind = f.kind;
+    p.format = f.format;
     p.modules = f.modules;
     for (std::size_t i = 0; i < f.shards.size(); ++i) {
       const OpenShard in = s.checkpoint.read_shard(i);
-      const TargetLayout layout = make_target_layout(in.header, i, s.modules, p.modules);
+      const TargetLayout layout = make_target_layout(in.header, i, s.modules, p);
       f.shards[i].plan_hash = expected_record(s, p, in, layout).plan_hash;
       f.shards[i].output_data_bytes = layout.data_size;
       f.shards[i].output_tensors = layout.tensors.size();
@@ -955,13 +958,20 @@ TEST(PlannedForgery, RewrittenModulesAreCheckedAgainstSrcToo) {
   const std::string over = fixture_module_name(spec, 1, 2, 2);
   const std::size_t module = *source.modules.find(over);
   struct Case {
-    std::string choice;
+    std::string flags;  // what the plan was made with
     std::function<void(PlanFile&)> edit;
   };
+  // A stored second-level scale one bit off what the layout's quantizer gives.
+  const auto next_up = [&](PlanFile& f) {
+    f.modules[module].divisor = std::nextafter(f.modules[module].divisor, 1e30f);
+  };
   const std::vector<Case> cases = {
-      {"requantize", [&](PlanFile& f) { f.modules[module].divisor *= 2; }},
-      {"requantize", [&](PlanFile& f) { f.modules[module] = ModulePlan{}; f.modules[module].m = 0; }},
-      {"bf16", [&](PlanFile& f) {
+      {"--overspan requantize", [&](PlanFile& f) { f.modules[module].divisor *= 2; }},
+      {"--overspan requantize", [&](PlanFile& f) { f.modules[module] = ModulePlan{}; f.modules[module].m = 0; }},
+      {"--overspan requantize --format modelopt", next_up},
+      {"--requantize --format modelopt", next_up},
+      {"--requantize", next_up},
+      {"--overspan bf16", [&](PlanFile& f) {
          // Only the refused module as BF16, not its whole layer.
          for (std::size_t i = 0; i < f.modules.size(); ++i) {
            if (i != module && f.modules[i].treatment == Treatment::Bf16) {
@@ -975,12 +985,11 @@ TEST(PlannedForgery, RewrittenModulesAreCheckedAgainstSrcToo) {
   for (const auto& c : cases) {
     const fs::path dst = d / ("dst" + std::to_string(k)), plan = d / ("plan" + std::to_string(k) + ".json");
     ++k;
-    ASSERT_EQ(cli("plan --overspan " + c.choice + " " + q(d / "src") + " " + q(dst) + " --plan-out " + q(plan)).exit_code,
-              0);
+    ASSERT_EQ(cli("plan " + c.flags + " " + q(d / "src") + " " + q(dst) + " --plan-out " + q(plan)).exit_code, 0);
     forge(plan, d / "src", c.edit);
     for (const std::string& step : std::vector<std::string>{"--shards 0/1", "--finalize"}) {
       const CliResult r = cli("convert --plan " + q(plan) + " " + step);
-      EXPECT_EQ(r.exit_code, step == "--finalize" ? 2 : 3) << c.choice << r.err;  // finalize: no shard is finished
+      EXPECT_EQ(r.exit_code, step == "--finalize" ? 2 : 3) << c.flags << r.err;  // finalize: no shard is finished
       EXPECT_FALSE(fs::exists(dst));
     }
   }

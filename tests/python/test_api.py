@@ -106,6 +106,12 @@ def test_overspan_choices(tmp_path: Path) -> None:
     assert mx2nv.verify(src, tmp_path / "bf16").ok
     lossy = mx2nv.convert(src, tmp_path / "rq", overspan="requantize")
     assert lossy.overspan["choice"] == "requantize" and lossy.overspan["lossy"] and lossy.requantized
+    # In ModelOpt's layout, by ModelOpt's quantizer: the same modules, another
+    # second-level scale (a multiplier), verified.
+    mo = mx2nv.convert(src, tmp_path / "rq-mo", overspan="requantize", format="modelopt")
+    assert mo.overspan["lossy"] and [r["module"] for r in mo.requantized] == [r["module"] for r in lossy.requantized]
+    assert all(m["global_scale"] != r["global_scale"] for m, r in zip(mo.requantized, lossy.requantized))
+    assert mx2nv.verify(src, tmp_path / "rq-mo").ok
     planned = mx2nv.plan(src, tmp_path / "planned", overspan="bf16")
     assert planned.plan is not None and json.loads(planned.plan.read_text())["overspan"] == "bf16"
     with pytest.raises(mx2nv.UsageError):
@@ -126,8 +132,10 @@ def test_format_modelopt(tmp_path: Path) -> None:
     assert planned.plan is not None and json.loads(planned.plan.read_text())["output_format"] == "modelopt"
     with pytest.raises(mx2nv.UsageError):
         mx2nv.convert(src, tmp_path / "x", format="ModelOpt")
-    with pytest.raises(mx2nv.UsageError):  # a requantized module has no exact ModelOpt global
-        mx2nv.convert(src, tmp_path / "y", format="modelopt", overspan="requantize")
+    # --overspan requantize in ModelOpt's layout: ModelOpt's own quantizer for
+    # the refused modules (none here: the output is the exact one).
+    lossy = mx2nv.convert(src, tmp_path / "y", format="modelopt", overspan="requantize")
+    assert lossy.ok and mx2nv.verify(src, tmp_path / "y").ok
 
 
 def test_usage_errors(tmp_path: Path, demo_src: Path, demo_dst: Path) -> None:

@@ -17,6 +17,9 @@
 namespace mx2nv {
 namespace {
 
+SecondLevel ct(float global) { return {Recipe::CompressedTensors, global}; }
+SecondLevel mo(float weight_scale_2) { return {Recipe::ModelOpt, weight_scale_2}; }
+
 // Every finite E4M3 value, ascending, non-negative.
 std::vector<double> e4m3_positive_values() {
   std::vector<double> v;
@@ -102,6 +105,101 @@ std::array<std::byte, 16> pack(const std::array<std::uint8_t, 32>& codes) {
   return out;
 }
 
+// ModelOpt's steps (nvidia-modelopt 0.47.0 NVFP4QTensor), against bit
+// patterns computed with numpy float32 arithmetic in the same order.
+TEST(ModelOptQuantizer, WeightScale2IsAmaxOver2688InFloat32) {
+  const auto bits = [](float amax) { return std::bit_cast<std::uint32_t>(modelopt_weight_scale_2(amax)); };
+  EXPECT_EQ(bits(6.0f), 0x3b124925u);
+  EXPECT_EQ(bits(-6.0f), 0x3b124925u);
+  EXPECT_EQ(bits(3.0f), 0x3a924925u);
+  EXPECT_EQ(bits(0.5f), 0x39430c31u);
+  EXPECT_EQ(bits(0x1p-7f), 0x36430c31u);
+  EXPECT_EQ(bits(1.5f * 0x1p127f), 0x79924925u);
+  EXPECT_EQ(bits(0x1p-128f), 0x0000030cu);  // subnormal: refused by the plan, never written
+  EXPECT_EQ(bits(0.0f), bits(6.0f));        // the deliberate deviation: an all-zero module as amax 6
+  EXPECT_TRUE(second_level_for(Recipe::ModelOpt, 6.0f).same_as(mo(modelopt_weight_scale_2(6.0f))));
+  EXPECT_TRUE(second_level_for(Recipe::CompressedTensors, 6.0f).same_as(ct(448.0f)));
+  EXPECT_FALSE(ct(448.0f).same_as(mo(448.0f)));
+  // Never a power of two for any amax an MXFP4 module can have: verify tells
+  // a requantized module from an exact one by that.
+  for (int k = -127; k <= 127; ++k) {
+    for (const float code : {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f}) {
+      const float amax = std::ldexp(code, k);
+      if (!std::isfinite(amax) || amax == 0) continue;
+      int e = 0;
+      EXPECT_NE(std::frexp(modelopt_weight_scale_2(amax), &e), 0.5f) << amax;
+    }
+  }
+}
+
+TEST(ModelOptQuantizer, BlockScalesFloorAt2ToTheMinus9AndTakeOneForZero) {
+  const float w = modelopt_weight_scale_2(6.0f);
+  EXPECT_EQ(modelopt_block_scale(6.0f, w).byte, 0x7E);  // 447.99997 rounds to 448
+  EXPECT_EQ(modelopt_block_scale(0.0f, w).byte, 0x38);  // an all-zero block: 1.0, not compressed-tensors' 0.125
+  EXPECT_EQ(modelopt_block_scale(0.0f, w).value, 1.0f);
+  // 6 x 2^-10 / (6w) = 448 x 2^-10 / 6 ... far below 2^-9: the floor, where
+  // compressed-tensors rounds to 0 and takes 0.125 (0x20).
+  EXPECT_EQ(modelopt_block_scale(0x1p-20f, w).byte, 0x01);
+  EXPECT_EQ(nvfp4_block_scale(0x1p-20f, nvfp4_global_scale(6.0f)).byte, 0x20);
+  // The exact tie s = 2^-10 lies below the floor too.
+  const float w1 = modelopt_weight_scale_2(448.0f * 6.0f);  // 6w = 6: s = b / 6
+  EXPECT_EQ(modelopt_block_scale(6.0f * 0x1p-10f, w1).byte, 0x01);
+  // A subnormal 6w: the quotient passes 448 and is clamped.
+  const float tiny = modelopt_weight_scale_2(0x1p-128f);
+  EXPECT_EQ(modelopt_block_scale(0x1p-128f, tiny).byte, 0x7E);
+  // A quotient that underflows to 0 is taken as 1.0, as a zero block's.
+  const float huge = modelopt_weight_scale_2(1.5f * 0x1p127f);
+  EXPECT_EQ(modelopt_block_scale(0x1p-128f, huge).byte, 0x38);
+}
+
+TEST(ModelOptQuantizer, CodesDivideOnceByTheProductAndKeepTheSignOfTheQuotient) {
+  // The product first, then one division: 2^-18 / fl(0.75 w) is 1.7499999
+  // (code 3), where (2^-18 / 0.75) / w would be the tie 1.75 (code 4).
+  const float w = modelopt_weight_scale_2(0x1p-7f);
+  EXPECT_EQ(modelopt_code(0x1p-18f, 0.75f, w), 3);
+  EXPECT_EQ(modelopt_code(-0x1p-18f, 0.75f, w), 0x8 | 3);
+  // Thresholds and ties (S w = 1): the same as compressed-tensors'.
+  const float one = 1.0f;
+  const struct {
+    float t;
+    std::uint8_t code;
+  } cases[] = {{0.25f, 0}, {0.75f, 2}, {1.25f, 2}, {1.75f, 4}, {2.5f, 4}, {3.5f, 6}, {5.0f, 6}, {5.5f, 7},
+               {std::nextafter(0.25f, 1.0f), 1}, {std::nextafter(0.75f, 0.0f), 1}, {std::nextafter(1.25f, 2.0f), 3},
+               {std::nextafter(1.75f, 0.0f), 3}, {std::nextafter(2.5f, 3.0f), 5}, {std::nextafter(3.5f, 0.0f), 5},
+               {std::nextafter(5.0f, 6.0f), 7}, {100.0f, 7}, {std::numeric_limits<float>::infinity(), 7}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(modelopt_code(c.t, 1.0f, one), c.code) << c.t;
+    EXPECT_EQ(modelopt_code(-c.t, 1.0f, one), 0x8 | c.code) << c.t;
+  }
+  EXPECT_EQ(modelopt_code(-0.0f, 1.0f, one), 0x0);   // _cast_fp4: -0.0 < 0 is false
+  EXPECT_EQ(modelopt_code(-0.1f, 1.0f, one), 0x8);   // a small negative keeps its sign bit
+}
+
+TEST(ModelOptQuantizer, AGroupAtTheModuleMaximumIsReproducedExactly) {
+  std::array<std::uint8_t, 32> codes{};
+  for (std::size_t i = 0; i < 32; ++i) codes[i] = static_cast<std::uint8_t>(i % 16 == 0 ? 7 : i % 16);
+  std::array<std::byte, 16> src{};
+  for (std::size_t j = 0; j < 16; ++j) src[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  const std::uint8_t e8m0 = 127 + 3;  // amax 48
+  const SecondLevel level = second_level_for(Recipe::ModelOpt, *mxfp4_group_amax(src, e8m0));
+  std::array<std::byte, 16> out{};
+  std::array<std::uint8_t, 2> scales{};
+  ErrorStats stats;
+  ASSERT_TRUE(requantize_group(src, e8m0, level, out, scales, stats));
+  EXPECT_EQ(scales[0], 0x7E);
+  EXPECT_EQ(scales[1], 0x7E);
+  // 448 x fl(48 / 2688) is not 8 exactly: values move, by less than half a step.
+  EXPECT_EQ(stats.values, 32u);
+  EXPECT_GT(stats.max_abs, 0.0);
+  EXPECT_LT(stats.max_abs, 48.0 * 1e-6);
+  for (std::size_t j = 0; j < 16; ++j) {
+    const auto b = std::to_integer<std::uint8_t>(src[j]);
+    const auto lo = static_cast<std::uint8_t>((b & 0xF) == 0x8 ? 0 : b & 0xF);
+    const auto hi = static_cast<std::uint8_t>((b >> 4) == 0x8 ? 0 : b >> 4);
+    EXPECT_EQ(std::to_integer<std::uint8_t>(out[j]), lo | (hi << 4)) << j;
+  }
+}
+
 TEST(RequantizeGroup, AGroupAtTheModuleMaximumIsReproducedExactly) {
   std::array<std::uint8_t, 32> codes{};
   for (std::size_t i = 0; i < 32; ++i) codes[i] = static_cast<std::uint8_t>(i % 16 == 0 ? 7 : i % 16);
@@ -112,7 +210,7 @@ TEST(RequantizeGroup, AGroupAtTheModuleMaximumIsReproducedExactly) {
   std::array<std::byte, 16> out{};
   std::array<std::uint8_t, 2> scales{};
   ErrorStats stats;
-  ASSERT_TRUE(requantize_group(src, e8m0, global, out, scales, stats));
+  ASSERT_TRUE(requantize_group(src, e8m0, ct(global), out, scales, stats));
   // Both blocks hold a 6: scale 448, effective scale 448 / (2688 / 48) = 8 = 2^3.
   EXPECT_EQ(scales[0], 0x7E);
   EXPECT_EQ(scales[1], 0x7E);
@@ -138,7 +236,7 @@ TEST(RequantizeGroup, ASmallGroupUnderALargeGlobalLosesPrecisionMeasurably) {
   std::array<std::byte, 16> out{};
   std::array<std::uint8_t, 2> scales{};
   ErrorStats stats;
-  ASSERT_TRUE(requantize_group(src, 127, global, out, scales, stats));
+  ASSERT_TRUE(requantize_group(src, 127, ct(global), out, scales, stats));
   // The scale rounds to 0 and becomes 0.125: the effective scale 0.125 / global = 292.6 sends every value to 0.
   EXPECT_EQ(scales[0], 0x20);
   EXPECT_EQ(scales[1], 0x20);
@@ -155,7 +253,8 @@ TEST(RequantizeGroup, ValuesBeyondFloat32AreRefused) {
   std::array<std::byte, 16> out{};
   std::array<std::uint8_t, 2> scales{};
   ErrorStats stats;
-  EXPECT_FALSE(requantize_group(src, 254, 1.0f, out, scales, stats));
+  EXPECT_FALSE(requantize_group(src, 254, ct(1.0f), out, scales, stats));
+  EXPECT_FALSE(requantize_group(src, 254, mo(1.0f), out, scales, stats));
   EXPECT_FALSE(mxfp4_group_amax(src, 254).has_value());
   EXPECT_EQ(stats.values, 0u);
   codes[5] = 1;  // 0.5 x 2^127 is fine
@@ -170,14 +269,15 @@ TEST(RequantizeGroup, ScalesOnlyPathAgreesWithTheFullPathForEveryScaleByte) {
     for (auto& c : codes) c = static_cast<std::uint8_t>(nibble(rng));
     if (b % 3 == 0) std::fill(codes.begin() + 16, codes.end(), std::uint8_t{0x8});  // an all -0 block
     const auto src = pack(codes);
-    for (const float global : {1.0f, 448.0f, nvfp4_global_scale(std::ldexp(6.0f, b - 127)), 3e30f}) {
+    for (const SecondLevel level : {ct(1.0f), ct(448.0f), ct(nvfp4_global_scale(std::ldexp(6.0f, b - 127))), ct(3e30f),
+                                    mo(1.0f), mo(modelopt_weight_scale_2(std::ldexp(6.0f, b - 127))), mo(3e-30f)}) {
       std::array<std::byte, 16> out{};
       std::array<std::uint8_t, 2> full{}, only{};
       ErrorStats stats;
-      const bool ok = requantize_group(src, static_cast<std::uint8_t>(b), global, out, full, stats);
-      EXPECT_EQ(GroupRequantizer(global).scales(src, static_cast<std::uint8_t>(b), only), ok) << b;
+      const bool ok = requantize_group(src, static_cast<std::uint8_t>(b), level, out, full, stats);
+      EXPECT_EQ(GroupRequantizer(level).scales(src, static_cast<std::uint8_t>(b), only), ok) << b;
       if (ok) {
-        EXPECT_EQ(full, only) << b << " " << global;
+        EXPECT_EQ(full, only) << b << " " << level.stored;
       }
     }
   }
@@ -187,21 +287,24 @@ TEST(RequantizeGroup, ScalesOnlyPathAgreesWithTheFullPathForEveryScaleByte) {
 // numerics/nvfp4_quantizer.hpp states them: the reference the block-wise
 // implementations (requantize_group, GroupRequantizer) must equal in every
 // byte and every statistic, bit for bit.
-bool reference_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, float global,
+bool reference_group(std::span<const std::byte, 16> packed, std::uint8_t e8m0, SecondLevel level,
                      std::array<std::byte, 16>& out, std::array<std::uint8_t, 2>& scales, ErrorStats& stats) {
+  const bool modelopt = level.recipe == Recipe::ModelOpt;
+  const float global = level.stored;
   std::array<float, 32> x{};
   if (!mxfp4_group_values_f32(packed, e8m0, x)) return false;
   std::array<std::uint8_t, 32> codes{};
   for (std::size_t block = 0; block < 2; ++block) {
     float amax = 0;
     for (std::size_t i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[block * 16 + i]));
-    const BlockScale scale = nvfp4_block_scale(amax, global);
+    const BlockScale scale = modelopt ? modelopt_block_scale(amax, global) : nvfp4_block_scale(amax, global);
     scales[block] = scale.byte;
     if ((scale.byte & 0x78) == 0 && (scale.byte & 0x07) != 0) ++stats.marlin_zeroed_blocks;
     for (std::size_t i = block * 16; i < block * 16 + 16; ++i) {
-      codes[i] = nvfp4_code(x[i], scale.value, global);
+      codes[i] = modelopt ? modelopt_code(x[i], scale.value, global) : nvfp4_code(x[i], scale.value, global);
+      const double scaled = e2m1_value(codes[i]) * static_cast<double>(scale.value);
       stats.add(static_cast<double>(x[i]),
-                e2m1_value(codes[i]) * static_cast<double>(scale.value) / static_cast<double>(global));
+                modelopt ? scaled * static_cast<double>(global) : scaled / static_cast<double>(global));
     }
   }
   for (std::size_t j = 0; j < 16; ++j) out[j] = static_cast<std::byte>(codes[2 * j] | (codes[2 * j + 1] << 4));
@@ -223,7 +326,7 @@ void expect_same_stats(const ErrorStats& a, const ErrorStats& b) {
 // against `out_ref`/`sc_ref`/`s_ref`: bytes, scale-only bytes, and every
 // statistic bit for bit. Returns the requantizer's count of block sums added
 // whole.
-std::uint64_t expect_runs_equal(float global, std::span<const std::byte> packed, std::span<const std::byte> e8m0s,
+std::uint64_t expect_runs_equal(SecondLevel global, std::span<const std::byte> packed, std::span<const std::byte> e8m0s,
                                 std::span<const std::byte> out_ref, std::span<const std::uint8_t> sc_ref,
                                 const ErrorStats& s_ref, std::size_t piece) {
   GroupRequantizer runs(global);
@@ -240,9 +343,9 @@ std::uint64_t expect_runs_equal(float global, std::span<const std::byte> packed,
                               std::span(sc_only).subspan(2 * first, 2 * k), nullptr),
               k);
   }
-  EXPECT_TRUE(std::equal(out.begin(), out.end(), out_ref.begin(), out_ref.end())) << global << " " << piece;
-  EXPECT_TRUE(std::equal(sc.begin(), sc.end(), sc_ref.begin(), sc_ref.end())) << global << " " << piece;
-  EXPECT_TRUE(std::equal(sc_only.begin(), sc_only.end(), sc_ref.begin(), sc_ref.end())) << global << " " << piece;
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), out_ref.begin(), out_ref.end())) << global.stored << " " << piece;
+  EXPECT_TRUE(std::equal(sc.begin(), sc.end(), sc_ref.begin(), sc_ref.end())) << global.stored << " " << piece;
+  EXPECT_TRUE(std::equal(sc_only.begin(), sc_only.end(), sc_ref.begin(), sc_ref.end())) << global.stored << " " << piece;
   expect_same_stats(stats, s_ref);
   return runs.blocks_summed_whole();
 }
@@ -256,8 +359,11 @@ std::uint64_t expect_runs_equal(float global, std::span<const std::byte> packed,
 TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximum) {
   std::mt19937 rng(29);
   std::uniform_int_distribution<int> nibble(0, 15);
-  for (const float global : {1.0f, 448.0f, 2688.0f, nvfp4_global_scale(6.0f * 0x1p-100f), 3e30f, 1e-30f,
-                             nvfp4_global_scale(5.0f), nvfp4_global_scale(1.5f * 0x1p20f)}) {
+  for (const SecondLevel global :
+       {ct(1.0f), ct(448.0f), ct(2688.0f), ct(nvfp4_global_scale(6.0f * 0x1p-100f)), ct(3e30f), ct(1e-30f),
+        ct(nvfp4_global_scale(5.0f)), ct(nvfp4_global_scale(1.5f * 0x1p20f)), mo(1.0f), mo(modelopt_weight_scale_2(6.0f)),
+        mo(modelopt_weight_scale_2(6.0f * 0x1p-100f)), mo(modelopt_weight_scale_2(5.0f)),
+        mo(modelopt_weight_scale_2(1.5f * 0x1p20f)), mo(3e-30f)}) {
     GroupRequantizer cached(global);
     ErrorStats s_ref, s_one, s_cached;
     std::size_t refused = 0;
@@ -295,11 +401,11 @@ TEST(GroupRequantizer, EqualsTheValueByValueStepsForEveryScaleByteAndBlockMaximu
         run_e8m0s.push_back(static_cast<std::byte>(e8m0));
         run_out.insert(run_out.end(), out_ref.begin(), out_ref.end());
         run_scales.insert(run_scales.end(), sc_ref.begin(), sc_ref.end());
-        ASSERT_EQ(out_one, out_ref) << b << " " << global;
-        ASSERT_EQ(out_cached, out_ref) << b << " " << global;
-        ASSERT_EQ(sc_one, sc_ref) << b << " " << global;
-        ASSERT_EQ(sc_cached, sc_ref) << b << " " << global;
-        ASSERT_EQ(sc_only, sc_ref) << b << " " << global;
+        ASSERT_EQ(out_one, out_ref) << b << " " << global.stored;
+        ASSERT_EQ(out_cached, out_ref) << b << " " << global.stored;
+        ASSERT_EQ(sc_one, sc_ref) << b << " " << global.stored;
+        ASSERT_EQ(sc_cached, sc_ref) << b << " " << global.stored;
+        ASSERT_EQ(sc_only, sc_ref) << b << " " << global.stored;
       }
     }
     expect_same_stats(s_one, s_ref);
@@ -354,7 +460,9 @@ TEST(GroupRequantizer, ARunAddsWholeBlocksAndKeepsEveryStatisticBitForBit) {
     std::copy(bytes.begin(), bytes.end(), packed.begin() + static_cast<std::ptrdiff_t>(16 * g));
     e8m0s[g] = static_cast<std::byte>(g % 5000 == 17 ? 3 : scale(rng));  // now and then a far smaller scale
   }
-  for (const float global : {nvfp4_global_scale(6.0f), nvfp4_global_scale(5.0f * 0x1p-3f), 1.0f, 512.0f}) {
+  for (const SecondLevel global : {ct(nvfp4_global_scale(6.0f)), ct(nvfp4_global_scale(5.0f * 0x1p-3f)), ct(1.0f),
+                                   ct(512.0f), mo(modelopt_weight_scale_2(6.0f)), mo(modelopt_weight_scale_2(5.0f * 0x1p-3f)),
+                                   mo(0x1p-9f)}) {
     std::vector<std::byte> out_ref(16 * kGroups);
     std::vector<std::uint8_t> sc_ref(2 * kGroups);
     ErrorStats s_ref;
@@ -370,8 +478,8 @@ TEST(GroupRequantizer, ARunAddsWholeBlocksAndKeepsEveryStatisticBitForBit) {
     for (const std::size_t piece : {kGroups, std::size_t{65536}, std::size_t{1237}}) {
       const std::uint64_t whole = expect_runs_equal(global, packed, e8m0s, out_ref, sc_ref, s_ref, piece);
       // Both ways taken: most block sums whole, the first ones value by value.
-      EXPECT_GT(whole, 4 * 2 * kGroups / 2) << global << " " << piece;
-      EXPECT_LT(whole, 4 * 2 * kGroups) << global << " " << piece;
+      EXPECT_GT(whole, 4 * 2 * kGroups / 2) << global.stored << " " << piece;
+      EXPECT_LT(whole, 4 * 2 * kGroups) << global.stored << " " << piece;
     }
   }
 }

@@ -196,11 +196,21 @@ TEST(PlanFile, TheOutputFormatIsSpelledOnlyWhenItIsNotTheDefault) {
   const PlanFile back = plan_file_from_text(text, "plan");
   EXPECT_EQ(back.format, TargetFormat::ModelOpt);
   EXPECT_EQ(plan_for_modules(back, {f.module_names.begin(), f.module_names.end()}).format, TargetFormat::ModelOpt);
-  // A requantized row in a ModelOpt plan (its global would be written as an inexact reciprocal): refused.
+  // A requantized row in a ModelOpt plan holds ModelOpt's weight_scale_2 as it
+  // is (a multiplier, no power of two): read back bit for bit; one that is no
+  // positive normal float is refused.
   PlanFile lossy = f;
   lossy.kind = PlanKind::Requantize;
-  for (ModulePlan& m : lossy.modules) m = ModulePlan{Treatment::Requantized, 0, 3.0f};
-  EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(lossy), "p"); }).find("modelopt"), std::string::npos);
+  for (ModulePlan& m : lossy.modules) m = ModulePlan{Treatment::Requantized, 0, 6.0f / 2688.0f};
+  const PlanFile lossy_back = plan_file_from_text(plan_file_to_text(lossy), "p");
+  ASSERT_EQ(lossy_back.modules.size(), lossy.modules.size());
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(lossy_back.modules[0].divisor), std::bit_cast<std::uint32_t>(6.0f / 2688.0f));
+  for (const float bad : {0x1p-140f, 0.0f, -1.0f}) {
+    for (ModulePlan& m : lossy.modules) m = ModulePlan{Treatment::Requantized, 0, bad};
+    EXPECT_NE(what_of([&] { plan_file_from_text(plan_file_to_text(lossy), "p"); }).find("positive normal"),
+              std::string::npos)
+        << bad;
+  }
   // Spelled otherwise (the default, another case, not a string), the checksum made to agree: refused.
   for (const Json& bad : {Json("compressed-tensors"), Json("ModelOpt"), Json(1)}) {
     Json j = Json::parse(text);
