@@ -30,6 +30,7 @@ CACHE = Path(os.environ.get("MX2NV_WHEEL_CACHE", REPO / "build" / "wheels"))
 # The pinned releases the suite judges outputs with.
 VLLM = ("vllm", "0.34.0")
 SGLANG = ("sglang", "0.5.23")
+MODELOPT = ("nvidia-modelopt", "0.47.0")
 # vLLM 0.34.0's pin for its Humming backend (a hard dependency of that release,
 # METADATA `Requires-Dist: humming-kernels[cu13]==0.1.19`, as 0.33.0's);
 # the wheel ships the kernel's CUDA sources too (.cuh, JIT-compiled at run time).
