@@ -35,7 +35,9 @@ std::optional<std::string> hf_snapshot_revision(const std::string& path);
 // convert --overspan requantize): the report's per-module error table.
 struct ModuleError {
   std::string module;
-  float global_scale = 1.0f;  // the weight_global_scale written (shared by a gate/up pair)
+  // The second-level F32 written (shared by a gate/up pair): the divisor
+  // weight_global_scale, or in ModelOpt's layout the multiplier weight_scale_2.
+  float global_scale = 1.0f;
   std::uint64_t values = 0;
   double relative_rmse = 0;
   double cosine = 1;

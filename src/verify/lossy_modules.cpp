@@ -121,15 +121,16 @@ void check_rewritten_values(const VerifyContext& ctx, Report& report) {
     const auto packed = ctx.target.files->open(t.packed_shard);
     const auto scales = ctx.target.files->open(t.scale_shard);
     const std::uint64_t p = *t.packed_offset, s = *t.scale_offset;
+    const SecondLevel level{recipe_of(ctx.format), *t.stored};
     const RequantizedCheck c = check_requantized(
-        ctx.source, i, SecondLevel{recipe_of(ctx.format), *t.stored}, [&](std::uint64_t off, std::span<std::byte> out) { packed->read_at(p + off, out); },
+        ctx.source, i, level, [&](std::uint64_t off, std::span<std::byte> out) { packed->read_at(p + off, out); },
         [&](std::uint64_t off, std::span<std::byte> out) { scales->read_at(s + off, out); });
     if (c.packed_bytes_differing || c.scale_bytes_differing) {
       ctx.diff.add("\"{}\": requantized, but {} packed and {} scale bytes differ from the documented recomputation",
                    m.name, c.packed_bytes_differing, c.scale_bytes_differing);
     }
-    rows[r] = ModuleError{std::string(m.name), *t.stored, c.error.values, c.error.relative_rmse(), c.error.cosine(), c.error.max_abs,
-                          c.error.marlin_zeroed_blocks};
+    rows[r] = ModuleError{std::string(m.name), *t.stored, c.error.values, c.error.relative_rmse(), c.error.cosine(),
+                          c.error.max_abs, c.error.marlin_zeroed_blocks};
   });
   for (std::size_t r = 0; r < rewritten.size(); ++r) {
     report.values_compared += values[r];  // BF16 values, exact when no difference was reported
