@@ -17,8 +17,8 @@ constexpr Choice<OverSpanChoice> kOverSpanChoices[] = {
      "every expert of an affected MoE layer written as an exact BF16 weight and listed in the config's ignore; "
      "larger"},
     {OverSpanChoice::Requantize, "requantize",
-     "LOSSY: only those modules, a gate/up pair together, requantized from decoded values as compressed-tensors "
-     "would; per-module error in the report"},
+     "LOSSY: only those modules, a gate/up pair together, requantized from decoded values as the layout's own "
+     "quantizer would (compressed-tensors', or ModelOpt's with --format modelopt); per-module error in the report"},
 };
 }  // namespace
 
