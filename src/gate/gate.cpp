@@ -126,12 +126,8 @@ bool is_power_of_two(float v) {
   return std::frexp(static_cast<double>(v), &e) == 0.5;
 }
 
-// The multiplier g a module's stored global stands for: 1/weight_global_scale,
-// or ModelOpt's weight_scale_2 itself.
-double multiplier(const Experts& x, const ExpertModule& m) {
-  const double v = static_cast<double>(m.global_value);
-  return format_names(x.format).global_is_divisor ? 1.0 / v : v;
-}
+// The multiplier g a module's stored global stands for (multiplier_of_stored).
+double multiplier(const Experts& x, const ExpertModule& m) { return multiplier_of_stored(x.format, m.global_value); }
 
 // Every module's global: positive and finite; the range of the multipliers
 // g, and which are no powers of two.
