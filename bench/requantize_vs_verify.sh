@@ -7,6 +7,8 @@
 #
 # verify reads SRC and a conversion of it (made once with the first build);
 # requantize writes a fresh DST each run, at --threads 1 and at the default.
+# The first row is the floor of any command that writes a durable tree of
+# SRC's size: `cp -r` of SRC, then `sync` (requantize fsyncs its files).
 set -euo pipefail
 SRC=$(realpath "$1"); REPS=$2; shift 2
 W=$(mktemp -d "${TMPDIR:-/tmp}/mx2nv-rq-vs-verify.XXXXXX")
@@ -26,6 +28,7 @@ row() {  # row LABEL COMMAND...: REPS runs; min and median wall, CPU of the fast
 }
 echo "| command | min wall s | median wall s | CPU s (fastest) |"
 echo "|---|---|---|---|"
+row "cp -r --reflink=never + sync" sh -c 'cp -r --reflink=never -- "$1" "$2" && sync' sh "$SRC" "$W/out"
 for bin in "$@"; do
   b=$(realpath "$bin")
   row "$bin verify --threads 1" "$b" verify --threads 1 "$SRC" "$W/converted"

@@ -196,7 +196,7 @@ std::uint16_t block_codes(const std::uint8_t* bytes) {
 
 // The largest magnitude code among the 16 codes of 8 packed bytes, bit by
 // bit from the highest: keep the codes that have the bit when any has it.
-std::uint8_t block_top(const std::uint8_t* bytes) {
+inline __attribute__((always_inline)) std::uint8_t block_top(const std::uint8_t* bytes) {
   std::uint64_t m;
   std::memcpy(&m, bytes, sizeof m);
   m &= 0x7777777777777777u;  // each code's magnitude, a nibble each
@@ -267,6 +267,33 @@ double block_max(const Block& b, std::uint16_t present) {
                   std::max(b.max_by_nibble[2][(present >> 8) & 0xF], b.max_by_nibble[3][present >> 12]));
 }
 
+// Block b's units for sum j in the binade of ulp u = 2^p (inv_u = 1/u):
+// each code's term / u rounded to an integer, and whether that rounding is a
+// fixed function of the term (no tie, no negative or oversized term), as
+// SumRun's proof needs.
+void block_units(Block& b, std::size_t j, int p, double inv_u) {
+  bool ok = true;
+  b.units_bound[j] = 0;
+  for (std::size_t c = 0; c < 16; ++c) {
+    const double t = b.term[c][j];
+    // Exact, a power-of-two scaling, unless it falls below 2^-1022: then
+    // t/u < 2^-1021 and both round to 0, neither a tie.
+    const double v = t * inv_u;
+    double n = 0;
+    if (t >= 0 && v < 0x1p48) {
+      n = (v + 0x1p52) - 0x1p52;       // v rounded to the nearest integer (0 <= v < 2^52)
+      if (std::fabs(v - n) == 0.5) ok = false;  // a tie: S's last bit would decide (v - n is exact)
+    } else {
+      ok = false;
+    }
+    b.units[c][j] = n;
+    b.units_bound[j] = std::max(b.units_bound[j], static_cast<double>(kNvBlock) * n);
+  }
+  b.units_ok[j] = ok;
+  b.units_ulp[j] = p;
+  b.units_key = 0;  // set again once every sum's units are known good (add_by_sum, requantize_whole)
+}
+
 // ErrorStats's four sums over a run of blocks, bit for bit what adding each
 // value's terms in value order gives (ErrorStats::add: S := fl(S + t) for
 // each term t of each value), plus its maximum, value and block counts.
@@ -330,6 +357,34 @@ class SumRun {
     }
     add(b0, bytes);
     add(b1, bytes + 8);
+  }
+
+  // A whole run can start when every sum is in the binade form; its room
+  // keeps every sum below 2^53 units (class comment).
+  std::optional<GroupRequantizer::WholeRun> start_run() const {
+    if (key_ == kNoKey) return std::nullopt;
+    GroupRequantizer::WholeRun run;
+    run.key = key_;
+    for (std::size_t j = 0; j < 4; ++j) {
+      run.room[j] = 0x1p53 - a_[j];  // exact: a_ is an integer in [2^52, 2^53)
+      run.p[j] = p_[j];
+      run.inv_u[j] = inv_u_[j];
+    }
+    run.max_abs = max_;
+    return run;
+  }
+
+  // Adds a whole run's totals. Each of its blocks' units held for the sums'
+  // u and the run's total stayed below the room, so each sum, block by block
+  // in value order, would have stayed in the binade: adding the total at
+  // once gives the same integer a (add's proof), and max and counts are
+  // order-free.
+  void end_run(const GroupRequantizer::WholeRun& run) {
+    for (std::size_t j = 0; j < 4; ++j) a_[j] += static_cast<double>(run.units[j]);  // exact: below 2^53
+    summed_whole_ += 4 * run.blocks;
+    values_ += kNvBlock * run.blocks;
+    marlin_zeroed_ += run.marlin_zeroed;
+    max_ = run.max_abs;
   }
 
   // Writes the sums back into the stats; returns how many block sums were
@@ -489,26 +544,7 @@ class SumRun {
     return true;
   }
 
-  void compute_units(Block& b, std::size_t j) const {
-    bool ok = true;
-    for (std::size_t c = 0; c < 16; ++c) {
-      const double t = b.term[c][j];
-      // Exact, a power-of-two scaling, unless it falls below 2^-1022: then
-      // t/u < 2^-1021 and both round to 0, neither a tie.
-      const double v = t * inv_u_[j];
-      double n = 0;
-      if (t >= 0 && v < 0x1p48) {
-        n = (v + 0x1p52) - 0x1p52;       // v rounded to the nearest integer (0 <= v < 2^52)
-        if (std::fabs(v - n) == 0.5) ok = false;  // a tie: S's last bit would decide (v - n is exact)
-      } else {
-        ok = false;
-      }
-      b.units[c][j] = n;
-    }
-    b.units_ok[j] = ok;
-    b.units_ulp[j] = p_[j];
-    b.units_key = 0;  // set again once every sum's units are known good (add_by_sum)
-  }
+  void compute_units(Block& b, std::size_t j) const { block_units(b, j, p_[j], inv_u_[j]); }
 
   // key_: the four sums' u when all are in the binade form (each p + 2048
   // in 16 bits: never 0), else kNoKey (no block's units_key).
@@ -659,7 +695,23 @@ std::size_t GroupRequantizer::requantize(std::span<const std::byte> packed, std:
   }
   std::optional<SumRun> sums;
   if (stats != nullptr) sums.emplace(*stats);
+  // Whole runs pay off over many groups: not for the last few, and not
+  // again for a while after a short one (while the sums are small their
+  // binades change every few groups, and each change ends a run).
+  constexpr std::size_t kShortRun = 256;
+  std::size_t no_run_before = 0;
   for (; g < n; ++g) {
+    if (sums && g >= no_run_before && n - g >= kShortRun) {
+      if (auto run = sums->start_run()) {
+        const std::size_t done = requantize_whole(in + g * 16, e8m0s.subspan(g), out == nullptr ? nullptr : out + g * 16,
+                                                  scales_out == nullptr ? nullptr : scales_out + g * 2, *run);
+        sums->end_run(*run);
+        g += done;
+        if (g == n) break;
+        if (done < kShortRun) no_run_before = g + kShortRun;
+      }
+    }
+    // The group a run stopped at, value by value.
     const auto e8m0 = std::to_integer<std::uint8_t>(e8m0s[g]);
     if (e8m0 == kE8M0NaN) break;
     const std::uint8_t* p = in + g * 16;
@@ -672,6 +724,173 @@ std::size_t GroupRequantizer::requantize(std::span<const std::byte> packed, std:
                 sums ? &*sums : nullptr);
   }
   if (sums) blocks_summed_whole_ += sums->finish();
+  return g;
+}
+
+namespace {
+
+// requantize_whole's counts, one set per thread: by place in a requantizer's
+// blocks (at most 256 x 8), how often each source byte occurs in the run so
+// far. Every run leaves them zero.
+struct RunCounts {
+  std::vector<std::array<std::uint32_t, 256>> bytes = std::vector<std::array<std::uint32_t, 256>>(256 * 8);
+  std::vector<std::uint8_t> met = std::vector<std::uint8_t>(256 * 8);  // by place: counted in this run
+  std::vector<std::uint16_t> blocks;                                   // the places met, in order met
+  // Counts the 8 packed bytes p of a block at place `at`.
+  void count(unsigned at, const std::uint8_t* p) {
+    if (met[at] == 0) {
+      met[at] = 1;
+      blocks.push_back(static_cast<std::uint16_t>(at));
+    }
+    auto& c = bytes[at];
+    for (std::size_t j = 0; j < 8; ++j) ++c[p[j]];
+  }
+};
+
+// By code, how many of the counted bytes hold it. Byte v = 16 h + l holds
+// codes l and h: the low codes' counts are the sums of the 16 rows, the high
+// codes' the rows' totals (all below 2^27).
+void code_counts(const std::array<std::uint32_t, 256>& bytes, std::uint64_t (&codes)[16]) {
+  std::uint32_t low[16]{}, high[16]{};
+  for (unsigned h = 0; h < 16; ++h) {
+    for (unsigned l = 0; l < 16; ++l) {
+      low[l] += bytes[16 * h + l];
+      high[h] += bytes[16 * h + l];
+    }
+  }
+  for (unsigned c = 0; c < 16; ++c) codes[c] = std::uint64_t{low[c]} + high[c];
+}
+
+// The units the counted values of block b add to each sum, raised into
+// `units` (each product and partial sum at most the run's total, below 2^53:
+// exact).
+void add_units(const Block& b, const std::uint64_t (&codes)[16], std::uint64_t (&units)[4]) {
+  for (unsigned c = 0; c < 16; ++c) {
+    for (std::size_t j = 0; j < 4; ++j) units[j] += codes[c] * static_cast<std::uint64_t>(b.units[c][j]);
+  }
+}
+
+// The units the counted values add to each sum so far (lanes 0, 1 and 2, 3).
+void counted_units(const RunCounts& counts, const std::vector<Block>& blocks, Pair& units01, Pair& units23) {
+  std::uint64_t units[4]{};
+  for (const std::uint16_t at : counts.blocks) {
+    std::uint64_t codes[16];
+    code_counts(counts.bytes[at], codes);
+    add_units(blocks[at], codes, units);
+  }
+  units01 = Pair{static_cast<double>(units[0]), static_cast<double>(units[1])};  // exact: below 2^53
+  units23 = Pair{static_cast<double>(units[2]), static_cast<double>(units[3])};
+}
+
+// A run's totals from its counts into `run`, the counts emptied for the next.
+void end_counts(RunCounts& counts, const std::vector<Block>& blocks, GroupRequantizer::WholeRun& run) {
+  for (const std::uint16_t at : counts.blocks) {
+    const Block& b = blocks[at];
+    std::uint64_t codes[16], values = 0;
+    code_counts(counts.bytes[at], codes);
+    counts.bytes[at].fill(0);
+    counts.met[at] = 0;
+    add_units(b, codes, run.units);
+    std::uint16_t present = 0;
+    for (unsigned c = 0; c < 16; ++c) {
+      values += codes[c];
+      present = static_cast<std::uint16_t>(present | (codes[c] != 0 ? 1u << c : 0u));
+    }
+    const std::uint64_t block_count = values / kNvBlock;
+    run.blocks += block_count;
+    if (b.marlin_zeroed) run.marlin_zeroed += block_count;
+    run.max_abs = std::max(run.max_abs, block_max(b, present));
+  }
+  counts.blocks.clear();
+}
+
+// A run's groups per call: every count stays below 8 x 2^24 (no uint32 overflow).
+constexpr std::size_t kMaxRunGroups = std::size_t{1} << 24;
+
+// Whether block b's units hold for every sum of the run (computing them for
+// the run's u where they were computed for another): a finite block, no
+// tie, no negative or oversized term (block_units).
+inline bool units_ready(Block& b, const GroupRequantizer::WholeRun& run) {
+  if (b.units_key == run.key) return true;
+  if (!b.finite) return false;
+  for (std::size_t j = 0; j < 4; ++j) {
+    if (b.units_ulp[j] != run.p[j]) block_units(b, j, run.p[j], run.inv_u[j]);
+    if (!b.units_ok[j]) return false;
+  }
+  b.units_key = run.key;
+  return true;
+}
+
+}  // namespace
+
+std::size_t GroupRequantizer::requantize_whole(const std::uint8_t* in, std::span<const std::byte> e8m0s,
+                                               std::uint8_t* out, std::uint8_t* scales_out, WholeRun& run) {
+  thread_local RunCounts counts;
+  const std::size_t n = std::min(e8m0s.size(), kMaxRunGroups);
+  // What the run adds to each sum (lanes 0, 1 and 2, 3) is at most bound +
+  // exact, integers below the room (so below 2^53: exact). bound grows by
+  // the blocks' largest units while the room allows; when it would not, it
+  // is made exact from the counts (a few times a run) and grows again; when
+  // even that leaves no room, exact adds each later group's units value by
+  // value until the next group would reach the room.
+  Pair bound01{}, bound23{}, exact01{}, exact23{};
+  const Pair room01 = {run.room[0], run.room[1]}, room23 = {run.room[2], run.room[3]};
+  const auto below = [&](Pair a01, Pair a23) { return a01[0] < room01[0] && a01[1] < room01[1] && a23[0] < room23[0] && a23[1] < room23[1]; };
+  bool by_bound = true;
+  int tightenings_left = 4;
+  std::size_t g = 0;
+  for (; g < n; ++g) {
+    const auto e8m0 = std::to_integer<std::uint8_t>(e8m0s[g]);
+    if (e8m0 == kE8M0NaN) break;
+    const std::uint8_t* p = in + g * 16;
+    const std::size_t key = static_cast<std::size_t>(e8m0) * 8;
+    const unsigned at0 = index_[key + block_top(p)], at1 = index_[key + block_top(p + 8)];
+    if (at0 == 0 || at1 == 0) break;  // a block not computed yet
+    Block& b0 = blocks_[at0 - 1];
+    Block& b1 = blocks_[at1 - 1];
+    if (!units_ready(b0, run) || !units_ready(b1, run)) break;
+    if (by_bound) {
+      const auto grown = [&](Pair& n01, Pair& n23) {
+        n01 = bound01 + load_pair(b0.units_bound) + load_pair(b1.units_bound);
+        n23 = bound23 + load_pair(b0.units_bound + 2) + load_pair(b1.units_bound + 2);
+        return below(n01, n23);
+      };
+      Pair n01, n23;
+      by_bound = grown(n01, n23);
+      if (!by_bound && tightenings_left-- > 0) {
+        counted_units(counts, blocks_, bound01, bound23);
+        by_bound = grown(n01, n23);
+      }
+      if (by_bound) {
+        bound01 = n01;
+        bound23 = n23;
+      }
+    }
+    if (!by_bound) {
+      Pair r01{}, r23{};  // 32 integers below 2^48 a lane: exact
+      for (std::size_t i = 0; i < 8; ++i) {
+        for (const double* u : {b0.units[p[i] & 0xF], b0.units[p[i] >> 4], b1.units[p[8 + i] & 0xF], b1.units[p[8 + i] >> 4]}) {
+          r01 += load_pair(u);
+          r23 += load_pair(u + 2);
+        }
+      }
+      if (!below(bound01 + exact01 + r01, bound23 + exact23 + r23)) break;
+      exact01 += r01;
+      exact23 += r23;
+    }
+    counts.count(at0 - 1, p);
+    counts.count(at1 - 1, p + 8);
+    if (out != nullptr) {
+      for (std::size_t j = 0; j < 8; ++j) out[g * 16 + j] = b0.byte[p[j]];
+      for (std::size_t j = 8; j < 16; ++j) out[g * 16 + j] = b1.byte[p[j]];
+    }
+    if (scales_out != nullptr) {
+      scales_out[2 * g] = b0.scale;
+      scales_out[2 * g + 1] = b1.scale;
+    }
+  }
+  end_counts(counts, blocks_, run);
+  groups_in_whole_runs_ += g;
   return g;
 }
 

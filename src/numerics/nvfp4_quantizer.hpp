@@ -136,8 +136,11 @@ std::size_t mxfp4_groups_amax(std::span<const std::byte> packed, std::span<const
 // byte and the block's largest magnitude code (E2M1 magnitudes grow with the
 // code), so they are computed once per such pair and looked up for every
 // later block: the same bytes and the same stats, bit for bit (the sums'
-// proof is at SumRun in the .cpp). Holds at most 256 x 8 blocks of ~2 KiB,
-// only those met.
+// proof is at SumRun in the .cpp). Over long runs of groups whose sums are
+// large, a block's values are not added one by one: each block's source
+// bytes are counted and the run's sums computed from the counts
+// (requantize_whole). Holds at most 256 x 8 blocks of ~2 KiB, only those
+// met; each thread that requantizes also holds 2 MiB of run counts.
 class GroupRequantizer {
  public:
   explicit GroupRequantizer(SecondLevel level) : level_(level) {}
@@ -157,6 +160,17 @@ class GroupRequantizer {
   // One group (e8m0 not NaN): requantize_group's result through the lookup.
   bool requantize(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::byte, 16> out_packed,
                   std::span<std::uint8_t, 2> out_scales, ErrorStats& stats);
+  // What a run of groups added whole takes from the sums and gives back
+  // (requantize_whole; the .cpp's SumRun fills and takes it).
+  struct WholeRun {
+    std::uint64_t key = 0;     // the sums' units key: every block of the run has it
+    double room[4]{};          // each sum's units left below 2^53: the run adds less
+    int p[4]{};                // each sum's u = 2^p
+    double inv_u[4]{};         // and 1/u
+    std::uint64_t units[4]{};  // the units added, exact
+    std::uint64_t blocks = 0, marlin_zeroed = 0;
+    double max_abs = 0;  // the largest |q - x| of the run's values (at least the one given)
+  };
   // Only the two block-scale bytes requantize would write (no codes, no
   // stats): for writing weight_scale without redoing every value.
   bool scales(std::span<const std::byte, 16> packed, std::uint8_t e8m0, std::span<std::uint8_t, 2> out_scales);
@@ -165,6 +179,9 @@ class GroupRequantizer {
   // rather than value by value, summed: for tests, which must see both ways
   // taken.
   std::uint64_t blocks_summed_whole() const { return blocks_summed_whole_; }
+  // How many groups were added by whole runs (requantize_whole): for tests,
+  // which must see that path taken too.
+  std::uint64_t groups_in_whole_runs() const { return groups_in_whole_runs_; }
 
   // One block's outcome for an E8M0 byte and its largest magnitude code.
   struct Block {
@@ -186,6 +203,7 @@ class GroupRequantizer {
     int units_ulp[4]{kNoUlp, kNoUlp, kNoUlp, kNoUlp};
     bool units_ok[4]{};
     double units[16][4]{};
+    double units_bound[4]{};      // 16 x the largest units[c][j]: no block adds more to sum j
     std::uint64_t units_key = 0;  // the sums' u all four units were computed for, when all are good; 0: none
     static constexpr int kNoUlp = -100000;
   };
@@ -198,6 +216,12 @@ class GroupRequantizer {
     return at != 0 ? at - 1u : add_block(e8m0, top);
   }
   std::size_t add_block(std::uint8_t e8m0, std::uint8_t top);
+  // Requantizes groups from the first while both blocks of each are known
+  // and have the run's units key and the run's room is not exceeded,
+  // counting each block's source bytes instead of adding its values one by
+  // one; returns how many (the .cpp states why the sums are the same).
+  std::size_t requantize_whole(const std::uint8_t* in, std::span<const std::byte> e8m0s, std::uint8_t* out,
+                               std::uint8_t* scales_out, WholeRun& run);
   SecondLevel level_;
   std::uint16_t index_[256 * 8]{};  // 1 + the block's place in blocks_; 0: not computed yet
   // By the same key, for the scale-only path: kComputed | the block's scale
@@ -206,6 +230,7 @@ class GroupRequantizer {
   std::uint16_t scale_of_[256 * 8]{};
   std::vector<Block> blocks_;
   std::uint64_t blocks_summed_whole_ = 0;
+  std::uint64_t groups_in_whole_runs_ = 0;
 };
 
 }  // namespace mx2nv
