@@ -4,6 +4,7 @@
 # the CPU seconds (user+system) of the fastest run.
 #
 #   bench/requantize_vs_verify.sh SRC REPS BUILD/mx2nv [OTHER_BUILD/mx2nv ...]
+#   RQ_ARGS="--format modelopt" bench/requantize_vs_verify.sh ...   # extra requantize options
 #
 # verify reads SRC and a conversion of it (made once with the first build);
 # requantize writes a fresh DST each run, at --threads 1 and at the default.
@@ -33,6 +34,8 @@ for bin in "$@"; do
   b=$(realpath "$bin")
   row "$bin verify --threads 1" "$b" verify --threads 1 "$SRC" "$W/converted"
   row "$bin verify" "$b" verify "$SRC" "$W/converted"
-  row "$bin requantize --threads 1" "$b" requantize --threads 1 "$SRC" "$W/out"
-  row "$bin requantize" "$b" requantize "$SRC" "$W/out"
+  # shellcheck disable=SC2086  # RQ_ARGS: options, split on purpose
+  row "$bin requantize ${RQ_ARGS:+$RQ_ARGS }--threads 1" "$b" requantize ${RQ_ARGS:-} --threads 1 "$SRC" "$W/out"
+  # shellcheck disable=SC2086
+  row "$bin requantize${RQ_ARGS:+ $RQ_ARGS}" "$b" requantize ${RQ_ARGS:-} "$SRC" "$W/out"
 done
