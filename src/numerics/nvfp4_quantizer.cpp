@@ -735,7 +735,11 @@ namespace {
 struct RunCounts {
   std::vector<std::array<std::uint32_t, 256>> bytes = std::vector<std::array<std::uint32_t, 256>>(256 * 8);
   std::vector<std::uint8_t> met = std::vector<std::uint8_t>(256 * 8);  // by place: counted in this run
-  std::vector<std::uint16_t> blocks;                                   // the places met, in order met
+  std::vector<std::uint16_t> blocks = [] {  // the places met, in order met
+    std::vector<std::uint16_t> v;
+    v.reserve(256 * 8);  // every place: count() never allocates, so a run cannot stop half-counted
+    return v;
+  }();
   // Counts the 8 packed bytes p of a block at place `at`.
   void count(unsigned at, const std::uint8_t* p) {
     if (met[at] == 0) {
@@ -749,7 +753,7 @@ struct RunCounts {
 
 // By code, how many of the counted bytes hold it. Byte v = 16 h + l holds
 // codes l and h: the low codes' counts are the sums of the 16 rows, the high
-// codes' the rows' totals (all below 2^27).
+// codes' the rows' totals (all at most 2^28: kMaxRunGroups).
 void code_counts(const std::array<std::uint32_t, 256>& bytes, std::uint64_t (&codes)[16]) {
   std::uint32_t low[16]{}, high[16]{};
   for (unsigned h = 0; h < 16; ++h) {
@@ -804,7 +808,9 @@ void end_counts(RunCounts& counts, const std::vector<Block>& blocks, GroupRequan
   counts.blocks.clear();
 }
 
-// A run's groups per call: every count stays below 8 x 2^24 (no uint32 overflow).
+// A run's groups per call: a place counts at most 16 bytes a group (both
+// blocks of a group may share it), so every count and sum of counts stays at
+// most 16 x 2^24 = 2^28 (no uint32 overflow).
 constexpr std::size_t kMaxRunGroups = std::size_t{1} << 24;
 
 // Whether block b's units hold for every sum of the run (computing them for
