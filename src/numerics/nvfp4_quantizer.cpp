@@ -267,11 +267,12 @@ double block_max(const Block& b, std::uint16_t present) {
                   std::max(b.max_by_nibble[2][(present >> 8) & 0xF], b.max_by_nibble[3][present >> 12]));
 }
 
-// Block b's units for sum j in the binade of ulp u = 2^p (inv_u = 1/u):
+// Block b's units for sum j in the binade of ulp u = 2^p (|p| < 1023):
 // each code's term / u rounded to an integer, and whether that rounding is a
 // fixed function of the term (no tie, no negative or oversized term), as
 // SumRun's proof needs.
-void block_units(Block& b, std::size_t j, int p, double inv_u) {
+void block_units(Block& b, std::size_t j, int p) {
+  const double inv_u = std::bit_cast<double>(static_cast<std::uint64_t>(1023 - p) << 52);  // 1/u, exact
   bool ok = true;
   b.units_bound[j] = 0;
   for (std::size_t c = 0; c < 16; ++c) {
@@ -293,6 +294,26 @@ void block_units(Block& b, std::size_t j, int p, double inv_u) {
   b.units_ulp[j] = p;
   b.units_key = 0;  // set again once every sum's units are known good (add_by_sum, requantize_whole)
 }
+
+// The sums of units of blocks' values (block_units), the four sums side by
+// side in two pairs of independent chains; integers, so exact in any order.
+struct Units {
+  Pair lo0{}, hi0{}, lo1{}, hi1{};
+  void add(const Block& b, const std::uint8_t* bytes) {
+    for (std::size_t j = 0; j < 8; j += 2) {
+      const double* u0 = b.units[bytes[j] & 0xF];
+      const double* u1 = b.units[bytes[j] >> 4];
+      const double* u2 = b.units[bytes[j + 1] & 0xF];
+      const double* u3 = b.units[bytes[j + 1] >> 4];
+      lo0 += load_pair(u0) + load_pair(u1);
+      hi0 += load_pair(u0 + 2) + load_pair(u1 + 2);
+      lo1 += load_pair(u2) + load_pair(u3);
+      hi1 += load_pair(u2 + 2) + load_pair(u3 + 2);
+    }
+  }
+  Pair sum01() const { return lo0 + lo1; }  // sums 0 and 1
+  Pair sum23() const { return hi0 + hi1; }  // sums 2 and 3
+};
 
 // ErrorStats's four sums over a run of blocks, bit for bit what adding each
 // value's terms in value order gives (ErrorStats::add: S := fl(S + t) for
@@ -368,7 +389,6 @@ class SumRun {
     for (std::size_t j = 0; j < 4; ++j) {
       run.room[j] = 0x1p53 - a_[j];  // exact: a_ is an integer in [2^52, 2^53)
       run.p[j] = p_[j];
-      run.inv_u[j] = inv_u_[j];
     }
     run.max_abs = max_;
     return run;
@@ -402,28 +422,10 @@ class SumRun {
   }
 
  private:
-  // The sums of units of blocks' values, the four sums side by side in two
-  // pairs of independent chains; integers, so exact in any order.
-  struct Units {
-    Pair lo0{}, hi0{}, lo1{}, hi1{};
-    void add(const Block& b, const std::uint8_t* bytes) {
-      for (std::size_t j = 0; j < 8; j += 2) {
-        const double* u0 = b.units[bytes[j] & 0xF];
-        const double* u1 = b.units[bytes[j] >> 4];
-        const double* u2 = b.units[bytes[j + 1] & 0xF];
-        const double* u3 = b.units[bytes[j + 1] >> 4];
-        lo0 += load_pair(u0) + load_pair(u1);
-        hi0 += load_pair(u0 + 2) + load_pair(u1 + 2);
-        lo1 += load_pair(u2) + load_pair(u3);
-        hi1 += load_pair(u2 + 2) + load_pair(u3 + 2);
-      }
-    }
-  };
-
   // Adds the units' totals to the sums in the binade form when every sum
   // stays below 2^53 units (the class comment's condition); else nothing.
   bool take(const Units& units, std::uint64_t blocks) {
-    const Pair r01 = units.lo0 + units.lo1, r23 = units.hi0 + units.hi1;
+    const Pair r01 = units.sum01(), r23 = units.sum23();
     const double r[4] = {r01[0], r01[1], r23[0], r23[1]};
     if (!(a_[0] + r[0] < 0x1p53 && a_[1] + r[1] < 0x1p53 && a_[2] + r[2] < 0x1p53 && a_[3] + r[3] < 0x1p53)) {
       return false;
@@ -544,7 +546,7 @@ class SumRun {
     return true;
   }
 
-  void compute_units(Block& b, std::size_t j) const { block_units(b, j, p_[j], inv_u_[j]); }
+  void compute_units(Block& b, std::size_t j) const { block_units(b, j, p_[j]); }
 
   // key_: the four sums' u when all are in the binade form (each p + 2048
   // in 16 bits: never 0), else kNoKey (no block's units_key).
@@ -820,7 +822,7 @@ inline bool units_ready(Block& b, const GroupRequantizer::WholeRun& run) {
   if (b.units_key == run.key) return true;
   if (!b.finite) return false;
   for (std::size_t j = 0; j < 4; ++j) {
-    if (b.units_ulp[j] != run.p[j]) block_units(b, j, run.p[j], run.inv_u[j]);
+    if (b.units_ulp[j] != run.p[j]) block_units(b, j, run.p[j]);
     if (!b.units_ok[j]) return false;
   }
   b.units_key = run.key;
@@ -873,27 +875,18 @@ std::size_t GroupRequantizer::requantize_whole(const std::uint8_t* in, std::span
       }
     }
     if (!by_bound) {
-      Pair r01{}, r23{};  // 32 integers below 2^48 a lane: exact
-      for (std::size_t i = 0; i < 8; ++i) {
-        for (const double* u : {b0.units[p[i] & 0xF], b0.units[p[i] >> 4], b1.units[p[8 + i] & 0xF], b1.units[p[8 + i] >> 4]}) {
-          r01 += load_pair(u);
-          r23 += load_pair(u + 2);
-        }
-      }
+      Units r;  // 32 integers below 2^48 a lane: exact
+      r.add(b0, p);
+      r.add(b1, p + 8);
+      const Pair r01 = r.sum01(), r23 = r.sum23();
       if (!below(bound01 + exact01 + r01, bound23 + exact23 + r23)) break;
       exact01 += r01;
       exact23 += r23;
     }
     counts.count(at0 - 1, p);
     counts.count(at1 - 1, p + 8);
-    if (out != nullptr) {
-      for (std::size_t j = 0; j < 8; ++j) out[g * 16 + j] = b0.byte[p[j]];
-      for (std::size_t j = 8; j < 16; ++j) out[g * 16 + j] = b1.byte[p[j]];
-    }
-    if (scales_out != nullptr) {
-      scales_out[2 * g] = b0.scale;
-      scales_out[2 * g + 1] = b1.scale;
-    }
+    apply_group(b0, b1, p, out == nullptr ? nullptr : out + g * 16, scales_out == nullptr ? nullptr : scales_out + g * 2,
+                nullptr);
   }
   end_counts(counts, blocks_, run);
   groups_in_whole_runs_ += g;

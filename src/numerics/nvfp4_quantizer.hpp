@@ -166,7 +166,6 @@ class GroupRequantizer {
     std::uint64_t key = 0;     // the sums' units key: every block of the run has it
     double room[4]{};          // each sum's units left below 2^53: the run adds less
     int p[4]{};                // each sum's u = 2^p
-    double inv_u[4]{};         // and 1/u
     std::uint64_t units[4]{};  // the units added, exact
     std::uint64_t blocks = 0, marlin_zeroed = 0;
     double max_abs = 0;  // the largest |q - x| of the run's values (at least the one given)
