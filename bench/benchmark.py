@@ -22,7 +22,7 @@ and the disk space each output really adds (df before/after).
 usage: python bench/benchmark.py [--reps N] [--experts N] [--work DIR]
                                  [--fs-images xfs,btrfs,ext4] [--fs-images-only]
        python bench/benchmark.py --cold [--experts N] [--baseline BUILD]
-       python bench/benchmark.py --real-layer [--real-layer-experts N] [--work DIR]
+       python bench/benchmark.py --real-layer [--real-layer-experts N] [--work DIR] [--baseline BUILD]
 
 With --k3-structure it instead measures metadata at Kimi K3's real scale: a
 generated checkpoint with K3's structure and tiny tensors (96 shards, 92
@@ -52,7 +52,8 @@ refuses (exit 2) when it is short. On --work's file system (ext4 here) and
 then on a loop-mounted XFS image with reflinks (a sparse file; SRC is
 generated into it after the first SRC is removed), each row from dropped
 caches: `cat SRC`, `cp -r --reflink=never`, the same + sync, on XFS `cp -r`
-(reflink) + sync, `mx2nv convert` + sync, `mx2nv verify`, `mx2nv compare`,
+(reflink) + sync, `mx2nv convert` + sync (and, with --baseline, that
+build's convert + sync just before it), `mx2nv verify`, `mx2nv compare`,
 with peak RSS, the disk requests of each row, and the disk space each output
 adds; on XFS a separate run of convert under strace counts and times its
 FICLONERANGE (and copy_file_range) calls. One output at a time; everything
@@ -706,13 +707,15 @@ def count_clones(cmd: list[str], log: Path) -> dict[str, tuple[int, float]]:
     return calls
 
 
-def bench_real_layer(work: Path, reps: int, experts: int, shards: int, filesystems: list[str]) -> int:
+def bench_real_layer(work: Path, reps: int, experts: int, shards: int, filesystems: list[str],
+                     baseline: Path | None = None) -> int:
     """One Kimi K3 MoE layer at its real shapes and size (896 experts, ~15.7 GB),
     from a cold page cache: mx2nv convert, verify and compare against cat,
     `cp -r --reflink=never` and a durable cp (+ sync), on the file system of
     --work (ext4 here) and on a loop-mounted XFS with reflinks, where the
     FICLONERANGE calls convert makes are counted and timed (a separate run
-    under strace) and the disk space each output adds is measured. Everything
+    under strace) and the disk space each output adds is measured. With
+    `baseline`, that build's convert + sync is a row of its own, beside. Everything
     it creates is removed afterwards, also on Ctrl-C or an error."""
     if os.geteuid() != 0:
         print("real-layer: needs root (to drop caches and loop-mount XFS)", file=sys.stderr)
@@ -751,7 +754,7 @@ def bench_real_layer(work: Path, reps: int, experts: int, shards: int, filesyste
                 root.mkdir()
                 fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", str(root)], capture_output=True,
                                     text=True).stdout.strip() or "work"
-            results.append(real_layer_rows(fs, root, reps, experts, shards))
+            results.append(real_layer_rows(fs, root, reps, experts, shards, baseline))
             if root == mnt:
                 shutil.rmtree(root / "src", ignore_errors=True)
                 subprocess.run(["umount", str(mnt)], check=True)
@@ -784,7 +787,9 @@ def bench_real_layer(work: Path, reps: int, experts: int, shards: int, filesyste
         t = {label: min(w) for label, w in walls.items()}
         print(f"ratios (min): convert+sync / cp+sync {t['mx2nv convert + sync'] / cp:.2f}; convert+sync / cp "
               f"{t['mx2nv convert + sync'] / t['cp -r --reflink=never']:.2f}; verify / cat "
-              f"{t['mx2nv verify'] / cat:.2f}; compare / cat {t['mx2nv compare'] / cat:.2f}")
+              f"{t['mx2nv verify'] / cat:.2f}; compare / cat {t['mx2nv compare'] / cat:.2f}"
+              + (f"; baseline convert+sync / cp+sync {t['baseline convert + sync'] / cp:.2f}"
+                 if "baseline convert + sync" in t else ""))
         if device:
             print(f"disk requests on {device} (/proc/diskstats, medians; anything else using the disk counts):")
             io_table({label: d for label, (_, d) in rows.items()}, size, "SRC")
@@ -795,7 +800,7 @@ def bench_real_layer(work: Path, reps: int, experts: int, shards: int, filesyste
     return 0
 
 
-def real_layer_rows(fs: str, root: Path, reps: int, experts: int, shards: int):
+def real_layer_rows(fs: str, root: Path, reps: int, experts: int, shards: int, baseline: Path | None = None):
     """The rows of one file system: SRC generated under `root`, each command
     from dropped caches, each output removed after its row."""
     src, out = root / "src", root / "out"
@@ -816,6 +821,9 @@ def real_layer_rows(fs: str, root: Path, reps: int, experts: int, shards: int):
     ]
     if root.name == "mnt-xfs":
         commands.append(("cp -r (reflink auto) + sync", durable(["cp", "-r", str(src), str(out)]), True, False))
+    if baseline:
+        commands.append(("baseline convert + sync", durable([str(baseline), "convert", str(src), str(out)]), True,
+                         False))
     commands += [
         ("mx2nv convert + sync", durable([x, "convert", str(src), str(out)]), True, True),
         ("mx2nv verify", [x, "verify", str(src), str(out)], False, False),
@@ -859,7 +867,7 @@ def main() -> None:
     p.add_argument("--fs-images-only", action="store_true", help="run only the zero-copy rows")
     p.add_argument("--k3-structure", action="store_true", help="metadata at K3's scale instead (see above)")
     p.add_argument("--baseline", type=Path,
-                   help="with --k3-structure/--capped/--cold: another mx2nv build to measure beside")
+                   help="with --k3-structure/--capped/--cold/--real-layer: another mx2nv build to measure beside")
     p.add_argument("--capped", action="store_true", help="peak RSS on inputs at the metadata caps (see above)")
     p.add_argument("--cold", action="store_true", help="verify and compare from a cold cache, memory capped (see above)")
     p.add_argument("--cold-cap-mib", type=int, default=384, help="with --cold: the memory cgroup's limit")
@@ -873,7 +881,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     if args.real_layer:
         sys.exit(bench_real_layer(args.work, args.reps or 1, args.real_layer_experts, args.real_layer_shards,
-                                  [f for f in args.real_layer_fs.split(",") if f]))
+                                  [f for f in args.real_layer_fs.split(",") if f], args.baseline))
     args.reps = args.reps or 5
     if args.k3_structure:
         bench_k3_structure(args.work, args.reps, args.baseline)

@@ -74,8 +74,15 @@ std::vector<std::string> list_companions(const fs::path& root, const std::set<st
 
 }  // namespace
 
-ShardFiles::ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity)
-    : root_(std::move(root)), files_(std::move(files)), capacity_(std::max<std::size_t>(1, capacity)) {}
+ShardFiles::ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity, bool passing)
+    : root_(std::move(root)),
+      files_(std::move(files)),
+      capacity_(std::max<std::size_t>(1, capacity)),
+      passing_(passing) {}
+
+std::unique_ptr<ShardFiles> ShardFiles::passing_pool() const {
+  return std::make_unique<ShardFiles>(root_, files_, capacity_, true);
+}
 
 std::shared_ptr<const File> ShardFiles::open(std::size_t shard) const {
   {
@@ -87,7 +94,9 @@ std::shared_ptr<const File> ShardFiles::open(std::size_t shard) const {
       }
     }
   }
-  auto file = std::make_shared<const File>(File::open_read(root_ / files_[shard]));
+  File opened = File::open_read(root_ / files_[shard]);
+  if (passing_) opened.pass_through_cache();
+  auto file = std::make_shared<const File>(std::move(opened));
   std::lock_guard lock(mutex_);
   recent_.emplace_front(shard, file);
   if (recent_.size() > capacity_) recent_.pop_back();

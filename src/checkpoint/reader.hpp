@@ -57,13 +57,19 @@ struct OpenShard {
 // handed out stays open while its user holds it, even if evicted.
 class ShardFiles {
  public:
-  ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity = kOpenShardFiles);
+  ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity = kOpenShardFiles,
+             bool passing = false);
   std::shared_ptr<const File> open(std::size_t shard) const;
+  // A pool of the same files whose reads pass through the page cache
+  // (File::pass_through_cache): for the scan, which reads each module's
+  // scales and a few of its groups before the conversion streams every shard.
+  std::unique_ptr<ShardFiles> passing_pool() const;
 
  private:
   fs::path root_;
   std::vector<std::string> files_;
   std::size_t capacity_;
+  bool passing_;
   mutable std::mutex mutex_;
   mutable std::list<std::pair<std::size_t, std::shared_ptr<const File>>> recent_;  // most recent first
 };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -21,9 +22,10 @@ namespace {
 // Which source reads go through one BatchedReader, decided once for the shard
 // (the engine may fall back while it runs): exact scales, and the unchanged
 // tensors the engine would not share anyway. `is_batched` is per position
-// in data_order; the ranges come in that order.
+// in data_order; the ranges come in `order`, the order they are read in.
 std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, const TargetLayout& layout,
-                                     bool engine_shares, std::vector<bool>& is_batched) {
+                                     std::span<const std::size_t> order, bool engine_shares,
+                                     std::vector<bool>& is_batched) {
   const auto& sources = in.header.tensors();
   const auto batched = [&](const TargetTensor& t) {
     if (t.role == TensorRole::Scale) {
@@ -38,7 +40,7 @@ std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, cons
   };
   is_batched.assign(layout.data_order.size(), false);
   std::vector<ByteRange> batch;
-  for (std::size_t i = 0; i < layout.data_order.size(); ++i) {
+  for (const std::size_t i : order) {
     const TargetTensor& t = layout.tensors[layout.data_order[i]];
     if (t.role == TensorRole::Global || !batched(t)) continue;
     is_batched[i] = true;
@@ -47,10 +49,11 @@ std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, cons
   return batch;
 }
 
-// One shard written in file order: the header, then each tensor of the
-// target layout by its role. New bytes (header, scales, globals, rewritten
-// modules) are hashed for the resume record; unchanged ones are shared or
-// copied, and copies kick asynchronous writeback as they go.
+// One shard written: the header, then each tensor of the target layout by
+// its role, in the order that reads the source once (source_read_order).
+// New bytes (header, scales, globals, rewritten modules) are hashed for the
+// resume record; unchanged ones are shared or copied, and what is written
+// kicks asynchronous writeback as it goes.
 class ShardWriter {
  public:
   ShardWriter(const SourceCheckpoint& source, const Plan& plan, const OpenShard& in, const TargetLayout& layout,
@@ -68,7 +71,9 @@ class ShardWriter {
         // Small tensors are gathered into large writes and read in batches
         // (sys/batched_io.hpp): a system call per tensor would cost more than
         // the bytes of a checkpoint of many small tensors.
-        output_(target_.file, kCopyBufferBytes, [this](std::uint64_t end) { written_up_to(end); }) {
+        order_(source_read_order(in.header, layout)),
+        output_(target_.file, kCopyBufferBytes,
+                [this](std::uint64_t offset, std::uint64_t length) { written(offset, length); }) {
     result_.target_bytes = layout.data_size;
     result_.output_size = data_start_ + layout.data_size;
     // Sized first: shared ranges may land beyond what has been written so far.
@@ -78,12 +83,12 @@ class ShardWriter {
 
   ShardWriteResult run() && {
     emit(0, std::as_bytes(std::span(header_)));
-    small_reads_.emplace(in_.handle, batched_reads(plan_, in_, layout_, engine_.method() == CopyMethod::Clone,
-                                                   is_batched_));
+    small_reads_.emplace(in_.handle, batched_reads(plan_, in_, layout_, order_,
+                                                   engine_.method() == CopyMethod::Clone, is_batched_));
     // Not zeroed: every byte is written before it is read.
     buffer_bytes_ = std::make_unique_for_overwrite<std::byte[]>(kCopyBufferBytes);
     buffer_ = {buffer_bytes_.get(), kCopyBufferBytes};
-    for (std::size_t i = 0; i < layout_.data_order.size(); ++i) write_tensor(i);
+    for (const std::size_t i : order_) write_tensor(i);
     output_.flush();
     if (!result_.groups_counted) result_.zero_groups = result_.groups = 0;
     result_.written_hash = hash_.digest();
@@ -92,10 +97,17 @@ class ShardWriter {
   }
 
  private:
-  void written_up_to(std::uint64_t end) {
-    if (end > unflushed_from_ && end - unflushed_from_ >= kWritebackBytes) {
-      target_.file.start_writeback(unflushed_from_, end - unflushed_from_);
-      unflushed_from_ = end;
+  // Writeback starts over the span of what was written since it last
+  // started, once that is kWritebackBytes: the two runs the writer writes
+  // (source_read_order) are both in it, the unwritten bytes between cost nothing.
+  void written(std::uint64_t offset, std::uint64_t length) {
+    unkicked_from_ = std::min(unkicked_from_, offset);
+    unkicked_to_ = std::max(unkicked_to_, offset + length);
+    unkicked_bytes_ += length;
+    if (unkicked_bytes_ >= kWritebackBytes) {
+      target_.file.start_writeback(unkicked_from_, unkicked_to_ - unkicked_from_);
+      unkicked_from_ = std::numeric_limits<std::uint64_t>::max();
+      unkicked_to_ = unkicked_bytes_ = 0;
     }
   }
 
@@ -192,13 +204,13 @@ class ShardWriter {
     const TensorInfo& s = in_.header.tensors()[t.source];
     const std::uint64_t src = in_.header.data_start() + s.begin;
     if (engine_.method() != CopyMethod::Stream) {
-      output_.flush();  // the engine's writeback accounting follows file order
+      output_.flush();  // the buffered bytes go first: the engine writes past them
       TransferTally tally;
       engine_.transfer(in_.handle, src, target_.file, dst, s.nbytes(), buffer_, tally);
       result_.shared_bytes += tally.shared;
       result_.copied_bytes += tally.copied;
       if (packed) result_.groups_counted = false;
-      if (tally.copied > 0) written_up_to(dst + s.nbytes());
+      if (tally.copied > 0) written(dst, s.nbytes());
       progress_.add_bytes(s.nbytes());
       return;
     }
@@ -230,7 +242,10 @@ class ShardWriter {
   ShardWriteResult result_;
   Destination::Pending target_;
   StreamHash hash_;
-  std::uint64_t unflushed_from_ = 0;
+  std::uint64_t unkicked_from_ = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t unkicked_to_ = 0;
+  std::uint64_t unkicked_bytes_ = 0;
+  const std::vector<std::size_t> order_;  // positions in data_order, in source order
   CoalescingWriter output_;
   std::vector<bool> is_batched_;  // per position in data_order, with small_reads_
   std::optional<BatchedReader> small_reads_;

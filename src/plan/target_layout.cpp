@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -167,6 +168,23 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
     t.aligned = false;  // written, never shared
   }
   return layout;
+}
+
+std::vector<std::size_t> source_read_order(const ShardHeader& source, const TargetLayout& layout) {
+  const auto& sources = source.tensors();
+  const std::size_t n = layout.data_order.size();
+  std::vector<std::uint64_t> key(n);
+  std::vector<std::size_t> unchanged, changed;
+  for (std::size_t i = 0; i < n; ++i) {
+    const TargetTensor& t = layout.tensors[layout.data_order[i]];
+    key[i] = t.role == TensorRole::Global && i > 0 ? key[i - 1] : sources[t.source].begin;
+    (is_unchanged(t.role) ? unchanged : changed).push_back(i);
+  }
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  std::merge(unchanged.begin(), unchanged.end(), changed.begin(), changed.end(), std::back_inserter(order),
+             [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
+  return order;
 }
 
 TargetTotals target_totals(std::uint64_t source_tensor_bytes, std::uint64_t source_tensors, const ModuleSet& modules) {

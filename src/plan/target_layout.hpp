@@ -89,6 +89,19 @@ TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, co
 TargetLayout make_target_layout(const ShardHeader& source, std::size_t shard, const ModuleSet& modules,
                                 const Plan& plan);
 
+// The order a writer takes the target's tensors in (positions in
+// data_order) to read its source shard once, front to back, as `cp` reads
+// it: by source offset. Taken in data_order, the changed tensors after all
+// unchanged ones, the source would be read twice over (its unchanged bytes,
+// then each scale again), and a scale read ahead with its neighbours would
+// have been evicted from a small page cache before its turn. The target is
+// then written in two ascending runs. It is the merge of data_order's two
+// parts (unchanged, changed) by source offset, so each part keeps its own
+// order: a writer hashes the new bytes in data_order's order whatever the
+// parts hold (a requantize layout's changed part is its packed tensors, then
+// its scales). A global takes its scale's place, right after it.
+std::vector<std::size_t> source_read_order(const ShardHeader& source, const TargetLayout& layout);
+
 // What the layouts of all shards add up to, from the module table alone (the
 // data section tiles with no gap, so only the tensors count): the source's
 // tensor bytes plus, per module, the second half of its scale (E4M3

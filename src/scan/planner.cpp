@@ -34,12 +34,13 @@ ModuleLocation module_location(const SourceCheckpoint& source, const QuantModule
 }
 
 // Where a module's packed and scale bytes are; holds the two shard files
-// (from the checkpoint's bounded pool) as long as the scanner using it.
+// (from a bounded pool of the checkpoint's: the scan's reads pass through the
+// page cache, ShardFiles::passing_pool) as long as the scanner using it.
 class ModuleSources {
  public:
-  ModuleSources(const SourceCheckpoint& source, const QuantModule& m)
-      : packed_file_(source.checkpoint.files->open(m.packed_shard)),
-        scale_file_(source.checkpoint.files->open(m.scale_shard)),
+  ModuleSources(const SourceCheckpoint& source, const ShardFiles& files, const QuantModule& m)
+      : packed_file_(files.open(m.packed_shard)),
+        scale_file_(files.open(m.scale_shard)),
         packed_(*packed_file_),
         scale_(*scale_file_),
         location_(module_location(source, m, &packed_,
@@ -110,8 +111,8 @@ void scan_one(const QuantModule& m, const ModuleLocation& where, ModuleFacts& f,
 
 // Scans modules order[first, last): runs of small modules in one shard
 // share a BatchedReader.
-void scan_run(const SourceCheckpoint& source, std::span<const std::size_t> run, ScanResult& result,
-              ScanTally& tally) {
+void scan_run(const SourceCheckpoint& source, const ShardFiles& files, std::span<const std::size_t> run,
+              ScanResult& result, ScanTally& tally) {
   const auto& modules = source.modules.modules;
   const auto span_of = [&](const QuantModule& m) -> std::optional<ModuleSpan> {
     if (m.packed_shard != m.scale_shard) return std::nullopt;
@@ -128,12 +129,12 @@ void scan_run(const SourceCheckpoint& source, std::span<const std::size_t> run, 
       ranges.push_back({span->begin, span->end - span->begin});
     }
     if (ranges.empty()) {  // a large module, or one split across shards
-      const ModuleSources sources(source, first);
+      const ModuleSources sources(source, files, first);
       scan_one(first, sources.location(), result.facts[run[j]], tally);
       ++j;
       continue;
     }
-    const std::shared_ptr<const File> file = source.checkpoint.files->open(first.packed_shard);
+    const std::shared_ptr<const File> file = files.open(first.packed_shard);
     const FileSource direct(*file);
     BatchedReader reader(*file, ranges);
     for (std::size_t r = 0; r < ranges.size(); ++r, ++j) {
@@ -168,8 +169,10 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::u
   if (starts.back() != order.size()) starts.push_back(order.size());
   ScanTally tally;
   tally.budget = histogram_budget;
+  const std::unique_ptr<ShardFiles> files = source.checkpoint.files->passing_pool();
   parallel_for(starts.size() - 1, threads, [&](std::size_t task) {
-    scan_run(source, std::span(order).subspan(starts[task], starts[task + 1] - starts[task]), result, tally);
+    scan_run(source, *files, std::span(order).subspan(starts[task], starts[task + 1] - starts[task]), result,
+             tally);
   });
   result.probes = tally.probes;
   result.fully_classified = tally.full;
@@ -177,9 +180,10 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::u
 }
 
 Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window, TargetFormat format) {
+  const std::unique_ptr<ShardFiles> files = source.checkpoint.files->passing_pool();
   const auto count_active = [&](std::size_t i, int k_lo, int k_hi) {
     const QuantModule& m = source.modules.modules[i];
-    const ModuleSources sources(source, m);
+    const ModuleSources sources(source, *files, m);
     ModuleScanner scanner(m, sources.location());
     if (scan.facts[i].histogram_kept) {
       scanner.use_histogram(to_dense(scan.facts[i].histogram));
@@ -190,7 +194,7 @@ Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Win
   };
   const auto read_histogram = [&](std::size_t i) {
     const QuantModule& m = source.modules.modules[i];
-    const ModuleSources sources(source, m);
+    const ModuleSources sources(source, *files, m);
     ModuleScanner scanner(m, sources.location());
     scanner.read_histogram();
     return to_sparse(scanner.histogram());

@@ -41,7 +41,7 @@ std::span<const std::byte> BatchedReader::next() {
   return {window_.data() + (r.offset - window_offset_), static_cast<std::size_t>(r.length)};
 }
 
-CoalescingWriter::CoalescingWriter(const File& file, std::size_t capacity, std::function<void(std::uint64_t)> on_written)
+CoalescingWriter::CoalescingWriter(const File& file, std::size_t capacity, Written on_written)
     : file_(file),
       buffer_(std::make_unique_for_overwrite<std::byte[]>(capacity)),
       capacity_(capacity),
@@ -50,7 +50,7 @@ CoalescingWriter::CoalescingWriter(const File& file, std::size_t capacity, std::
 void CoalescingWriter::write_through(std::uint64_t offset, std::span<const std::byte> bytes) {
   file_.write_at(offset, bytes);
   ++writes_;
-  if (on_written_) on_written_(offset + bytes.size());
+  if (on_written_) on_written_(offset, bytes.size());
 }
 
 void CoalescingWriter::write(std::uint64_t offset, std::span<const std::byte> bytes) {

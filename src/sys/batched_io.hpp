@@ -64,11 +64,12 @@ class BatchedReader {
 
 // Gathers writes that continue each other into one buffer and writes it when
 // a write does not continue it, when it is full, or at flush(). Writes at
-// least as large as the buffer bypass it. `on_written(end)` is told the end
-// offset of every range that reached the file (writeback kicks).
+// least as large as the buffer bypass it. `on_written(offset, length)` is told
+// every range that reached the file (writeback kicks).
 class CoalescingWriter {
  public:
-  CoalescingWriter(const File& file, std::size_t capacity, std::function<void(std::uint64_t)> on_written = {});
+  using Written = std::function<void(std::uint64_t offset, std::uint64_t length)>;
+  CoalescingWriter(const File& file, std::size_t capacity, Written on_written = {});
   void write(std::uint64_t offset, std::span<const std::byte> bytes);
   void flush();
 
@@ -82,7 +83,7 @@ class CoalescingWriter {
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
   std::uint64_t buffer_offset_ = 0;
-  std::function<void(std::uint64_t)> on_written_;
+  Written on_written_;
   std::size_t writes_ = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <linux/magic.h>
 #include <sys/ioctl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -36,6 +37,28 @@ std::uint64_t granularity_of(int fd) {
   return b >= 512 && b <= (1u << 20) && (b & (b - 1)) == 0 ? b : 4096;
 }
 
+// copy_file_range on a file system that cannot share extents is a
+// server-side copy on network file systems (NFS, SMB, Ceph), but on these
+// local ones the kernel's generic splice through the page cache: the bytes
+// cross memory as they would through mx2nv's buffer, and under memory
+// pressure the splice's readahead is evicted and read again, in smaller
+// requests. There read and write go through mx2nv. Other file systems keep
+// copy_file_range.
+bool kernel_copy_is_splice(int fd) {
+  struct statfs st {};
+  if (::fstatfs(fd, &st) != 0) return false;
+  switch (static_cast<unsigned long>(st.f_type)) {
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case F2FS_SUPER_MAGIC:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int clone_range(int from_fd, std::uint64_t src_offset, std::uint64_t length, int to_fd, std::uint64_t dst_offset) {
   file_clone_range r{};
   r.src_fd = from_fd;
@@ -52,7 +75,9 @@ int clone_range(int from_fd, std::uint64_t src_offset, std::uint64_t length, int
 
 namespace {
 constexpr Choice<CopyMode> kCopyModes[] = {
-    {CopyMode::Auto, "auto", "share with SRC where the file system can, else copy_file_range, else read/write"},
+    {CopyMode::Auto, "auto",
+     "share with SRC where the file system can, else copy_file_range (server-side on NFS and SMB; skipped on "
+     "ext4, XFS, btrfs, tmpfs and F2FS), else read/write"},
     {CopyMode::Reflink, "reflink", "share or fail with exit 2 before writing"},
     {CopyMode::Copy, "copy", "read and write every byte, never share"},
 };
@@ -70,10 +95,11 @@ CopyEngine::CopyEngine(CopyMode mode)
 
 CopyEngine::CopyEngine(CopyMethod best, bool require_clone) : method_(best), require_clone_(require_clone) {}
 
-void CopyEngine::fall_back(CopyMethod from) {
+void CopyEngine::fall_back(CopyMethod from, const File& to) {
   // Only ever downwards; concurrent shards may race to the same conclusion.
   CopyMethod current = from;
-  const CopyMethod next = from == CopyMethod::Clone ? CopyMethod::KernelCopy : CopyMethod::Stream;
+  const CopyMethod next =
+      from == CopyMethod::Clone && !kernel_copy_is_splice(to.fd()) ? CopyMethod::KernelCopy : CopyMethod::Stream;
   method_.compare_exchange_strong(current, next);
 }
 
@@ -89,7 +115,7 @@ bool CopyEngine::clone(const File& from, std::uint64_t src_offset, const File& t
          length, dst_offset, from.path().string(), std::strerror(err));
   }
   if (!means_unsupported(err)) fail_io(to.path(), "share extents (FICLONERANGE)", err);
-  fall_back(CopyMethod::Clone);
+  fall_back(CopyMethod::Clone, to);
   return false;
 }
 
@@ -104,7 +130,7 @@ bool CopyEngine::kernel_copy(const File& from, std::uint64_t src_offset, const F
     if (n < 0) {
       if (errno == EINTR) continue;
       if (!means_unsupported(errno) || done > 0) fail_io(to.path(), "copy_file_range", errno);
-      fall_back(CopyMethod::KernelCopy);
+      fall_back(CopyMethod::KernelCopy, to);
       return false;
     }
     if (n == 0) {

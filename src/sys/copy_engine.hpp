@@ -30,7 +30,9 @@ template <>
 std::span<const Choice<CopyMode>> choices<CopyMode>();  // --copy
 
 // The methods, best first. An engine starts at the best its mode allows and
-// falls back for good when the file system refuses one (Auto only).
+// falls back for good when the file system refuses one (Auto only). After a
+// refused clone it skips KernelCopy on a local file system, where
+// copy_file_range is the kernel's own read/write loop (see copy_engine.cpp).
 enum class CopyMethod { Clone, KernelCopy, Stream };
 
 // Where the bytes of a transfer went.
@@ -70,7 +72,7 @@ class CopyEngine {
              std::uint64_t length, TransferTally& tally);
   bool kernel_copy(const File& from, std::uint64_t src_offset, const File& to, std::uint64_t dst_offset,
                    std::uint64_t length, TransferTally& tally);
-  void fall_back(CopyMethod from);
+  void fall_back(CopyMethod from, const File& to);
 
   std::atomic<CopyMethod> method_;
   bool require_clone_ = false;

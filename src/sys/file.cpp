@@ -4,13 +4,24 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 
 namespace mx2nv {
+namespace {
+
+// RWF_DONTCACHE (uapi linux/fs.h since Linux 6.14), spelled out for older headers.
+constexpr int kReadDontCache = 0x00000080;
+// Cleared at the first refusal (an older kernel, or a file system without it):
+// a hint is not worth a refused call before every read.
+std::atomic<bool> dontcache_reads{true};
+
+}  // namespace
 
 void fail_io(const fs::path& path, const char* operation, int error_number) {
   fail(ErrorKind::Io, "{}: {}: {}", path.string(), operation, std::strerror(error_number));
@@ -70,12 +81,15 @@ UniqueFd::~UniqueFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+File::File(File&& other) noexcept : fd_(other.fd_), passing_(other.passing_), path_(std::move(other.path_)) {
+  other.fd_ = -1;
+}
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
+    passing_ = other.passing_;
     path_ = std::move(other.path_);
     other.fd_ = -1;
   }
@@ -92,10 +106,21 @@ std::uint64_t File::size() const {
   return static_cast<std::uint64_t>(st.st_size);
 }
 
+long File::read_some(std::uint64_t offset, std::span<std::byte> out) const {
+  if (passing_ && dontcache_reads.load(std::memory_order_relaxed)) {
+    iovec v{out.data(), out.size()};
+    const ssize_t n = ::preadv2(fd_, &v, 1, static_cast<off_t>(offset), kReadDontCache);
+    // A kernel or file system without it refuses the flag before reading.
+    if (n >= 0 || (errno != EOPNOTSUPP && errno != EINVAL)) return n;
+    dontcache_reads.store(false, std::memory_order_relaxed);
+  }
+  return ::pread(fd_, out.data(), out.size(), static_cast<off_t>(offset));
+}
+
 void File::read_at(std::uint64_t offset, std::span<std::byte> out) const {
   std::size_t done = 0;
   while (done < out.size()) {
-    const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    const ssize_t n = read_some(offset + done, out.subspan(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       fail_io(path_, "read", errno);
@@ -143,6 +168,11 @@ void File::close() {
 }
 
 void File::advise_sequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
+
+void File::pass_through_cache() {
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+  passing_ = true;
+}
 
 std::string read_text_file(const fs::path& path, std::uint64_t max_bytes) {
   return read_text_file(File::open_read(path), max_bytes);

@@ -72,11 +72,21 @@ class File {
   const fs::path& path() const { return path_; }
   // The sequential-access hint: shards are streamed front to back.
   void advise_sequential() const;
+  // Reads from now on pass through the page cache without settling in it:
+  // no readahead around them (the random-access hint), and pages they bring
+  // in are dropped once copied out (RWF_DONTCACHE, Linux 6.14 and later;
+  // an older kernel keeps them). Pages already cached stay cached. For a
+  // pass that reads a little of each region before another pass streams
+  // the whole file: what it left cached would break that stream into the
+  // short requests of a restarting readahead. Set before the file is shared.
+  void pass_through_cache();
   int fd() const { return fd_; }
 
  private:
   File(int fd, fs::path path) : fd_(fd), path_(std::move(path)) {}
+  long read_some(std::uint64_t offset, std::span<std::byte> out) const;
   int fd_ = -1;
+  bool passing_ = false;
   fs::path path_;
 };
 

@@ -201,6 +201,68 @@ TEST(TargetLayout, DataOrderIsUnchangedTensorsInSourceOrderThenScaleGlobalPairs)
   }
 }
 
+// Positions of `part` (unchanged or not) in `order`, in the order taken.
+std::vector<std::size_t> part_of(const TargetLayout& layout, const std::vector<std::size_t>& order, bool unchanged) {
+  std::vector<std::size_t> out;
+  for (const std::size_t i : order) {
+    if (is_unchanged(layout.tensors[layout.data_order[i]].role) == unchanged) out.push_back(i);
+  }
+  return out;
+}
+
+// Every position once; each part of data_order in its own order.
+void expect_merge_of_parts(const TargetLayout& layout, const std::vector<std::size_t>& order) {
+  std::vector<std::size_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::size_t> all(layout.data_order.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  EXPECT_EQ(sorted, all);
+  for (const bool unchanged : {true, false}) {
+    const std::vector<std::size_t> part = part_of(layout, order, unchanged);
+    EXPECT_TRUE(std::is_sorted(part.begin(), part.end())) << (unchanged ? "unchanged" : "changed");
+  }
+}
+
+TEST(TargetLayout, SourceReadOrderReadsTheSourceOnceFrontToBack) {
+  for (const std::uint64_t residue : {8u, 1000u, 4095u}) {
+    const Laid l = lay_out(k3_like_shard(residue));
+    const std::vector<std::size_t> order = source_read_order(l.source, l.layout);
+    expect_merge_of_parts(l.layout, order);
+    std::uint64_t last = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const TargetTensor& t = l.layout.tensors[l.layout.data_order[order[k]]];
+      if (t.role == TensorRole::Global) {
+        // Right after its own scale.
+        ASSERT_GT(k, 0u);
+        const TargetTensor& before = l.layout.tensors[l.layout.data_order[order[k - 1]]];
+        EXPECT_EQ(before.role, TensorRole::Scale);
+        EXPECT_EQ(before.module, t.module);
+        continue;
+      }
+      const std::uint64_t begin = l.source.tensors()[t.source].begin;
+      EXPECT_GE(begin, last) << t.info.name;
+      last = begin;
+    }
+    // Not data_order itself: the scales are taken among the packed tensors.
+    EXPECT_NE(part_of(l.layout, order, true).size(), 0u);
+    EXPECT_FALSE(std::is_sorted(order.begin(), order.end()));
+  }
+}
+
+TEST(TargetLayout, SourceReadOrderKeepsAChangedPartThatIsNotInSourceOrder) {
+  // A requantize layout's changed part is every packed tensor, then every
+  // scale (make_target_layout for PlanKind::Requantize): the writer hashes
+  // the new bytes in that order, so the read order must keep it.
+  Laid l = lay_out(k3_like_shard(1000));
+  for (TargetTensor& t : l.layout.tensors) {
+    if (t.role == TensorRole::Packed) t.role = TensorRole::Requantized;
+  }
+  const std::vector<std::size_t> order = source_read_order(l.source, l.layout);
+  expect_merge_of_parts(l.layout, order);
+  const std::vector<std::size_t> changed = part_of(l.layout, order, false);
+  EXPECT_EQ(changed.size(), l.layout.data_order.size() - part_of(l.layout, order, true).size());
+}
+
 // Whole source blocks inside unchanged tensors that line up in the target,
 // and the most any header padding could line up (brute force over residues).
 std::pair<std::uint64_t, std::uint64_t> aligned_and_best_blocks(const Laid& l) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mx2nv {
@@ -115,8 +116,10 @@ TEST(BatchedReader, RandomRequestsComeBackExact) {
 TEST(CoalescingWriter, ContiguousWritesBecomeOne) {
   const ScratchFile data(1, 6);
   File out = File::create_new(data.dir() / "out");
-  std::vector<std::uint64_t> ends;
-  CoalescingWriter writer(out, 4096, [&](std::uint64_t end) { ends.push_back(end); });
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> written;  // (offset, length) told
+  CoalescingWriter writer(out, 4096, [&](std::uint64_t offset, std::uint64_t length) {
+    written.emplace_back(offset, length);
+  });
   std::vector<std::byte> expect(20000, std::byte{0});
   std::mt19937 rng(7);
   std::uint64_t at = 0;
@@ -135,7 +138,8 @@ TEST(CoalescingWriter, ContiguousWritesBecomeOne) {
   // 3000 contiguous bytes in one write, the jump flushes, the big one goes
   // straight through (after flushing the 50 before it), then the tail.
   EXPECT_EQ(writer.writes(), 4u);
-  EXPECT_EQ(ends, (std::vector<std::uint64_t>{3000, 10050, 15050, 15060}));
+  EXPECT_EQ(written, (std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, 3000}, {10000, 50}, {10050, 5000},
+                                                                            {15050, 10}}));
   out.set_size(expect.size());
   out.close();
   std::vector<std::byte> got(expect.size());

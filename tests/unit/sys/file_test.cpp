@@ -1,0 +1,149 @@
+// File::pass_through_cache: the bytes are the file's, no readahead settles
+// around a read, and pages already cached stay cached. Residency is asked of
+// the kernel (mincore on a mapping of the file); a page this process cannot
+// evict first (another process pinning it) skips rather than fails.
+#include "scratch.hpp"
+#include "sys/file.hpp"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace mx2nv {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kPages = 1024;  // 4 MiB: several readahead windows
+
+// A file of kPages random pages, synced (clean: an eviction can drop them).
+class DataFile {
+ public:
+  DataFile() {
+    std::mt19937 rng(11);
+    bytes_.resize(kPage * kPages);
+    for (auto& b : bytes_) b = static_cast<std::byte>(rng() & 0xFF);
+    File f = File::create_new(path());
+    f.write_at(0, bytes_);
+    f.sync();
+    f.close();
+  }
+  fs::path path() const { return dir_ / "data"; }
+  const std::vector<std::byte>& bytes() const { return bytes_; }
+
+ private:
+  Scratch dir_;
+  std::vector<std::byte> bytes_;
+};
+
+// Which pages of the file are in the page cache now.
+std::vector<bool> resident(const fs::path& path) {
+  const File f = File::open_read(path);
+  void* map = ::mmap(nullptr, kPage * kPages, PROT_READ, MAP_SHARED, f.fd(), 0);
+  if (map == MAP_FAILED) return {};
+  std::vector<unsigned char> in(kPages);
+  const int rc = ::mincore(map, kPage * kPages, in.data());
+  ::munmap(map, kPage * kPages);
+  if (rc != 0) return {};
+  std::vector<bool> out(kPages);
+  for (std::size_t i = 0; i < kPages; ++i) out[i] = (in[i] & 1) != 0;
+  return out;
+}
+
+std::size_t count(const std::vector<bool>& pages, std::size_t from, std::size_t to) {
+  std::size_t n = 0;
+  for (std::size_t i = from; i < to; ++i) {
+    if (pages[i]) ++n;
+  }
+  return n;
+}
+
+// Drops the file's pages (clean: synced above); false where some stay.
+bool evict(const fs::path& path) {
+  const File f = File::open_read(path);
+  (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
+  const std::vector<bool> pages = resident(path);
+  return !pages.empty() && count(pages, 0, kPages) == 0;
+}
+
+// RWF_DONTCACHE came with Linux 6.14.
+bool kernel_drops_behind() {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  int major = 0, minor = 0;
+  if (std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return false;
+  return major > 6 || (major == 6 && minor >= 14);
+}
+
+TEST(File, PassingReadsReturnTheFilesBytes) {
+  DataFile s;
+  File f = File::open_read(s.path());
+  f.pass_through_cache();
+  for (const std::size_t at : {std::size_t{0}, std::size_t{12345}, kPage * kPages - 77}) {
+    std::vector<std::byte> got(std::min<std::size_t>(70000, kPage * kPages - at));
+    f.read_at(at, got);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), s.bytes().begin() + static_cast<std::ptrdiff_t>(at))) << at;
+  }
+  // Moved, it still passes (and still reads right).
+  File moved = std::move(f);
+  std::vector<std::byte> got(100);
+  moved.read_at(500, got);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), s.bytes().begin() + 500));
+}
+
+TEST(File, APassingReadLeavesNoReadaheadBehind) {
+  DataFile s;
+  if (!evict(s.path())) GTEST_SKIP() << "the file's pages could not be evicted here";
+  File f = File::open_read(s.path());
+  f.pass_through_cache();
+  // The first page: where a plain read starts a stream and reads ahead.
+  std::vector<std::byte> got(kPage);
+  f.read_at(0, got);
+  const std::vector<bool> after = resident(s.path());
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(count(after, 1, kPages), 0u);  // nothing around it
+  // The page itself is dropped too where the kernel drops behind.
+  if (kernel_drops_behind()) {
+    EXPECT_FALSE(after[0]);
+  }
+}
+
+TEST(File, APassingReadKeepsWhatWasAlreadyCached) {
+  DataFile s;
+  if (!evict(s.path())) GTEST_SKIP() << "the file's pages could not be evicted here";
+  {
+    const File plain = File::open_read(s.path());
+    std::vector<std::byte> all(kPage * kPages);
+    plain.read_at(0, all);
+  }
+  const std::vector<bool> before = resident(s.path());
+  ASSERT_FALSE(before.empty());
+  if (count(before, 0, kPages) != kPages) GTEST_SKIP() << "the file did not stay cached";
+  File f = File::open_read(s.path());
+  f.pass_through_cache();
+  std::vector<std::byte> got(64 * kPage);
+  f.read_at(200 * kPage, got);
+  EXPECT_EQ(count(resident(s.path()), 0, kPages), kPages);
+}
+
+// The plain read the passing one is measured against: it does read ahead,
+// so the test above would see a regression to plain reads.
+TEST(File, APlainReadReadsAhead) {
+  DataFile s;
+  if (!evict(s.path())) GTEST_SKIP() << "the file's pages could not be evicted here";
+  const File f = File::open_read(s.path());
+  std::vector<std::byte> got(kPage);
+  f.read_at(0, got);
+  const std::vector<bool> after = resident(s.path());
+  ASSERT_FALSE(after.empty());
+  EXPECT_TRUE(after[0]);
+  EXPECT_GT(count(after, 1, kPages), 0u);
+}
+
+}  // namespace
+}  // namespace mx2nv
