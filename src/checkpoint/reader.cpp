@@ -74,14 +74,11 @@ std::vector<std::string> list_companions(const fs::path& root, const std::set<st
 
 }  // namespace
 
-ShardFiles::ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity, bool passing)
-    : root_(std::move(root)),
-      files_(std::move(files)),
-      capacity_(std::max<std::size_t>(1, capacity)),
-      passing_(passing) {}
+ShardFiles::ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity, CacheUse use)
+    : root_(std::move(root)), files_(std::move(files)), capacity_(std::max<std::size_t>(1, capacity)), use_(use) {}
 
-std::unique_ptr<ShardFiles> ShardFiles::passing_pool() const {
-  return std::make_unique<ShardFiles>(root_, files_, capacity_, true);
+std::unique_ptr<ShardFiles> ShardFiles::pool_for(CacheUse use) const {
+  return std::make_unique<ShardFiles>(root_, files_, capacity_, use);
 }
 
 std::shared_ptr<const File> ShardFiles::open(std::size_t shard) const {
@@ -95,7 +92,7 @@ std::shared_ptr<const File> ShardFiles::open(std::size_t shard) const {
     }
   }
   File opened = File::open_read(root_ / files_[shard]);
-  if (passing_) opened.pass_through_cache();
+  if (use_ != CacheUse::Normal) opened.set_cache_use(use_);
   auto file = std::make_shared<const File>(std::move(opened));
   std::lock_guard lock(mutex_);
   recent_.emplace_front(shard, file);

@@ -58,18 +58,18 @@ struct OpenShard {
 class ShardFiles {
  public:
   ShardFiles(fs::path root, std::vector<std::string> files, std::size_t capacity = kOpenShardFiles,
-             bool passing = false);
+             CacheUse use = CacheUse::Normal);
   std::shared_ptr<const File> open(std::size_t shard) const;
-  // A pool of the same files whose reads pass through the page cache
-  // (File::pass_through_cache): for the scan, which reads each module's
-  // scales and a few of its groups before the conversion streams every shard.
-  std::unique_ptr<ShardFiles> passing_pool() const;
+  // A pool of the same files, opened anew, whose reads use the page cache as
+  // `use` says: for the scan, which reads each module's scales and a few of
+  // its groups before the conversion reads the shards again.
+  std::unique_ptr<ShardFiles> pool_for(CacheUse use) const;
 
  private:
   fs::path root_;
   std::vector<std::string> files_;
   std::size_t capacity_;
-  bool passing_;
+  CacheUse use_;
   mutable std::mutex mutex_;
   mutable std::list<std::pair<std::size_t, std::shared_ptr<const File>>> recent_;  // most recent first
 };

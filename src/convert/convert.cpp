@@ -38,8 +38,13 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads, options.over_span_choice,
-                                                options.format);
+  // Where the unchanged bytes will be shared, the writer reads the scales
+  // again and nothing else: the scan leaves them cached. Elsewhere it leaves
+  // nothing behind for the stream over every shard to stumble on.
+  const bool shares = options.copy != CopyMode::Copy && !ck.shards.empty() && out.can_share(*ck.files->open(0));
+  const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads,
+                                                options.over_span_choice, options.format,
+                                                shares ? CacheUse::Random : CacheUse::Passing);
   if (!planned) {
     if (report.already_complete) out.tidy_finished();
     report.seconds = seconds_since(started);

@@ -49,8 +49,34 @@ std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, cons
   return batch;
 }
 
+// The order the writer takes the tensors in (positions in data_order). Where
+// the unchanged bytes are copied, the order that reads the source once,
+// front to back (source_read_order). Where they are shared they are not
+// read, and what is (the scales, the partial blocks at a tensor's ends) is a
+// few KiB to a few hundred here and there: taken in source order those reads
+// would follow each other closely enough for the kernel to read ahead into
+// the cloned tensors between them, so there the target's own order keeps
+// them apart.
+std::vector<std::size_t> write_order(const OpenShard& in, const TargetLayout& layout, bool engine_shares) {
+  if (!engine_shares) return source_read_order(in.header, layout);
+  std::vector<std::size_t> order(layout.data_order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  return order;
+}
+
+// Whether this shard's unchanged bytes will be shared. While the engine
+// still hopes to share, DST is asked once (an unnamed temporary file, one
+// block cloned); a refusal moves the engine on for good, so later shards do
+// not ask.
+bool will_share(CopyEngine& engine, const Destination& out, const File& in, const File& target) {
+  if (engine.method() != CopyMethod::Clone) return false;
+  if (out.can_share(in)) return true;
+  engine.sharing_refused(target);
+  return false;
+}
+
 // One shard written: the header, then each tensor of the target layout by
-// its role, in the order that reads the source once (source_read_order).
+// its role, in write_order.
 // New bytes (header, scales, globals, rewritten modules) are hashed for the
 // resume record; unchanged ones are shared or copied, and what is written
 // kicks asynchronous writeback as it goes.
@@ -71,7 +97,7 @@ class ShardWriter {
         // Small tensors are gathered into large writes and read in batches
         // (sys/batched_io.hpp): a system call per tensor would cost more than
         // the bytes of a checkpoint of many small tensors.
-        order_(source_read_order(in.header, layout)),
+        order_(write_order(in, layout, will_share(engine, out, in.handle, target_.file))),
         output_(target_.file, kCopyBufferBytes,
                 [this](std::uint64_t offset, std::uint64_t length) { written(offset, length); }) {
     result_.target_bytes = layout.data_size;
@@ -245,7 +271,7 @@ class ShardWriter {
   std::uint64_t unkicked_from_ = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t unkicked_to_ = 0;
   std::uint64_t unkicked_bytes_ = 0;
-  const std::vector<std::size_t> order_;  // positions in data_order, in source order
+  const std::vector<std::size_t> order_;  // positions in data_order, in the order written (write_order)
   CoalescingWriter output_;
   std::vector<bool> is_batched_;  // per position in data_order, with small_reads_
   std::optional<BatchedReader> small_reads_;

@@ -332,11 +332,11 @@ bool answer_finished(Report& report, const Destination& dst, const Checkpoint& s
 }
 
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
-                              unsigned threads, OverSpanChoice choice, TargetFormat format) {
+                              unsigned threads, OverSpanChoice choice, TargetFormat format, CacheUse scan_cache) {
   if (answer_finished(report, dst, source.checkpoint, window, choice, nullptr, PlanKind::Convert, format)) {
     return std::nullopt;
   }
-  const ScanResult scan = scan_modules(source, threads);
+  const ScanResult scan = scan_modules(source, threads, kKeptHistogramBytes, nullptr, scan_cache);
   Plan plan = plan_conversion(source, scan, window, format);
   apply_overspan(source, plan, choice, threads);
   if (choice != OverSpanChoice::Fail) add_overspan_report(report, source, plan, threads);

@@ -105,9 +105,11 @@ ConversionIdentity conversion_identity(const PlanFile& file, const Plan& plan);
 // or because the window refuses a module (report_refusal).
 // With `choice` other than fail, refused scale groups are resolved that way
 // (scan/overspan_values.hpp) and the report gets the over-span section.
+// `scan_cache`: how the scan uses the page cache (scan_modules).
 std::optional<Plan> plan_step(Report& report, const Destination& dst, const SourceCheckpoint& source, Window window,
                               unsigned threads, OverSpanChoice choice = OverSpanChoice::Fail,
-                              TargetFormat format = TargetFormat::CompressedTensors);
+                              TargetFormat format = TargetFormat::CompressedTensors,
+                              CacheUse scan_cache = CacheUse::Passing);
 
 // True, with the refusal in `report`, when the plan refuses a module.
 bool report_refusal(Report& report, const ModuleSet& set, const Plan& plan);

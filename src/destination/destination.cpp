@@ -594,6 +594,15 @@ bool Destination::holds_plan() const {
   return ::fstatat(root_fd_.get(), path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
+bool Destination::can_share(const File& source) const {
+  try {
+    require_sharing(source);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void Destination::require_sharing(const File& source) const {
   if (root_fd_) {
     CopyEngine::require_sharing(source, root_fd_.get(), root_);

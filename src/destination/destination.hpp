@@ -131,6 +131,8 @@ class Destination {
   // it does not exist yet, in the directory it will be created in) share
   // extents with `source`? Exit 2 naming why not.
   void require_sharing(const File& source) const;
+  // The same question, answered: false where require_sharing would refuse.
+  bool can_share(const File& source) const;
   class ShardLock {
    public:
     ShardLock() = default;

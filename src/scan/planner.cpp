@@ -34,8 +34,8 @@ ModuleLocation module_location(const SourceCheckpoint& source, const QuantModule
 }
 
 // Where a module's packed and scale bytes are; holds the two shard files
-// (from a bounded pool of the checkpoint's: the scan's reads pass through the
-// page cache, ShardFiles::passing_pool) as long as the scanner using it.
+// (from a bounded pool of the checkpoint's files, ShardFiles::pool_for) as
+// long as the scanner using it.
 class ModuleSources {
  public:
   ModuleSources(const SourceCheckpoint& source, const ShardFiles& files, const QuantModule& m)
@@ -148,7 +148,7 @@ void scan_run(const SourceCheckpoint& source, const ShardFiles& files, std::span
 }  // namespace
 
 ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::uint64_t histogram_budget,
-                        const std::vector<bool>* only) {
+                        const std::vector<bool>* only, CacheUse cache) {
   const auto& modules = source.modules.modules;
   ScanResult result;
   result.facts.resize(modules.size());
@@ -169,7 +169,7 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::u
   if (starts.back() != order.size()) starts.push_back(order.size());
   ScanTally tally;
   tally.budget = histogram_budget;
-  const std::unique_ptr<ShardFiles> files = source.checkpoint.files->passing_pool();
+  const std::unique_ptr<ShardFiles> files = source.checkpoint.files->pool_for(cache);
   parallel_for(starts.size() - 1, threads, [&](std::size_t task) {
     scan_run(source, *files, std::span(order).subspan(starts[task], starts[task + 1] - starts[task]), result,
              tally);
@@ -180,7 +180,8 @@ ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads, std::u
 }
 
 Plan plan_conversion(const SourceCheckpoint& source, const ScanResult& scan, Window window, TargetFormat format) {
-  const std::unique_ptr<ShardFiles> files = source.checkpoint.files->passing_pool();
+  // Rare re-reads (histograms beyond the scan's budget): nothing to keep.
+  const std::unique_ptr<ShardFiles> files = source.checkpoint.files->pool_for(CacheUse::Passing);
   const auto count_active = [&](std::size_t i, int k_lo, int k_hi) {
     const QuantModule& m = source.modules.modules[i];
     const ModuleSources sources(source, *files, m);

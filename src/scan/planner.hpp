@@ -25,8 +25,12 @@ struct ScanResult {
 // `histogram_budget`: bytes of histograms kept (tests force it down).
 // `only` (parallel to the modules): scan those alone; the facts of the others
 // stay empty (no active group).
+// The scan reads SRC's files anew with `cache` (sys/file.hpp): Passing
+// unless the caller reads the same scales again next and nothing else of
+// the shards (a conversion that shares the unchanged bytes: Random).
 ScanResult scan_modules(const SourceCheckpoint& source, unsigned threads,
-                        std::uint64_t histogram_budget = kKeptHistogramBytes, const std::vector<bool>* only = nullptr);
+                        std::uint64_t histogram_budget = kKeptHistogramBytes, const std::vector<bool>* only = nullptr,
+                        CacheUse cache = CacheUse::Passing);
 
 // The plan of a conversion into `format` (make_plan; for ModelOpt's layout,
 // with refuse_subnormal_multipliers).

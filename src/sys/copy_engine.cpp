@@ -103,6 +103,10 @@ void CopyEngine::fall_back(CopyMethod from, const File& to) {
   method_.compare_exchange_strong(current, next);
 }
 
+void CopyEngine::sharing_refused(const File& to) {
+  if (!require_clone_ && method() == CopyMethod::Clone) fall_back(CopyMethod::Clone, to);
+}
+
 bool CopyEngine::clone(const File& from, std::uint64_t src_offset, const File& to, std::uint64_t dst_offset,
                        std::uint64_t length, TransferTally& tally) {
   const int err = clone_range(from.fd(), src_offset, length, to.fd(), dst_offset);

@@ -58,6 +58,12 @@ class CopyEngine {
   // The best method still in use (after any fallback).
   CopyMethod method() const { return method_.load(std::memory_order_relaxed); }
 
+  // Told up front that files like `to` cannot share extents with the source
+  // (Destination::can_share): falls back as a refused clone would, so a
+  // writer knows before its first transfer whether bytes will be read.
+  // Ignored with `require_clone` (sharing was checked before any write).
+  void sharing_refused(const File& to);
+
   // For CopyMode::Reflink, before anything is written: can files in
   // `destination_dir` share extents with `source`? Throws Error(Usage) naming
   // the reason when they cannot. Uses an unnamed temporary file (O_TMPFILE),

@@ -81,7 +81,8 @@ UniqueFd::~UniqueFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-File::File(File&& other) noexcept : fd_(other.fd_), passing_(other.passing_), path_(std::move(other.path_)) {
+File::File(File&& other) noexcept
+    : fd_(other.fd_), drop_behind_(other.drop_behind_), path_(std::move(other.path_)) {
   other.fd_ = -1;
 }
 
@@ -89,7 +90,7 @@ File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
-    passing_ = other.passing_;
+    drop_behind_ = other.drop_behind_;
     path_ = std::move(other.path_);
     other.fd_ = -1;
   }
@@ -107,7 +108,7 @@ std::uint64_t File::size() const {
 }
 
 long File::read_some(std::uint64_t offset, std::span<std::byte> out) const {
-  if (passing_ && dontcache_reads.load(std::memory_order_relaxed)) {
+  if (drop_behind_ && dontcache_reads.load(std::memory_order_relaxed)) {
     iovec v{out.data(), out.size()};
     const ssize_t n = ::preadv2(fd_, &v, 1, static_cast<off_t>(offset), kReadDontCache);
     // A kernel or file system without it refuses the flag before reading.
@@ -169,9 +170,9 @@ void File::close() {
 
 void File::advise_sequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
 
-void File::pass_through_cache() {
-  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
-  passing_ = true;
+void File::set_cache_use(CacheUse use) {
+  (void)::posix_fadvise(fd_, 0, 0, use == CacheUse::Normal ? POSIX_FADV_NORMAL : POSIX_FADV_RANDOM);
+  drop_behind_ = use == CacheUse::Passing;
 }
 
 std::string read_text_file(const fs::path& path, std::uint64_t max_bytes) {

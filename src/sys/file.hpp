@@ -38,6 +38,22 @@ inline std::span<std::byte> buffer_first(std::vector<std::byte>& buffer, std::ui
 
 namespace fs = std::filesystem;
 
+// How a file's reads use the page cache. Random and Passing are for a pass
+// that reads a little of each region of a file (a module's scales, a few of
+// its groups) before another pass reads more of it.
+enum class CacheUse {
+  Normal,  // the kernel's readahead; pages stay cached
+  // Only what is asked (the random-access hint: no readahead); pages stay
+  // cached. Where the next pass reads those same ranges again.
+  Random,
+  // Only what is asked, and pages a read brings in are dropped once copied
+  // out (RWF_DONTCACHE, Linux 6.14 and later; an older kernel keeps them);
+  // pages already cached stay. Where the next pass streams the whole file:
+  // what a scan left cached would break that stream into the short requests
+  // of a readahead that restarts after every cached island.
+  Passing,
+};
+
 [[noreturn]] void fail_io(const fs::path& path, const char* operation, int error_number);
 
 class File {
@@ -72,21 +88,16 @@ class File {
   const fs::path& path() const { return path_; }
   // The sequential-access hint: shards are streamed front to back.
   void advise_sequential() const;
-  // Reads from now on pass through the page cache without settling in it:
-  // no readahead around them (the random-access hint), and pages they bring
-  // in are dropped once copied out (RWF_DONTCACHE, Linux 6.14 and later;
-  // an older kernel keeps them). Pages already cached stay cached. For a
-  // pass that reads a little of each region before another pass streams
-  // the whole file: what it left cached would break that stream into the
-  // short requests of a restarting readahead. Set before the file is shared.
-  void pass_through_cache();
+  // How reads from now on use the page cache (CacheUse). Set before the
+  // file is shared.
+  void set_cache_use(CacheUse use);
   int fd() const { return fd_; }
 
  private:
   File(int fd, fs::path path) : fd_(fd), path_(std::move(path)) {}
   long read_some(std::uint64_t offset, std::span<std::byte> out) const;
   int fd_ = -1;
-  bool passing_ = false;
+  bool drop_behind_ = false;  // CacheUse::Passing
   fs::path path_;
 };
 

@@ -48,6 +48,47 @@ TEST(Destination, AnAbandonedRunThatFinishedNothingLeavesNothing) {
   EXPECT_FALSE(fs::exists(s / "dst"));
 }
 
+// can_share answers what require_sharing would say, without throwing, for
+// a DST that does not exist yet (its parent is asked) and one that does; it
+// writes nothing into DST (its probe is an unnamed temporary file).
+TEST(Destination, CanShareAnswersWhatRequireSharingWouldSay) {
+  Scratch s;
+  {
+    File f = File::create_new(s / "src" / "shard");
+    f.write_at(0, std::as_bytes(std::span("0123456789", 10)));
+    f.close();
+  }
+  const File source = File::open_read(s / "src" / "shard");
+  const auto agrees = [&](const Destination& d) {
+    bool required = true;
+    try {
+      d.require_sharing(source);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage);
+      required = false;
+    }
+    EXPECT_EQ(d.can_share(source), required);
+  };
+  agrees(Destination(s / "src", s / "dst", false));
+  EXPECT_FALSE(fs::exists(s / "dst"));
+  Destination d(s / "src", s / "dst", false);
+  ASSERT_TRUE(d.open_for_writing({}));
+  const auto entries = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::recursive_directory_iterator(s / "dst")) names.insert(e.path().string());
+    return names;
+  };
+  const std::set<std::string> before = entries();
+  agrees(d);
+  EXPECT_EQ(entries(), before);
+  // Across file systems sharing is never possible: /dev/shm against the scratch.
+  if (fs::is_directory("/dev/shm")) {
+    const fs::path shm = fs::path("/dev/shm") / ("mx2nv-share-" + std::to_string(::getpid()));
+    const Destination there(s / "src", shm, false);
+    EXPECT_FALSE(there.can_share(source));
+  }
+}
+
 TEST(Destination, CommittedFilesStayTemporariesGo) {
   Scratch s;
   {

@@ -184,6 +184,28 @@ TEST(CopyEngine, ReflinkModeRefusesUpFrontWhereSharingIsImpossible) {
   }
 }
 
+// Told up front that sharing is impossible (a writer asks DST before its
+// first transfer), auto moves on as a refused clone would; reflink mode,
+// whose sharing was checked before any write, does not.
+TEST(CopyEngine, SharingRefusedUpFrontFallsBackLikeARefusedClone) {
+  if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+  const fs::path out = fs::path("/dev/shm") / ("mx2nv-copy-test-refused-" + std::to_string(::getpid()));
+  const File dst = File::create_new(out);
+  CopyEngine automatic(CopyMode::Auto);
+  automatic.sharing_refused(dst);
+  if (splices("/dev/shm")) {
+    EXPECT_EQ(automatic.method(), CopyMethod::Stream);
+  } else {
+    EXPECT_EQ(automatic.method(), CopyMethod::KernelCopy);
+  }
+  automatic.sharing_refused(dst);  // once moved on, told again: stays
+  EXPECT_NE(automatic.method(), CopyMethod::Clone);
+  CopyEngine reflink(CopyMode::Reflink);
+  reflink.sharing_refused(dst);
+  EXPECT_EQ(reflink.method(), CopyMethod::Clone);
+  fs::remove(out);
+}
+
 TEST(CopyEngine, ForcedCloneFailsClearlyWhereItCannotShare) {
   Scratch dir;
   {

@@ -1,5 +1,6 @@
-// File::pass_through_cache: the bytes are the file's, no readahead settles
-// around a read, and pages already cached stay cached. Residency is asked of
+// File::set_cache_use: the bytes are the file's; under Random and Passing no
+// readahead settles around a read; Passing drops what a read brought in and
+// keeps what was cached before; Random keeps what it read. Residency is asked of
 // the kernel (mincore on a mapping of the file); a page this process cannot
 // evict first (another process pinning it) skips rather than fails.
 #include "scratch.hpp"
@@ -83,7 +84,7 @@ bool kernel_drops_behind() {
 TEST(File, PassingReadsReturnTheFilesBytes) {
   DataFile s;
   File f = File::open_read(s.path());
-  f.pass_through_cache();
+  f.set_cache_use(CacheUse::Passing);
   for (const std::size_t at : {std::size_t{0}, std::size_t{12345}, kPage * kPages - 77}) {
     std::vector<std::byte> got(std::min<std::size_t>(70000, kPage * kPages - at));
     f.read_at(at, got);
@@ -100,7 +101,7 @@ TEST(File, APassingReadLeavesNoReadaheadBehind) {
   DataFile s;
   if (!evict(s.path())) GTEST_SKIP() << "the file's pages could not be evicted here";
   File f = File::open_read(s.path());
-  f.pass_through_cache();
+  f.set_cache_use(CacheUse::Passing);
   // The first page: where a plain read starts a stream and reads ahead.
   std::vector<std::byte> got(kPage);
   f.read_at(0, got);
@@ -125,10 +126,24 @@ TEST(File, APassingReadKeepsWhatWasAlreadyCached) {
   ASSERT_FALSE(before.empty());
   if (count(before, 0, kPages) != kPages) GTEST_SKIP() << "the file did not stay cached";
   File f = File::open_read(s.path());
-  f.pass_through_cache();
+  f.set_cache_use(CacheUse::Passing);
   std::vector<std::byte> got(64 * kPage);
   f.read_at(200 * kPage, got);
   EXPECT_EQ(count(resident(s.path()), 0, kPages), kPages);
+}
+
+TEST(File, ARandomReadKeepsWhatItReadAndNothingAround) {
+  DataFile s;
+  if (!evict(s.path())) GTEST_SKIP() << "the file's pages could not be evicted here";
+  File f = File::open_read(s.path());
+  f.set_cache_use(CacheUse::Random);
+  std::vector<std::byte> got(kPage);
+  f.read_at(0, got);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), s.bytes().begin()));
+  const std::vector<bool> after = resident(s.path());
+  ASSERT_FALSE(after.empty());
+  EXPECT_TRUE(after[0]);
+  EXPECT_EQ(count(after, 1, kPages), 0u);
 }
 
 // The plain read the passing one is measured against: it does read ahead,
