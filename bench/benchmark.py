@@ -34,9 +34,9 @@ the same commands of another build (--baseline PATH) side by side for a
 before/after in one run (a row the other build refuses is shown as failed).
 
 With --cold it measures verify and compare (beside --baseline if given)
-against `cat` of both trees, and convert (with a trailing sync; convert
-fsyncs its own files) against a durable copy of SRC (`cp -r --reflink=never
-SRC X && sync`), when nothing is cached: the 4-shard input (pick --experts so
+against `cat` of both trees, convert (with a trailing sync; convert fsyncs
+its own files) against a durable copy of SRC (`cp -r --reflink=never SRC X
+&& sync`), and requantize (+ sync) against verify, when nothing is cached: the 4-shard input (pick --experts so
 SRC and its conversion together exceed --cold-cap-mib) and its conversion,
 each run from dropped caches inside a memory cgroup capped at --cold-cap-mib
 MiB (384 by default), then the same rows warm (everything cached, no cap),
@@ -565,8 +565,9 @@ def durable(cmd: list[str]) -> list[str]:
 
 
 def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_mib: int) -> None:
-    """verify and compare against `cat` of both trees, and convert against a
-    durable copy of SRC (`cp -r --reflink=never` + sync), each run from a
+    """verify and compare against `cat` of both trees, convert against a
+    durable copy of SRC (`cp -r --reflink=never` + sync) and requantize
+    (+ sync) against verify, each run from a
     dropped page cache inside a memory cgroup of `cap_mib` MiB (smaller than
     the two trees), so every byte comes from the disk and little stays cached."""
     if os.geteuid() != 0:
@@ -595,7 +596,9 @@ def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_m
         rows += [(f"{name} verify", [str(exe), "verify", str(src), str(ref)], (0,), False),
                  (f"{name} compare", [str(exe), "compare", str(src), str(ref)], (0,), False),
                  # convert fsyncs every file itself; the trailing sync makes the row the copy's equal.
-                 (f"{name} convert + sync", durable([str(exe), "convert", str(src), str(out)]), (0,), True)]
+                 (f"{name} convert + sync", durable([str(exe), "convert", str(src), str(out)]), (0,), True),
+                 # The lossy companion writes the same amount: against verify, which reads both trees.
+                 (f"{name} requantize + sync", durable([str(exe), "requantize", str(src), str(out)]), (0,), True)]
     # What each cold run asked of the disk: requests and bytes, read and
     # written, which show a pattern's request sizes and any bytes read twice.
     device = block_device(src)
@@ -644,6 +647,10 @@ def bench_cold(work: Path, reps: int, experts: int, baseline: Path | None, cap_m
             med = statistics.median(w for w, _, _ in results[f"{name} convert + sync"])
             cp_med = statistics.median(w for w, _, _ in results["cp -r --reflink=never + sync"])
             print(f"  {name}: convert / durable copy {lo / cp:.2f} (min), {med / cp_med:.2f} (median)")
+            rq = [w for w, _, _ in results[f"{name} requantize + sync"]]
+            ver = [w for w, _, _ in results[f"{name} verify"]]
+            print(f"  {name}: requantize / verify {min(rq) / min(ver):.2f} (min), "
+                  f"{statistics.median(rq) / statistics.median(ver):.2f} (median)")
     if device:
         print(f"\nCold runs' disk requests on {device} (/proc/diskstats, medians; anything else using the disk "
               f"meanwhile counts; per both trees, {size / 1e6:.0f} MB):")

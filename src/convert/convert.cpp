@@ -38,10 +38,11 @@ Report convert_checkpoint(const ConvertOptions& options) {
   const SourceCheckpoint source = open_source_checkpoint(options.source, options.threads, IndexNames::KeepIfSmall);
   const Checkpoint& ck = source.checkpoint;
   add_source_counts(report, source);
-  // Where the unchanged bytes will be shared, the writer reads the scales
-  // again and nothing else: the scan leaves them cached. Elsewhere it leaves
-  // nothing behind for the stream over every shard to stumble on.
-  const bool shares = options.copy != CopyMode::Copy && !ck.shards.empty() && out.can_share(*ck.files->open(0));
+  // Where the unchanged bytes will likely be shared, the writer reads the
+  // scales again and nothing else: the scan leaves them cached. Elsewhere it
+  // leaves nothing behind for the stream over every shard to stumble on.
+  // (A guess that writes nothing: it only changes how the cache is used.)
+  const bool shares = options.copy != CopyMode::Copy && !ck.shards.empty() && out.may_share(*ck.files->open(0));
   const std::optional<Plan> planned = plan_step(report, out, source, options.window, options.threads,
                                                 options.over_span_choice, options.format,
                                                 shares ? CacheUse::Random : CacheUse::Passing);

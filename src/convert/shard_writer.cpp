@@ -64,15 +64,23 @@ std::vector<std::size_t> write_order(const OpenShard& in, const TargetLayout& la
   return order;
 }
 
-// Whether this shard's unchanged bytes will be shared. While the engine
-// still hopes to share, DST is asked once (an unnamed temporary file, one
-// block cloned); a refusal moves the engine on for good, so later shards do
-// not ask.
+// Whether this shard's unchanged bytes will be shared. Until a clone has
+// succeeded, DST is asked (an unnamed temporary file in it, one block
+// cloned); a refusal moves the engine on for good, so later shards do not
+// ask. Where the question cannot be answered, the engine finds out at its
+// first clone, as it always did.
 bool will_share(CopyEngine& engine, const Destination& out, const File& in, const File& target) {
   if (engine.method() != CopyMethod::Clone) return false;
-  if (out.can_share(in)) return true;
-  engine.sharing_refused(target);
-  return false;
+  if (engine.has_shared()) return true;
+  switch (out.probe_sharing(in)) {
+    case CopyEngine::Sharing::No:
+      engine.sharing_refused(target);
+      return false;
+    case CopyEngine::Sharing::Yes:
+    case CopyEngine::Sharing::Unknown:
+      break;
+  }
+  return true;
 }
 
 // One shard written: the header, then each tensor of the target layout by

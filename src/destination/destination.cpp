@@ -12,8 +12,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -594,13 +596,24 @@ bool Destination::holds_plan() const {
   return ::fstatat(root_fd_.get(), path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-bool Destination::can_share(const File& source) const {
-  try {
-    require_sharing(source);
-    return true;
-  } catch (const Error&) {
+CopyEngine::Sharing Destination::probe_sharing(const File& source) const {
+  return root_fd_ ? CopyEngine::probe_sharing(source, root_fd_.get()) : CopyEngine::Sharing::Unknown;
+}
+
+bool Destination::may_share(const File& source) const {
+  std::error_code ec;
+  fs::path dir = fs::absolute(root_, ec).lexically_normal();
+  if (!root_fd_) {
+    if (!dir.has_filename()) dir = dir.parent_path();
+    dir = dir.parent_path();
+  }
+  struct stat from {}, to {};
+  struct statfs kind {};
+  if (::fstat(source.fd(), &from) != 0 || ::stat(dir.c_str(), &to) != 0 || ::statfs(dir.c_str(), &kind) != 0) {
     return false;
   }
+  const auto type = static_cast<unsigned long>(kind.f_type);
+  return from.st_dev == to.st_dev && (type == XFS_SUPER_MAGIC || type == BTRFS_SUPER_MAGIC);
 }
 
 void Destination::require_sharing(const File& source) const {

@@ -34,6 +34,7 @@
 
 #include "destination/records.hpp"
 #include "safetensors/file_names.hpp"
+#include "sys/copy_engine.hpp"
 #include "sys/file.hpp"
 
 #include <mutex>
@@ -131,8 +132,13 @@ class Destination {
   // it does not exist yet, in the directory it will be created in) share
   // extents with `source`? Exit 2 naming why not.
   void require_sharing(const File& source) const;
-  // The same question, answered: false where require_sharing would refuse.
-  bool can_share(const File& source) const;
+  // The same question without an error, asked only of a DST that exists
+  // (Unknown before): nothing is made outside DST.
+  CopyEngine::Sharing probe_sharing(const File& source) const;
+  // A guess that writes nothing: is DST (or the directory it will be created
+  // in) on `source`'s file system, and is that one that shares extents (XFS,
+  // btrfs)? For choices that only change how the page cache is used.
+  bool may_share(const File& source) const;
   class ShardLock {
    public:
     ShardLock() = default;

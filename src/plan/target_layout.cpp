@@ -4,7 +4,6 @@
 #include "common/error.hpp"
 
 #include <algorithm>
-#include <iterator>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -180,10 +179,15 @@ std::vector<std::size_t> source_read_order(const ShardHeader& source, const Targ
     key[i] = t.role == TensorRole::Global && i > 0 ? key[i - 1] : sources[t.source].begin;
     (is_unchanged(t.role) ? unchanged : changed).push_back(i);
   }
+  // Merged by hand: std::merge asks for sorted inputs, and the changed part
+  // need not be (a requantize layout's); each part keeps its order here.
   std::vector<std::size_t> order;
   order.reserve(n);
-  std::merge(unchanged.begin(), unchanged.end(), changed.begin(), changed.end(), std::back_inserter(order),
-             [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
+  std::size_t u = 0, c = 0;
+  while (u < unchanged.size() || c < changed.size()) {
+    const bool take_changed = c < changed.size() && (u == unchanged.size() || key[changed[c]] < key[unchanged[u]]);
+    order.push_back(take_changed ? changed[c++] : unchanged[u++]);
+  }
   return order;
 }
 

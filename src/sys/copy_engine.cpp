@@ -112,6 +112,7 @@ bool CopyEngine::clone(const File& from, std::uint64_t src_offset, const File& t
   const int err = clone_range(from.fd(), src_offset, length, to.fd(), dst_offset);
   if (err == 0) {
     tally.shared += length;
+    shared_.store(true, std::memory_order_relaxed);
     return true;
   }
   if (require_clone_) {
@@ -193,23 +194,46 @@ void CopyEngine::require_sharing(const File& source, const fs::path& destination
   require_sharing(source, dir, destination_dir);
 }
 
-void CopyEngine::require_sharing(const File& source, int destination_dir_fd, const fs::path& destination_dir) {
+namespace {
+
+// Clones one block of `source` (or the whole of a smaller one) into an
+// unnamed temporary file in the directory: 0, or the errno of the clone;
+// `made` says whether the temporary file could be made at all (else the
+// errno is its).
+int try_sharing(const File& source, int destination_dir_fd, bool& made) {
   const int fd = ::openat(destination_dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    fail(ErrorKind::Usage, "--copy reflink: cannot test sharing in {} (unnamed temporary file: {}); use --copy auto",
-         destination_dir.string(), std::strerror(errno));
-  }
+  made = fd >= 0;
+  if (!made) return errno;
   const std::uint64_t g = granularity_of(fd);
-  // One block, or (a file smaller than a block) the whole file: length 0
-  // means "to the end of the source".
+  // Length 0 means "to the end of the source".
   const int err = clone_range(source.fd(), 0, source.size() >= g ? g : 0, fd, 0);
   ::close(fd);
+  return err;
+}
+
+}  // namespace
+
+void CopyEngine::require_sharing(const File& source, int destination_dir_fd, const fs::path& destination_dir) {
+  bool made = false;
+  const int err = try_sharing(source, destination_dir_fd, made);
+  if (!made) {
+    fail(ErrorKind::Usage, "--copy reflink: cannot test sharing in {} (unnamed temporary file: {}); use --copy auto",
+         destination_dir.string(), std::strerror(err));
+  }
   if (err != 0) {
     fail(ErrorKind::Usage,
          "--copy reflink: files in {} cannot share extents with {} ({}); sharing needs SRC and DST on one file system "
          "that supports reflinks (XFS with reflink=1, btrfs, bcachefs, ZFS >= 2.2); use --copy auto or --copy copy",
          destination_dir.string(), source.path().string(), std::strerror(err));
   }
+}
+
+CopyEngine::Sharing CopyEngine::probe_sharing(const File& source, int destination_dir_fd) {
+  bool made = false;
+  const int err = try_sharing(source, destination_dir_fd, made);
+  if (!made) return Sharing::Unknown;
+  if (err == 0) return Sharing::Yes;
+  return means_unsupported(err) ? Sharing::No : Sharing::Unknown;
 }
 
 }  // namespace mx2nv

@@ -59,10 +59,12 @@ class CopyEngine {
   CopyMethod method() const { return method_.load(std::memory_order_relaxed); }
 
   // Told up front that files like `to` cannot share extents with the source
-  // (Destination::can_share): falls back as a refused clone would, so a
+  // (probe_sharing said No): falls back as a refused clone would, so a
   // writer knows before its first transfer whether bytes will be read.
   // Ignored with `require_clone` (sharing was checked before any write).
   void sharing_refused(const File& to);
+  // Whether a clone has succeeded in this engine's run.
+  bool has_shared() const { return shared_.load(std::memory_order_relaxed); }
 
   // For CopyMode::Reflink, before anything is written: can files in
   // `destination_dir` share extents with `source`? Throws Error(Usage) naming
@@ -71,6 +73,12 @@ class CopyEngine {
   static void require_sharing(const File& source, const fs::path& destination_dir);
   // The same for the directory open as `destination_dir_fd` (`shown` in messages).
   static void require_sharing(const File& source, int destination_dir_fd, const fs::path& shown);
+  // The same question without an error: Yes, No (the clone was refused as
+  // unsupported, as a transfer's would be), or Unknown (no unnamed temporary
+  // file could be made there, or the clone failed otherwise: a transfer
+  // finds out).
+  enum class Sharing { Yes, No, Unknown };
+  static Sharing probe_sharing(const File& source, int destination_dir_fd);
 
  private:
   // One attempt per method; false means "fall back" (the engine has moved on).
@@ -81,6 +89,7 @@ class CopyEngine {
   void fall_back(CopyMethod from, const File& to);
 
   std::atomic<CopyMethod> method_;
+  std::atomic<bool> shared_{false};
   bool require_clone_ = false;
   std::atomic<std::uint64_t> granularity_{0};  // of the destination; 0 until the first transfer
 };

@@ -111,8 +111,9 @@ long File::read_some(std::uint64_t offset, std::span<std::byte> out) const {
   if (drop_behind_ && dontcache_reads.load(std::memory_order_relaxed)) {
     iovec v{out.data(), out.size()};
     const ssize_t n = ::preadv2(fd_, &v, 1, static_cast<off_t>(offset), kReadDontCache);
-    // A kernel or file system without it refuses the flag before reading.
-    if (n >= 0 || (errno != EOPNOTSUPP && errno != EINVAL)) return n;
+    // A kernel or file system without it refuses the flag before reading
+    // (a sandbox may refuse preadv2 itself); pread then reports any real error.
+    if (n >= 0 || (errno != EOPNOTSUPP && errno != EINVAL && errno != ENOSYS && errno != EPERM)) return n;
     dontcache_reads.store(false, std::memory_order_relaxed);
   }
   return ::pread(fd_, out.data(), out.size(), static_cast<off_t>(offset));

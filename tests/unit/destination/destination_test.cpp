@@ -7,6 +7,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <linux/magic.h>
+#include <sys/ioctl.h>
+#include <sys/vfs.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,44 +52,59 @@ TEST(Destination, AnAbandonedRunThatFinishedNothingLeavesNothing) {
   EXPECT_FALSE(fs::exists(s / "dst"));
 }
 
-// can_share answers what require_sharing would say, without throwing, for
-// a DST that does not exist yet (its parent is asked) and one that does; it
-// writes nothing into DST (its probe is an unnamed temporary file).
-TEST(Destination, CanShareAnswersWhatRequireSharingWouldSay) {
+// The file system type of `path` (statfs), 0 where it cannot be told.
+unsigned long fs_type(const fs::path& path) {
+  struct statfs st {};
+  return ::statfs(path.c_str(), &st) == 0 ? static_cast<unsigned long>(st.f_type) : 0;
+}
+
+std::set<std::string> tree(const fs::path& root) {
+  std::set<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(root)) names.insert(e.path().string());
+  return names;
+}
+
+// probe_sharing asks only a DST that exists, leaves nothing in it, and says
+// what a clone the test makes itself says (FICLONE between two scratch
+// files); across file systems it is No. may_share writes nothing and says
+// yes only for SRC's own XFS or btrfs.
+TEST(Destination, SharingIsProbedOnlyInsideAnExistingDst) {
   Scratch s;
   {
     File f = File::create_new(s / "src" / "shard");
-    f.write_at(0, std::as_bytes(std::span("0123456789", 10)));
+    std::vector<std::byte> bytes(8192, std::byte{7});
+    f.write_at(0, bytes);
+    f.sync();
     f.close();
   }
   const File source = File::open_read(s / "src" / "shard");
-  const auto agrees = [&](const Destination& d) {
-    bool required = true;
-    try {
-      d.require_sharing(source);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::Usage);
-      required = false;
-    }
-    EXPECT_EQ(d.can_share(source), required);
-  };
-  agrees(Destination(s / "src", s / "dst", false));
-  EXPECT_FALSE(fs::exists(s / "dst"));
+  const std::set<std::string> before = tree(s / "");
+  const Destination absent(s / "src", s / "dst", false);
+  EXPECT_EQ(absent.probe_sharing(source), CopyEngine::Sharing::Unknown);
+  EXPECT_EQ(tree(s / ""), before);  // nothing made beside DST
+
   Destination d(s / "src", s / "dst", false);
   ASSERT_TRUE(d.open_for_writing({}));
-  const auto entries = [&] {
-    std::set<std::string> names;
-    for (const auto& e : fs::recursive_directory_iterator(s / "dst")) names.insert(e.path().string());
-    return names;
-  };
-  const std::set<std::string> before = entries();
-  agrees(d);
-  EXPECT_EQ(entries(), before);
-  // Across file systems sharing is never possible: /dev/shm against the scratch.
-  if (fs::is_directory("/dev/shm")) {
+  const std::set<std::string> in_dst = tree(s / "dst");
+  const CopyEngine::Sharing got = d.probe_sharing(source);
+  EXPECT_EQ(tree(s / "dst"), in_dst);  // the probe's file has no name
+  bool clones = false;
+  {
+    const File copy = File::create_new(s / "clone-oracle");
+    clones = ::ioctl(copy.fd(), FICLONE, source.fd()) == 0;
+  }
+  EXPECT_EQ(got, clones ? CopyEngine::Sharing::Yes : CopyEngine::Sharing::No);
+
+  const bool same_kind = fs_type(s / "src") == XFS_SUPER_MAGIC || fs_type(s / "src") == BTRFS_SUPER_MAGIC;
+  EXPECT_EQ(d.may_share(source), same_kind);
+  EXPECT_EQ(absent.may_share(source), same_kind);
+  if (fs::is_directory("/dev/shm") && fs_type("/dev/shm") != fs_type(s / "src")) {
     const fs::path shm = fs::path("/dev/shm") / ("mx2nv-share-" + std::to_string(::getpid()));
-    const Destination there(s / "src", shm, false);
-    EXPECT_FALSE(there.can_share(source));
+    Destination there(s / "src", shm, false);
+    EXPECT_FALSE(there.may_share(source));
+    ASSERT_TRUE(there.open_for_writing({}));
+    EXPECT_EQ(there.probe_sharing(source), CopyEngine::Sharing::No);  // EXDEV
+    fs::remove_all(shm);
   }
 }
 
