@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -60,7 +61,7 @@ std::vector<ByteRange> batched_reads(const Plan& plan, const OpenShard& in, cons
 std::vector<std::size_t> write_order(const OpenShard& in, const TargetLayout& layout, bool engine_shares) {
   if (!engine_shares) return source_read_order(in.header, layout);
   std::vector<std::size_t> order(layout.data_order.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::iota(order.begin(), order.end(), std::size_t{0});
   return order;
 }
 

@@ -600,13 +600,18 @@ CopyEngine::Sharing Destination::probe_sharing(const File& source) const {
   return root_fd_ ? CopyEngine::probe_sharing(source, root_fd_.get()) : CopyEngine::Sharing::Unknown;
 }
 
-bool Destination::may_share(const File& source) const {
+fs::path Destination::sharing_directory() const {
   std::error_code ec;
   fs::path dir = fs::absolute(root_, ec).lexically_normal();
-  if (!root_fd_) {
-    if (!dir.has_filename()) dir = dir.parent_path();
-    dir = dir.parent_path();
-  }
+  if (root_fd_) return dir;
+  // DST does not exist yet: the directory it will be created in (a new
+  // directory is on its parent's file system).
+  if (!dir.has_filename()) dir = dir.parent_path();
+  return dir.parent_path();
+}
+
+bool Destination::may_share(const File& source) const {
+  const fs::path dir = sharing_directory();
   struct stat from {}, to {};
   struct statfs kind {};
   if (::fstat(source.fd(), &from) != 0 || ::stat(dir.c_str(), &to) != 0 || ::statfs(dir.c_str(), &kind) != 0) {
@@ -621,12 +626,7 @@ void Destination::require_sharing(const File& source) const {
     CopyEngine::require_sharing(source, root_fd_.get(), root_);
     return;
   }
-  // DST does not exist yet: the directory it will be created in (a new
-  // directory is on its parent's file system).
-  std::error_code ec;
-  fs::path dir = fs::absolute(root_, ec).lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();
-  dir = dir.parent_path();
+  const fs::path dir = sharing_directory();
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail_io(dir, "open directory", errno);
   const UniqueFd owned(fd);

@@ -192,6 +192,9 @@ class Destination {
 
  private:
   UniqueFd open_directory(const std::string& relative, bool create);
+  // DST while it exists, else the directory it will be created in: where
+  // require_sharing and may_share ask.
+  fs::path sharing_directory() const;
   bool create_root_and_lock(int operation);
   // The finished record if DST is finished now (read through root_fd_);
   // exit 2 when finished.json is there but unreadable.

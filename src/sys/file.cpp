@@ -107,7 +107,7 @@ std::uint64_t File::size() const {
   return static_cast<std::uint64_t>(st.st_size);
 }
 
-long File::read_some(std::uint64_t offset, std::span<std::byte> out) const {
+ssize_t File::read_some(std::uint64_t offset, std::span<std::byte> out) const {
   if (drop_behind_ && dontcache_reads.load(std::memory_order_relaxed)) {
     iovec v{out.data(), out.size()};
     const ssize_t n = ::preadv2(fd_, &v, 1, static_cast<off_t>(offset), kReadDontCache);

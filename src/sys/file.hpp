@@ -4,6 +4,8 @@
 
 #include "common/byte_source.hpp"
 
+#include <sys/types.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -95,7 +97,7 @@ class File {
 
  private:
   File(int fd, fs::path path) : fd_(fd), path_(std::move(path)) {}
-  long read_some(std::uint64_t offset, std::span<std::byte> out) const;
+  ssize_t read_some(std::uint64_t offset, std::span<std::byte> out) const;
   int fd_ = -1;
   bool drop_behind_ = false;  // CacheUse::Passing
   fs::path path_;

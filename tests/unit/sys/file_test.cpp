@@ -94,6 +94,16 @@ bool drops_behind(const fs::path& path) {
   return ::preadv2(f.fd(), &v, 1, 0, 0x80) >= 0;
 }
 
+// Residency after reading the first page through a file set to `use` (the
+// page where a plain read starts a stream and reads ahead); `got` receives it.
+std::vector<bool> resident_after_first_page(const fs::path& path, CacheUse use, std::vector<std::byte>& got) {
+  File f = File::open_read(path);
+  f.set_cache_use(use);
+  got.resize(kPage);
+  f.read_at(0, got);
+  return resident(path);
+}
+
 TEST(File, PassingReadsReturnTheFilesBytes) {
   DataFile s;
   File f = File::open_read(s.path());
@@ -113,12 +123,8 @@ TEST(File, PassingReadsReturnTheFilesBytes) {
 TEST(File, APassingReadLeavesNoReadaheadBehind) {
   DataFile s;
   if (!cache_is_observable(s.path())) GTEST_SKIP() << "reads here leave no page-cache trace to observe";
-  File f = File::open_read(s.path());
-  f.set_cache_use(CacheUse::Passing);
-  // The first page: where a plain read starts a stream and reads ahead.
-  std::vector<std::byte> got(kPage);
-  f.read_at(0, got);
-  const std::vector<bool> after = resident(s.path());
+  std::vector<std::byte> got;
+  const std::vector<bool> after = resident_after_first_page(s.path(), CacheUse::Passing, got);
   ASSERT_FALSE(after.empty());
   EXPECT_EQ(count(after, 1, kPages), 0u);  // nothing around it
   // The page itself is dropped too where the file system drops behind.
@@ -148,12 +154,9 @@ TEST(File, APassingReadKeepsWhatWasAlreadyCached) {
 TEST(File, ARandomReadKeepsWhatItReadAndNothingAround) {
   DataFile s;
   if (!cache_is_observable(s.path())) GTEST_SKIP() << "reads here leave no page-cache trace to observe";
-  File f = File::open_read(s.path());
-  f.set_cache_use(CacheUse::Random);
-  std::vector<std::byte> got(kPage);
-  f.read_at(0, got);
+  std::vector<std::byte> got;
+  const std::vector<bool> after = resident_after_first_page(s.path(), CacheUse::Random, got);
   EXPECT_TRUE(std::equal(got.begin(), got.end(), s.bytes().begin()));
-  const std::vector<bool> after = resident(s.path());
   ASSERT_FALSE(after.empty());
   EXPECT_TRUE(after[0]);
   EXPECT_EQ(count(after, 1, kPages), 0u);
@@ -164,10 +167,8 @@ TEST(File, ARandomReadKeepsWhatItReadAndNothingAround) {
 TEST(File, APlainReadReadsAhead) {
   DataFile s;
   if (!cache_is_observable(s.path())) GTEST_SKIP() << "reads here leave no page-cache trace to observe";
-  const File f = File::open_read(s.path());
-  std::vector<std::byte> got(kPage);
-  f.read_at(0, got);
-  const std::vector<bool> after = resident(s.path());
+  std::vector<std::byte> got;
+  const std::vector<bool> after = resident_after_first_page(s.path(), CacheUse::Normal, got);
   ASSERT_FALSE(after.empty());
   EXPECT_TRUE(after[0]);
   if (count(after, 1, kPages) == 0) GTEST_SKIP() << "no readahead on this device (read_ahead_kb 0?)";
