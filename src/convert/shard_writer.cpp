@@ -1,6 +1,7 @@
 #include "convert/shard_writer.hpp"
 
 #include "common/cancel.hpp"
+#include "common/error.hpp"
 #include "common/stream_hash.hpp"
 #include "convert/scale_map.hpp"
 #include "model/scale_scan.hpp"
@@ -13,12 +14,18 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 namespace mx2nv {
 
 namespace {
+
+// The smallest requantized module whose scales are written with its packed
+// codes (scales_following).
+constexpr std::uint64_t kWriteAheadBytes = 64 << 10;
 
 // Which source reads go through one BatchedReader, decided once for the shard
 // (the engine may fall back while it runs): exact scales, and the unchanged
@@ -108,7 +115,8 @@ class ShardWriter {
         // the bytes of a checkpoint of many small tensors.
         order_(write_order(in, layout, will_share(engine, out, in.handle, target_.file))),
         output_(target_.file, kCopyBufferBytes,
-                [this](std::uint64_t offset, std::uint64_t length) { written(offset, length); }) {
+                [this](std::uint64_t offset, std::uint64_t length) { written(offset, length); }),
+        scales_follow_(scales_following(source, plan, layout, order_)) {
     result_.target_bytes = layout.data_size;
     result_.output_size = data_start_ + layout.data_size;
     // Sized first: shared ranges may land beyond what has been written so far.
@@ -170,6 +178,48 @@ class ShardWriter {
     }
   }
 
+  // The requantized modules of at least kWriteAheadBytes whose scale tensor
+  // is written after their packed one (a requantize layout puts every scale
+  // after every packed tensor), with that scale tensor's offset: both are
+  // computed in one pass over the source's bytes and the scales written at
+  // once, ahead of their turn in the resume hash's order (the target's).
+  // Smaller modules take a second pass over bytes just read (a few KiB at
+  // K3's structure): cheaper than the writes and read-back a module costs.
+  static std::unordered_map<std::size_t, std::uint64_t> scales_following(const SourceCheckpoint& source,
+                                                                          const Plan& plan, const TargetLayout& layout,
+                                                                          std::span<const std::size_t> order) {
+    std::unordered_set<std::size_t> packed_seen;
+    std::unordered_map<std::size_t, std::uint64_t> follow;
+    for (const std::size_t i : order) {
+      const TargetTensor& t = layout.tensors[layout.data_order[i]];
+      if (t.role == TensorRole::Requantized && source.modules.modules[t.module].packed.nbytes() >= kWriteAheadBytes) {
+        packed_seen.insert(t.module);
+      }
+      if (t.role == TensorRole::Scale && plan.modules[t.module].treatment == Treatment::Requantized &&
+          packed_seen.contains(t.module)) {
+        follow.emplace(t.module, t.info.begin);
+      }
+    }
+    return follow;
+  }
+
+  // Scale bytes written ahead, at their turn: read back from DST into the
+  // resume hash. They must still be what was written (`expected`, their
+  // hash then): the record vouches for DST's bytes.
+  void hash_written_ahead(std::uint64_t dst, std::uint64_t length, std::uint64_t expected) {
+    output_.flush();
+    StreamHash again;
+    read_in_chunks(target_.file, dst, length, buffer_, [&](std::span<const std::byte> chunk, std::uint64_t) {
+      hash_.update(chunk);
+      again.update(chunk);
+      throw_if_stopped();
+    });
+    if (again.digest() != expected) {
+      fail(ErrorKind::Io, "{}: bytes written at offset {} changed before the shard was finished",
+           target_.file.path().string(), dst);
+    }
+  }
+
   // convert --overspan: modules recomputed from their decoded values.
   bool rewritten(const TargetTensor& t) const {
     return t.role == TensorRole::Requantized || t.role == TensorRole::Bf16Weight ||
@@ -184,9 +234,30 @@ class ShardWriter {
     const SecondLevel level = requantized_level(plan_.format, plan_.modules[t.module]);
     if (t.role == TensorRole::Requantized) {
       ErrorStats unused;  // not asked for: the caller measures apart (measure_requantized)
-      stream_requantized_packed(source_, t.module, level, to_target, errors_ ? (*errors_)[t.module] : unused);
+      ErrorStats& stats = errors_ ? (*errors_)[t.module] : unused;
+      const auto later = scales_follow_.find(t.module);
+      if (later == scales_follow_.end()) {
+        stream_requantized_packed(source_, t.module, level, to_target, stats);
+        return;
+      }
+      // The scales are written now, at their place, and hashed at their turn.
+      const std::uint64_t scale_dst = data_start_ + later->second;
+      StreamHash scales_hash;
+      const TensorEmit ahead = [&](std::uint64_t offset, std::span<const std::byte> bytes) {
+        output_.write(scale_dst + offset, bytes);
+        scales_hash.update(bytes);
+        result_.written_bytes += bytes.size();
+      };
+      stream_requantized(source_, t.module, level, to_target, ahead, stats);
+      written_ahead_.emplace(t.module, scales_hash.digest());
     } else if (t.role == TensorRole::Scale) {
-      stream_requantized_scales(source_, t.module, level, to_target);
+      const auto ahead = written_ahead_.find(t.module);
+      if (ahead == written_ahead_.end()) {
+        stream_requantized_scales(source_, t.module, level, to_target);
+        return;
+      }
+      hash_written_ahead(dst, t.info.nbytes(), ahead->second);
+      written_ahead_.erase(ahead);
     } else {
       stream_bf16_weight(source_, t.module, to_target);
     }
@@ -287,6 +358,11 @@ class ShardWriter {
   std::unique_ptr<std::byte[]> buffer_bytes_;
   std::span<std::byte> buffer_;
   std::unique_ptr<std::byte[]> mapped_;  // at the first scale tensor, kCopyBufferBytes
+  // scales_following: module -> its scale tensor's offset in the data section.
+  const std::unordered_map<std::size_t, std::uint64_t> scales_follow_;
+  // Modules whose scales were written with their packed codes -> the hash of
+  // those scale bytes, until they are hashed into the resume record.
+  std::unordered_map<std::size_t, std::uint64_t> written_ahead_;
   ScaleLut lut_{};
   std::optional<std::pair<int, bool>> lut_for_;
 };

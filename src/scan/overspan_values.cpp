@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 namespace mx2nv {
 
@@ -44,8 +45,10 @@ Plan requantize_plan(const SourceCheckpoint& source, unsigned threads, TargetFor
   plan.kind = PlanKind::Requantize;
   plan.format = format;
   plan.modules.resize(set.modules.size());
+  // The writer reads every shard again, front to back.
+  const std::unique_ptr<ShardFiles> sparse_reads = source.checkpoint.files->pool_for(CacheUse::Passing);
   parallel_for(set.scale_groups.size(), threads, [&](std::size_t sg) {
-    const float amax = scale_group_amax(source, sg);
+    const float amax = scale_group_amax(source, sg, *sparse_reads);
     const float stored = second_level_for(recipe_of(format), amax).stored;
     if (!std::isnormal(stored)) {
       fail_input("{}: its largest |value| {} gives ModelOpt's weight_scale_2 = amax / 2688 = {}, no normal float "

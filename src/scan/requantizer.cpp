@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace mx2nv {
 namespace {
@@ -30,10 +32,10 @@ constexpr std::uint64_t kChunkGroups = kCopyBufferBytes / kGroupBytes;
 
 // visit(packed, scales, first_group) over a module's groups in file order.
 template <typename Visit>
-void for_each_chunk(const SourceCheckpoint& source, const QuantModule& m, Visit&& visit) {
+void for_each_chunk(const SourceCheckpoint& source, const ShardFiles& files, const QuantModule& m, Visit&& visit) {
   const Checkpoint& ck = source.checkpoint;
-  const auto packed_file = ck.files->open(m.packed_shard);
-  const auto scale_file = ck.files->open(m.scale_shard);
+  const auto packed_file = files.open(m.packed_shard);
+  const auto scale_file = files.open(m.scale_shard);
   const std::uint64_t total = m.group_count();
   // Buffers of the module's size when it is smaller than a chunk: zeroing a
   // whole chunk per module would cost more than reading K3's small modules.
@@ -90,7 +92,7 @@ void requantize_module(const SourceCheckpoint& source, std::size_t module, Secon
   GroupRequantizer& requantizer = requantizer_for(level);
   std::vector<std::byte> packed_out;
   std::vector<std::uint8_t> scales_out;
-  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+  for_each_chunk(source, *source.checkpoint.files, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     const std::size_t n = scales.size();
     if (want_packed) packed_out.resize(n * kGroupBytes);
     if (want_scales) scales_out.resize(2 * n);
@@ -128,16 +130,90 @@ class ChunkedEmit {
 
 }  // namespace
 
-float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group) {
+namespace {
+
+// Below this many packed bytes a scale group is read whole: one read a
+// tensor, as cheap as reading its scales alone.
+constexpr std::uint64_t kReadWholeBelow = 256 << 10;
+// The most scale bytes held to find a scale group's largest scales (two of
+// the largest modules of real MoE checkpoints take a few MiB).
+constexpr std::uint64_t kHeldScaleBytes = 16 << 20;
+// Groups read one at a time before the rest is read whole instead.
+constexpr std::size_t kMaxProbedGroups = 64;
+
+// The largest |value| from every group: each module's packed bytes and
+// scales read in full, the first group with a NaN scale or a value beyond
+// float32 refused, in file order.
+float amax_read_whole(const SourceCheckpoint& source, std::size_t scale_group) {
   float amax = 0;
   for (const std::size_t module : source.modules.scale_groups[scale_group]) {
     const QuantModule& m = source.modules.modules[module];
-    for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+    for_each_chunk(source, *source.checkpoint.files, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
       const std::size_t done = mxfp4_groups_amax(packed, scales, amax);
       if (done != scales.size()) run_failure(source, m, first + done, scales[done]);
     });
   }
   return amax;
+}
+
+// The same largest |value| from the scales and a few groups: a group of
+// E8M0 byte e holds no value above 6 x 2^(e-127), so groups are taken by
+// scale byte from the largest down, and a scale byte whose bound does not
+// exceed the largest value found so far, and every smaller one, cannot
+// raise it. nullopt where reading the group whole is the better way or the
+// only exact one: a small group, scales beyond kHeldScaleBytes, more than
+// kMaxProbedGroups groups to read, or a scale byte of 253-255 (a NaN or a
+// value beyond float32 may be there, named by amax_read_whole in file order).
+std::optional<float> amax_from_largest_scales(const SourceCheckpoint& source, const ShardFiles& files,
+                                              std::size_t scale_group) {
+  const Checkpoint& ck = source.checkpoint;
+  const ScaleGroup& members = source.modules.scale_groups[scale_group];
+  std::uint64_t groups = 0;
+  for (const std::size_t module : members) groups += source.modules.modules[module].group_count();
+  if (groups * kGroupBytes <= kReadWholeBelow || groups > kHeldScaleBytes) return std::nullopt;
+  std::vector<std::vector<std::byte>> scales(members.size());
+  std::array<std::uint64_t, 256> count{};
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const QuantModule& m = source.modules.modules[members[k]];
+    scales[k].resize(static_cast<std::size_t>(m.group_count()));
+    files.open(m.scale_shard)->read_at(ck.shards[m.scale_shard].data_start + m.scale.begin, scales[k]);
+    for (const std::byte b : scales[k]) ++count[std::to_integer<std::uint8_t>(b)];
+  }
+  if (count[253] + count[254] + count[kE8M0NaN] != 0) return std::nullopt;
+  float amax = 0;
+  std::size_t probed = 0;
+  std::array<std::byte, 16> packed{};
+  for (int e = 252; e >= 0; --e) {
+    if (count[static_cast<std::size_t>(e)] == 0) continue;
+    const auto e8m0 = static_cast<std::uint8_t>(e);
+    const float bound = *mxfp4_value_f32(7, e8m0_exponent(e8m0));  // 6 x 2^k: finite below byte 253
+    if (!(bound > amax)) break;
+    for (std::size_t k = 0; k < members.size() && bound > amax; ++k) {
+      const QuantModule& m = source.modules.modules[members[k]];
+      const auto file = files.open(m.packed_shard);
+      const std::byte* at = scales[k].data();
+      const std::byte* const end = at + scales[k].size();
+      while (bound > amax && (at = std::find(at, end, std::byte{e8m0})) != end) {
+        if (++probed > kMaxProbedGroups) return std::nullopt;
+        const auto g = static_cast<std::uint64_t>(at - scales[k].data());
+        file->read_at(ck.shards[m.packed_shard].data_start + m.packed.begin + g * kGroupBytes, packed);
+        amax = std::max(amax, *mxfp4_group_amax(packed, e8m0));
+        ++at;
+      }
+    }
+  }
+  return amax;
+}
+
+}  // namespace
+
+float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group) {
+  return scale_group_amax(source, scale_group, *source.checkpoint.files);
+}
+
+float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group, const ShardFiles& sparse_reads) {
+  if (const auto amax = amax_from_largest_scales(source, sparse_reads, scale_group)) return *amax;
+  return amax_read_whole(source, scale_group);
 }
 
 void stream_requantized_packed(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
@@ -154,6 +230,19 @@ void stream_requantized_scales(const SourceCheckpoint& source, std::size_t modul
   requantize_module(source, module, level, false, true, nullptr,
                     [&](std::span<const std::byte>, std::span<const std::byte> scales) { sink.add(scales); });
   sink.flush();
+}
+
+void stream_requantized(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
+                        const TensorEmit& emit_packed, const TensorEmit& emit_scales, ErrorStats& stats) {
+  ChunkedEmit packed_sink(emit_packed);
+  ChunkedEmit scale_sink(emit_scales);
+  requantize_module(source, module, level, true, true, &stats,
+                    [&](std::span<const std::byte> packed, std::span<const std::byte> scales) {
+                      packed_sink.add(packed);
+                      scale_sink.add(scales);
+                    });
+  packed_sink.flush();
+  scale_sink.flush();
 }
 
 namespace {
@@ -180,7 +269,7 @@ void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, cons
   ChunkedEmit sink(emit);
   const QuantModule& m = source.modules.modules[module];
   std::array<std::byte, 64> values{};
-  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+  for_each_chunk(source, *source.checkpoint.files, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     for (std::size_t g = 0; g < scales.size(); ++g) {
       bf16_group(source, m, first + g, group_bytes(packed, g), std::to_integer<std::uint8_t>(scales[g]), values);
       sink.add(values);
@@ -200,8 +289,8 @@ RequantizedCheck check_requantized(const SourceCheckpoint& source, std::size_t m
       for (std::size_t i = 0; i < ours.size(); ++i) differing += ours[i] != theirs[i] ? 1u : 0u;
     });
   };
-  stream_requantized_packed(source, module, level, compare(read_packed, check.packed_bytes_differing), check.error);
-  stream_requantized_scales(source, module, level, compare(read_scales, check.scale_bytes_differing));
+  stream_requantized(source, module, level, compare(read_packed, check.packed_bytes_differing),
+                     compare(read_scales, check.scale_bytes_differing), check.error);
   return check;
 }
 

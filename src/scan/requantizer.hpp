@@ -16,7 +16,14 @@ namespace mx2nv {
 // The largest |value| over a scale group's modules (a gate/up pair or one
 // module), in float32. Throws Error(InvalidInput) naming module, row and
 // group for a NaN scale or a value beyond float32.
+// Where a group's scales bound what its packed bytes can raise the maximum
+// to, those bytes are not read: mostly only the scales and a few groups are.
 float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group);
+// The same, reading the scales and single groups through `sparse_reads`
+// (ShardFiles::pool_for(CacheUse::Passing) leaves no islands in the page
+// cache for a later stream over the shards to meet); modules read whole go
+// through the checkpoint's own pool.
+float scale_group_amax(const SourceCheckpoint& source, std::size_t scale_group, const ShardFiles& sparse_reads);
 
 // Streams module `module` requantized under `level`: emit(offset, bytes) for
 // the packed tensor (16 bytes per 32-group) or, with `scales`, for the
@@ -27,6 +34,10 @@ void stream_requantized_packed(const SourceCheckpoint& source, std::size_t modul
                                const TensorEmit& emit, ErrorStats& stats);
 void stream_requantized_scales(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
                                const TensorEmit& emit);
+// Both in one pass over the module's source bytes: the same bytes to each
+// emit (interleaved a chunk at a time), the same stats.
+void stream_requantized(const SourceCheckpoint& source, std::size_t module, SecondLevel level,
+                        const TensorEmit& emit_packed, const TensorEmit& emit_scales, ErrorStats& stats);
 
 // Streams module `module` decoded into its BF16 `weight` [N, K] (2 bytes per
 // value, row-major; exact, -0 kept). Throws Error(InvalidInput) for a NaN

@@ -63,7 +63,8 @@ File File::open_read_at(int directory_fd, const std::string& name, fs::path disp
 }
 
 File File::create_new_at(int directory_fd, const std::string& name, fs::path display) {
-  const int fd = ::openat(directory_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  // Readable too: a shard writer reads back bytes it wrote ahead of their turn.
+  const int fd = ::openat(directory_fd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail_io(display, "create", errno);
   return File(fd, std::move(display));
 }
