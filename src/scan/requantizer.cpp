@@ -135,9 +135,10 @@ namespace {
 // Below this many packed bytes a scale group is read whole: one read a
 // tensor, as cheap as reading its scales alone.
 constexpr std::uint64_t kReadWholeBelow = 256 << 10;
-// The most scale bytes held to find a scale group's largest scales (two of
-// the largest modules of real MoE checkpoints take a few MiB).
-constexpr std::uint64_t kHeldScaleBytes = 16 << 20;
+// The most scale bytes a thread holds to find a scale group's largest
+// scales, as much as the whole read's buffers (a gate/up pair of K3's real
+// shapes holds 688 KiB); a larger group is read whole.
+constexpr std::uint64_t kHeldScaleBytes = kCopyBufferBytes;
 // Groups read one at a time before the rest is read whole instead.
 constexpr std::size_t kMaxProbedGroups = 64;
 

@@ -10,6 +10,8 @@
 #include "numerics/formats.hpp"
 #include "numerics/nvfp4_quantizer.hpp"
 #include "requantize/requantize.hpp"
+#include "plan/plan.hpp"
+#include "scan/overspan_values.hpp"
 #include "scan/requantizer.hpp"
 #include "e2e_support.hpp"
 
@@ -195,9 +197,46 @@ TEST(RequantizeReads, RequantizeReadsItsSourceAboutOnce) {
   ASSERT_EQ(requantize_checkpoint({d / "src", d / "dst", 2}).result, Outcome::Ok);
   const std::uint64_t read = bytes_read_so_far() - before;
   // SRC once, its scales (1/17 of the experts' bytes) again for the plan,
-  // a few groups, headers and companions.
+  // the block scales written read back from DST (2/17), a few groups,
+  // headers and companions.
   EXPECT_LT(static_cast<double>(read), 1.2 * static_cast<double>(source_bytes)) << read << " of " << source_bytes;
   EXPECT_GT(read, source_bytes);
+}
+
+// Modules of 16 MiB (a million groups): their block scales are written
+// ahead in several pieces at increasing offsets, and the pair's scales are
+// too many to hold, so its amax reads it whole. Every tensor must equal the
+// two passes of the value-by-value streams.
+TEST(RequantizeReads, LargeModulesWrittenInOnePassEqualTheTwoPasses) {
+  ScratchDir d;
+  FixtureSpec spec = large_modules();
+  spec.experts = 1;
+  spec.hidden = 8192;
+  spec.intermediate = 4096;
+  spec.shards = 1;
+  write_fixture(d / "src", spec);
+  ASSERT_EQ(requantize_checkpoint({d / "src", d / "dst", 2}).result, Outcome::Ok);
+  const SourceCheckpoint s = open_source_checkpoint(d / "src");
+  const Plan plan = requantize_plan(s, 2, TargetFormat::CompressedTensors);
+  ASSERT_EQ(s.modules.modules.size(), 3u);
+  for (std::size_t i = 0; i < s.modules.modules.size(); ++i) {
+    const QuantModule& m = s.modules.modules[i];
+    ASSERT_GT(m.group_count(), kCopyBufferBytes / 2);  // more than one piece of written scales
+    const SecondLevel level = requantized_level(plan.format, plan.modules[i]);
+    std::string packed, scales;
+    const auto append = [](std::string& to) {
+      return [&to](std::uint64_t offset, std::span<const std::byte> bytes) {
+        EXPECT_EQ(offset, to.size());
+        to.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      };
+    };
+    ErrorStats stats;
+    stream_requantized_packed(s, i, level, append(packed), stats);
+    stream_requantized_scales(s, i, level, append(scales));
+    const fs::path shard = d / "dst" / "model.safetensors";
+    EXPECT_TRUE(tensor_bytes(shard, m.packed_name()) == packed) << m.name;
+    EXPECT_TRUE(tensor_bytes(shard, m.scale_name()) == scales) << m.name;
+  }
 }
 
 }  // namespace
