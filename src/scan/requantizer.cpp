@@ -32,10 +32,10 @@ constexpr std::uint64_t kChunkGroups = kCopyBufferBytes / kGroupBytes;
 
 // visit(packed, scales, first_group) over a module's groups in file order.
 template <typename Visit>
-void for_each_chunk(const SourceCheckpoint& source, const ShardFiles& files, const QuantModule& m, Visit&& visit) {
+void for_each_chunk(const SourceCheckpoint& source, const QuantModule& m, Visit&& visit) {
   const Checkpoint& ck = source.checkpoint;
-  const auto packed_file = files.open(m.packed_shard);
-  const auto scale_file = files.open(m.scale_shard);
+  const auto packed_file = ck.files->open(m.packed_shard);
+  const auto scale_file = ck.files->open(m.scale_shard);
   const std::uint64_t total = m.group_count();
   // Buffers of the module's size when it is smaller than a chunk: zeroing a
   // whole chunk per module would cost more than reading K3's small modules.
@@ -92,7 +92,7 @@ void requantize_module(const SourceCheckpoint& source, std::size_t module, Secon
   GroupRequantizer& requantizer = requantizer_for(level);
   std::vector<std::byte> packed_out;
   std::vector<std::uint8_t> scales_out;
-  for_each_chunk(source, *source.checkpoint.files, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     const std::size_t n = scales.size();
     if (want_packed) packed_out.resize(n * kGroupBytes);
     if (want_scales) scales_out.resize(2 * n);
@@ -128,16 +128,12 @@ class ChunkedEmit {
   std::uint64_t offset_ = 0;
 };
 
-}  // namespace
-
-namespace {
-
 // Below this many packed bytes a scale group is read whole: one read a
 // tensor, as cheap as reading its scales alone.
 constexpr std::uint64_t kReadWholeBelow = 256 << 10;
 // The most scale bytes a thread holds to find a scale group's largest
 // scales, as much as the whole read's buffers (a gate/up pair of K3's real
-// shapes holds 688 KiB); a larger group is read whole.
+// shapes holds 688 KB); a larger group is read whole.
 constexpr std::uint64_t kHeldScaleBytes = kCopyBufferBytes;
 // Groups read one at a time before the rest is read whole instead.
 constexpr std::size_t kMaxProbedGroups = 64;
@@ -149,7 +145,7 @@ float amax_read_whole(const SourceCheckpoint& source, std::size_t scale_group) {
   float amax = 0;
   for (const std::size_t module : source.modules.scale_groups[scale_group]) {
     const QuantModule& m = source.modules.modules[module];
-    for_each_chunk(source, *source.checkpoint.files, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+    for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
       const std::size_t done = mxfp4_groups_amax(packed, scales, amax);
       if (done != scales.size()) run_failure(source, m, first + done, scales[done]);
     });
@@ -270,7 +266,7 @@ void stream_bf16_weight(const SourceCheckpoint& source, std::size_t module, cons
   ChunkedEmit sink(emit);
   const QuantModule& m = source.modules.modules[module];
   std::array<std::byte, 64> values{};
-  for_each_chunk(source, *source.checkpoint.files, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
+  for_each_chunk(source, m, [&](std::span<const std::byte> packed, std::span<const std::byte> scales, std::uint64_t first) {
     for (std::size_t g = 0; g < scales.size(); ++g) {
       bf16_group(source, m, first + g, group_bytes(packed, g), std::to_integer<std::uint8_t>(scales[g]), values);
       sink.add(values);

@@ -37,15 +37,22 @@ FixtureSpec large_modules() {
   return s;
 }
 
+// A module tensor's bytes, read from SRC: `extent` is m.packed or m.scale of
+// the module's `shard`.
+std::vector<std::byte> source_tensor(const SourceCheckpoint& s, std::size_t shard, const TensorExtent& extent) {
+  std::vector<std::byte> bytes(extent.nbytes());
+  s.checkpoint.files->open(shard)->read_at(s.checkpoint.shards[shard].data_start + extent.begin, bytes);
+  return bytes;
+}
+
 // Every value of the scale group decoded from its raw bytes; nullopt when
 // one is beyond float32 or a scale is NaN.
 std::optional<float> amax_of_every_value(const SourceCheckpoint& s, std::size_t sg) {
   float amax = 0;
   for (const std::size_t module : s.modules.scale_groups[sg]) {
     const QuantModule& m = s.modules.modules[module];
-    std::vector<std::byte> packed(m.group_count() * kGroupBytes), scales(m.group_count());
-    s.checkpoint.files->open(m.packed_shard)->read_at(s.checkpoint.shards[m.packed_shard].data_start + m.packed.begin, packed);
-    s.checkpoint.files->open(m.scale_shard)->read_at(s.checkpoint.shards[m.scale_shard].data_start + m.scale.begin, scales);
+    const std::vector<std::byte> packed = source_tensor(s, m.packed_shard, m.packed);
+    const std::vector<std::byte> scales = source_tensor(s, m.scale_shard, m.scale);
     for (std::size_t g = 0; g < scales.size(); ++g) {
       const auto e8m0 = std::to_integer<std::uint8_t>(scales[g]);
       if (e8m0 == kE8M0NaN) return std::nullopt;
@@ -95,8 +102,7 @@ void raise_small_groups(const fs::path& root, int levels) {
     const QuantModule& m = s.modules.modules[module];
     const auto& packed_shard = s.checkpoint.shards[m.packed_shard];
     const auto& scale_shard = s.checkpoint.shards[m.scale_shard];
-    std::vector<std::byte> scales(m.group_count());
-    s.checkpoint.files->open(m.scale_shard)->read_at(scale_shard.data_start + m.scale.begin, scales);
+    const std::vector<std::byte> scales = source_tensor(s, m.scale_shard, m.scale);
     const auto top = std::to_integer<int>(*std::max_element(scales.begin(), scales.end()));
     std::fstream packed(root / packed_shard.file, std::ios::in | std::ios::out | std::ios::binary);
     std::fstream scale(root / scale_shard.file, std::ios::in | std::ios::out | std::ios::binary);
