@@ -19,7 +19,7 @@ for side in a b; do
   run generate src --layers 3 --experts 4 --hidden 256 --intermediate 128 --shards 3 --seed 7
   run generate flat --layout flat --layers 2 --experts 4 --hidden 256 --intermediate 128 --shards 2 --seed 3
   run generate wide --layers 2 --experts 4 --hidden 256 --intermediate 128 --shards 2 --span 19 --seed 5
-  run generate nan --layers 1 --experts 2 --hidden 128 --intermediate 64 --nan-scale model.layers.0.block_sparse_moe.experts.0.w1
+  run generate nan --layers 1 --experts 2 --hidden 128 --intermediate 64 --nan-scale language_model.model.layers.0.block_sparse_moe.experts.0.w1
   run convert --threads 1 src dst --report conv.json --html conv.html
   run verify --threads 1 src dst --report ver.json --html ver.html
   run convert --threads 1 flat fdst --report fconv.json

@@ -197,7 +197,9 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
     return before_in_file(source.modules.modules[pairs[a].first], source.modules.modules[pairs[b].first]);
   });
   const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, options.threads), order.size()));
+  ReadOrder read_order(order.size());
   parallel_for_with<CompareBuffers>(order.size(), workers, [&](CompareBuffers& buffers, std::size_t k) {
+    ReadOrder::Turn turn(read_order, k);
     const std::size_t i = order[k];
     const QuantModule& m = source.modules.modules[pairs[i].first];
     const OtherModule& om = others[pairs[i].second];
@@ -210,7 +212,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
       r.expert = e->expert;
       r.projection = e->projection;
     }
-    compare_module_values(source.checkpoint, m, other, om, workers, buffers, r);
+    compare_module_values(source.checkpoint, m, other, om, workers, buffers, turn, r);
     progress.unit_done(0);
   });
   pair_gate_up_globals(result.modules);

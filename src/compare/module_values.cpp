@@ -330,7 +330,8 @@ void check_other_module(const QuantModule& src, const OtherModule& om, OtherForm
 }
 
 void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
-                           const OtherModule& om, unsigned workers, CompareBuffers& buffers, ModuleComparison& out) {
+                           const OtherModule& om, unsigned workers, CompareBuffers& buffers, ReadOrder::Turn& turn,
+                           ModuleComparison& out) {
   const Names names = names_of(om, other.format);
   const bool ct = other.format == OtherFormat::CompressedTensors;
   double global = 1;
@@ -369,13 +370,12 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
     const auto a_scale = buffer_first(buffers.a_scale, n);
     const auto b_weight = buffer_first(buffers.b_weight, n * other_group_bytes);
     const auto b_scale = buffer_first(buffers.b_scale, om.quantized ? n * kNvScalesPerMxScale : 0);
-    sp->read_at(src_packed + start * kGroupBytes, a_packed);
-    ss->read_at(src_scale + start, a_scale);
-    op->read_at(om.weight->offset + start * other_group_bytes, b_weight);
-    if (om.quantized) {
-      os->read_at(om.scale->offset + start * kNvScalesPerMxScale, b_scale);
-      tally_packed(a_packed, b_weight, sums);
-    }
+    turn.read(*sp, src_packed + start * kGroupBytes, a_packed);
+    turn.read(*ss, src_scale + start, a_scale);
+    turn.read(*op, om.weight->offset + start * other_group_bytes, b_weight);
+    if (om.quantized) turn.read(*os, om.scale->offset + start * kNvScalesPerMxScale, b_scale);
+    turn.pass();  // a module of several chunks reads the rest out of turn
+    if (om.quantized) tally_packed(a_packed, b_weight, sums);
     for (std::uint64_t g = 0; g < n; ++g) {
       if ((start + g) % ExactGroups::kGroups == 0) exact_squares.flush(acc);
       const std::uint8_t sb = u8(a_scale[g]);

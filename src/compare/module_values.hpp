@@ -6,6 +6,7 @@
 #include "checkpoint/reader.hpp"
 #include "compare/compare.hpp"
 #include "compare/other_tree.hpp"
+#include "sys/ordered_reads.hpp"
 
 #include <cstddef>
 #include <vector>
@@ -24,10 +25,11 @@ struct CompareBuffers {
 
 // Streams both modules (checked first) and fills `out`'s sums, global and
 // input scale, reading in chunks sized for `workers` running at once
-// (stream_chunk_bytes). A NaN SRC scale, a NaN OTHER block scale, a global
-// that is not finite and positive, or a non-finite unquantized value is
-// invalid input.
+// (stream_chunk_bytes), the first chunk in `turn` (sys/ordered_reads.hpp). A
+// NaN SRC scale, a NaN OTHER block scale, a global that is not finite and
+// positive, or a non-finite unquantized value is invalid input.
 void compare_module_values(const Checkpoint& src, const QuantModule& m, const OtherTree& other,
-                           const OtherModule& om, unsigned workers, CompareBuffers& buffers, ModuleComparison& out);
+                           const OtherModule& om, unsigned workers, CompareBuffers& buffers, ReadOrder::Turn& turn,
+                           ModuleComparison& out);
 
 }  // namespace mx2nv

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -20,6 +21,16 @@ constexpr int kReadDontCache = 0x00000080;
 // Cleared at the first refusal (an older kernel, or a file system without it):
 // a hint is not worth a refused call before every read.
 std::atomic<bool> dontcache_reads{true};
+// cachestat(2) (Linux 6.5, one number on every architecture), spelled out
+// for older headers; cleared, as above, at the first refusal.
+constexpr long kCachestatSyscall = 451;
+struct CachestatRange {
+  std::uint64_t offset, length;
+};
+struct Cachestat {
+  std::uint64_t cache, dirty, writeback, evicted, recently_evicted;
+};
+std::atomic<bool> cachestat_works{true};
 
 }  // namespace
 
@@ -135,6 +146,20 @@ void File::read_at(std::uint64_t offset, std::span<std::byte> out) const {
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+std::optional<bool> File::cached(std::uint64_t offset, std::uint64_t length) const {
+  if (length == 0) return true;
+  if (!cachestat_works.load(std::memory_order_relaxed)) return std::nullopt;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const CachestatRange range{offset, length};
+  Cachestat stat{};
+  if (::syscall(kCachestatSyscall, fd_, &range, &stat, 0U) != 0) {
+    if (errno == ENOSYS || errno == EPERM || errno == EOPNOTSUPP) cachestat_works.store(false, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  const std::uint64_t pages = (offset + length + page - 1) / page - offset / page;
+  return stat.cache >= pages;
 }
 
 void File::write_at(std::uint64_t offset, std::span<const std::byte> data) const {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -77,6 +78,10 @@ class File {
 
   std::uint64_t size() const;
   void read_at(std::uint64_t offset, std::span<std::byte> out) const;
+  // Whether the page cache holds all of [offset, offset + length), asking
+  // without reading (cachestat, Linux 6.5); nullopt where the kernel cannot
+  // tell.
+  std::optional<bool> cached(std::uint64_t offset, std::uint64_t length) const;
   void write_at(std::uint64_t offset, std::span<const std::byte> data) const;
   void sync() const;
   // Starts asynchronous writeback of a written range (sync_file_range), so

@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "numerics/formats.hpp"
+#include "sys/ordered_reads.hpp"
 #include "verify/checks.hpp"
 
 #include <algorithm>
@@ -18,7 +19,7 @@ struct ChunkBuffers {  // a worker's, kept from one module to the next (buffer_f
 };
 
 void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, ChunkBuffers& buffers,
-                    CompareTally& tally) {
+                    CompareTally& tally, ReadOrder::Turn& turn) {
   const QuantModule& m = ctx.source.modules.modules[i];
   const TargetModule& t = ctx.modules[i];
   if (!ctx.selected[m.packed_shard]) return;  // another part's (verify --shards), not in this part's totals
@@ -44,10 +45,11 @@ void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, C
     const auto a_scale = buffer_first(buffers.a_scale, n);
     const auto b_packed = buffer_first(buffers.b_packed, n * kGroupBytes);
     const auto b_scale = buffer_first(buffers.b_scale, n * kNvScalesPerMxScale);
-    sp->read_at(src_packed + start * kGroupBytes, a_packed);
-    ss->read_at(src_scale + start, a_scale);
-    dp->read_at(*t.packed_offset + start * kGroupBytes, b_packed);
-    ds->read_at(*t.scale_offset + start * kNvScalesPerMxScale, b_scale);
+    turn.read(*sp, src_packed + start * kGroupBytes, a_packed);
+    turn.read(*ss, src_scale + start, a_scale);
+    turn.read(*dp, *t.packed_offset + start * kGroupBytes, b_packed);
+    turn.read(*ds, *t.scale_offset + start * kNvScalesPerMxScale, b_scale);
+    turn.pass();  // a module of several chunks reads the rest out of turn
     const std::size_t ns = a_scale.size();
     for (std::size_t k = 0; k < ns; ++k) {
       if (std::to_integer<std::uint8_t>(a_scale[k]) == kE8M0NaN) {
@@ -131,8 +133,10 @@ void check_values(const VerifyContext& ctx, Report& report) {
   std::vector<CompareTally> tallies(modules.size());
   const std::vector<std::size_t> order = modules_in_file_order(ctx.source.modules);
   const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, ctx.options.threads), order.size()));
+  ReadOrder read_order(order.size());
   parallel_for_with<ChunkBuffers>(order.size(), workers, [&](ChunkBuffers& buffers, std::size_t k) {
-    compare_module(ctx, order[k], workers, buffers, tallies[order[k]]);
+    ReadOrder::Turn turn(read_order, k);
+    compare_module(ctx, order[k], workers, buffers, tallies[order[k]], turn);
   });
   report.values_compared = 0;
   report.mismatches = 0;

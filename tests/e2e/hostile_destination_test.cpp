@@ -298,12 +298,29 @@ TEST_F(Hostile, GenerateAndDemoArgumentErrorsAreUsageErrors) {
                                  "generate " + q(d / "g") + " --set-span foo=", "generate " + q(d / "g") + " --set-span =3",
                                  "generate " + q(d / "g") + " --set-span foo=99999999999",
                                  "generate " + q(d / "g") + " --set-k-max foo=1x", "generate " + q(d / "src"),
+                                 // names no module of the fixture it would write (misspelt, another layout's,
+                                 // beyond its layers or experts, a leading zero)
+                                 "generate " + q(d / "g") + " --set-k-max foo=3",
+                                 "generate " + q(d / "g") + " --nan-scale model.layers.0.mlp.experts.0.gate_proj",
+                                 "generate " + q(d / "g") + " --layers 2 --all-zero language_model.model.layers.2.block_sparse_moe.experts.0.w1",
+                                 "generate " + q(d / "g") + " --experts 4 --set-span language_model.model.layers.0.block_sparse_moe.experts.4.w2=3",
+                                 "generate " + q(d / "g") + " --set-span language_model.model.layers.0.block_sparse_moe.experts.01.w2=3",
+                                 "generate " + q(d / "g") + " --set-span language_model.model.layers.0.block_sparse_moe.experts.0.w4=3",
                                  "convert --window nonsense " + q(d / "src") + " " + q(d / "x")}) {
     const CliResult r = cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
   }
   EXPECT_EQ(read_file(d / "a-file"), "x");
   EXPECT_FALSE(fs::exists(d / "x"));
+  EXPECT_FALSE(fs::exists(d / "g"));
+  // Names it does write are taken, in either layout.
+  EXPECT_EQ(cli("generate " + q(d / "g") + " --layers 2 --experts 4 --nan-scale "
+                "language_model.model.layers.1.block_sparse_moe.experts.3.w2")
+                .exit_code,
+            0);
+  EXPECT_EQ(cli("generate " + q(d / "g2") + " --layout flat --set-k-max model.layers.0.mlp.experts.1.up_proj=2")
+                .exit_code,
+            0);
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# verify of two builds from a cold cache, alternating with `cat` of both
+# trees, each run from dropped caches in a memory cgroup (root): per run its
+# wall time and what it asked of the disk (/proc/diskstats), then each row's
+# median. Pairs run back to back, so both builds meet the same disk.
+#
+#   bench/cold_verify_pairs.sh SRC DST REPS OLD_BUILD/mx2nv NEW_BUILD/mx2nv
+#   CAP_MIB=1024 bench/cold_verify_pairs.sh ...     # another cap (default 384)
+#   AFTER_WRITE=1 bench/cold_verify_pairs.sh ...    # each run right after a durable copy of SRC
+#                                                   # (cp -r + sync, then removed), as in benchmark.py --cold
+# (bench/benchmark.py --cold makes SRC and DST: work/src-4-shard-*-off and work/cold-ref-*.)
+set -euo pipefail
+[[ $# -eq 5 ]] || { echo "usage: $0 SRC DST REPS OLD_BUILD/mx2nv NEW_BUILD/mx2nv" >&2; exit 2; }
+SRC=$(realpath "$1"); DST=$(realpath "$2"); REPS=$3; OLD=$(realpath "$4"); NEW=$(realpath "$5")
+[[ $(id -u) -eq 0 ]] || { echo "$0: needs root (drop caches, a memory cgroup)" >&2; exit 2; }
+if [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
+  G=/sys/fs/cgroup/mx2nv-bench; mkdir -p "$G"; echo $((${CAP_MIB:-384} << 20)) > "$G/memory.max"; PROCS=$G/cgroup.procs
+else
+  G=/sys/fs/cgroup/memory/mx2nv-bench; mkdir -p "$G"; echo $((${CAP_MIB:-384} << 20)) > "$G/memory.limit_in_bytes"; PROCS=$G/tasks
+fi
+dev=$(lsblk -no PKNAME "$(df --output=source "$SRC" | tail -1)" 2>/dev/null || true)
+[[ -n $dev ]] || dev=$(basename "$(df --output=source "$SRC" | tail -1)")
+W=$(mktemp -d "$(dirname "$SRC")/cold-pairs.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+mapfile -t files < <(find "$SRC" "$DST" -type f | sort)
+run() {  # run LABEL CMD...: one cold run in the cgroup; prints LABEL wall requests MB
+  local label=$1; shift
+  if [[ -n ${AFTER_WRITE:-} ]]; then
+    cp -r --reflink=never "$SRC" "$W/copy" && sync && rm -rf "$W/copy"
+  fi
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  local r1 s1 r2 s2 t0 t1
+  read -r r1 s1 < <(awk -v d="$dev" '$3==d {print $4, $6}' /proc/diskstats)
+  t0=$(date +%s.%N)
+  sh -c 'echo $$ > "$1" && shift && exec "$@"' sh "$PROCS" "$@" >/dev/null
+  t1=$(date +%s.%N)
+  read -r r2 s2 < <(awk -v d="$dev" '$3==d {print $4, $6}' /proc/diskstats)
+  awk -v l="$label" -v a="$t0" -v b="$t1" -v r=$((r2 - r1)) -v s=$((s2 - s1)) \
+    'BEGIN { printf "%s %.2f %d %.0f\n", l, b - a, r, s * 512 / 1e6 }'
+}
+echo "old: $OLD; new: $NEW; cap ${CAP_MIB:-384} MiB${AFTER_WRITE:+; each run after a durable copy of SRC}"
+echo
+echo "| run | command | wall s | read requests | MB read | MB a request |"
+echo "|---:|---|---:|---:|---:|---:|"
+for ((i = 1; i <= REPS; i++)); do
+  run cat cat "${files[@]}"
+  run old "$OLD" verify "$SRC" "$DST"
+  run new "$NEW" verify "$SRC" "$DST"
+done | tee "$W/runs" | awk -v n=0 '{ n++; printf "| %d | %s | %.2f | %d | %.0f | %.2f |\n", int((n + 2) / 3), $1, $2, $3, $4, $4 / ($3 ? $3 : 1) }'
+echo
+echo "| command | median wall s | x cat (medians) | median MB read |"
+echo "|---|---:|---:|---:|"
+for label in cat old new; do
+  wall=$(awk -v l=$label '$1 == l {print $2}' "$W/runs" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  mb=$(awk -v l=$label '$1 == l {print $4}' "$W/runs" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  echo "$label $wall $mb"
+done | awk '$1 == "cat" {c = $2} {printf "| %s | %.2f | %.2f | %.0f |\n", $1, $2, $2 / c, $3}'
