@@ -197,7 +197,14 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
     return before_in_file(source.modules.modules[pairs[a].first], source.modules.modules[pairs[b].first]);
   });
   const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, options.threads), order.size()));
-  ReadOrder read_order(order.size());
+  // A module's largest read: SRC's codes, or OTHER's weight (larger when unquantized).
+  std::vector<bool> may_wait(order.size());
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const OtherModule& om = others[pairs[order[k]].second];
+    may_wait[k] = std::max(source.modules.modules[pairs[order[k]].first].packed.nbytes(), om.weight->nbytes) >=
+                  kOrderedReadBytes;
+  }
+  ReadOrder read_order(std::move(may_wait));
   parallel_for_with<CompareBuffers>(order.size(), workers, [&](CompareBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k);
     const std::size_t i = order[k];

@@ -2,11 +2,20 @@
 
 #include <exception>
 #include <limits>
+#include <utility>
 
 namespace mx2nv {
 
+ReadOrder::ReadOrder(std::vector<bool> may_wait) : may_wait_(std::move(may_wait)), passed_(may_wait_) {
+  passed_.flip();
+  while (lowest_open_ < passed_.size() && passed_[lowest_open_]) ++lowest_open_;
+}
+
 ReadOrder::Turn::Turn(ReadOrder& order, std::size_t item)
-    : order_(&order), item_(item), exceptions_(std::uncaught_exceptions()) {}
+    : order_(&order),
+      item_(item),
+      passed_(item >= order.may_wait_.size() || !order.may_wait_[item]),
+      exceptions_(std::uncaught_exceptions()) {}
 
 ReadOrder::Turn::~Turn() {
   if (passed_) return;

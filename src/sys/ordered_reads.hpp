@@ -31,7 +31,10 @@ inline constexpr std::size_t kOrderedReadBytes = 1 << 20;
 
 class ReadOrder {
  public:
-  explicit ReadOrder(std::size_t items) : passed_(items, false) {}
+  // Items 0 .. may_wait.size() - 1; an item whose reads are all smaller than
+  // kOrderedReadBytes never waits and is nobody's wait (no lock taken for it):
+  // may_wait[item] false.
+  explicit ReadOrder(std::vector<bool> may_wait);
 
   // One item's reads. Passes the item on when it ends, a throw included: a
   // failing pass gives up the order altogether, so no worker waits for an
@@ -67,7 +70,8 @@ class ReadOrder {
 
   std::mutex mutex_;
   std::condition_variable advanced_;
-  std::vector<bool> passed_;
+  const std::vector<bool> may_wait_;  // read without the lock: never written
+  std::vector<bool> passed_;          // items that cannot wait start passed
   std::size_t lowest_open_ = 0;  // every item below it has passed
   std::size_t waiting_ = 0;
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace mx2nv {
 namespace {
@@ -133,7 +134,9 @@ void check_values(const VerifyContext& ctx, Report& report) {
   std::vector<CompareTally> tallies(modules.size());
   const std::vector<std::size_t> order = modules_in_file_order(ctx.source.modules);
   const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, ctx.options.threads), order.size()));
-  ReadOrder read_order(order.size());
+  std::vector<bool> may_wait(order.size());
+  for (std::size_t k = 0; k < order.size(); ++k) may_wait[k] = modules[order[k]].packed.nbytes() >= kOrderedReadBytes;
+  ReadOrder read_order(std::move(may_wait));
   parallel_for_with<ChunkBuffers>(order.size(), workers, [&](ChunkBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k);
     compare_module(ctx, order[k], workers, buffers, tallies[order[k]], turn);

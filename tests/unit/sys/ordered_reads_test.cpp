@@ -1,5 +1,5 @@
 // ReadOrder: the items that wait read in item order whatever the workers'
-// timing; items that never wait hold nobody up; a throwing item releases
+// timing; items that cannot wait hold nobody up; a throwing item releases
 // every waiter; a large read waits only where the page cache lacks some of
 // it, a small one never; the bytes are the file's either way.
 #include "common/parallel.hpp"
@@ -25,12 +25,19 @@ void jitter(std::size_t item) { std::this_thread::sleep_for(std::chrono::microse
 
 TEST(ReadOrder, ItemsThatWaitGoInItemOrder) {
   constexpr std::size_t kItems = 96;
-  ReadOrder order(kItems);
+  std::vector<bool> may_wait(kItems);
+  for (std::size_t k = 0; k < kItems; ++k) may_wait[k] = k % 3 != 0;
+  ReadOrder order(may_wait);
   std::mutex mutex;
   std::vector<std::size_t> log;
   parallel_for(kItems, 4, [&](std::size_t k) {
     ReadOrder::Turn turn(order, k);
-    if (k % 3 == 0) return;  // never waits: passes as it ends
+    if (k % 3 == 0) {  // cannot wait: no later item waits for it, even while it runs
+      jitter(k + 2);
+      turn.wait();
+      EXPECT_FALSE(turn.waited());
+      return;
+    }
     jitter(k);
     turn.wait();
     {
@@ -46,7 +53,7 @@ TEST(ReadOrder, ItemsThatWaitGoInItemOrder) {
 
 TEST(ReadOrder, AThrowingItemReleasesEveryWaiter) {
   constexpr std::size_t kItems = 64;
-  ReadOrder order(kItems);
+  ReadOrder order(std::vector<bool>(kItems, true));
   std::mutex mutex;
   std::vector<std::size_t> done;
   // Item 9 fails in its turn, before passing: items after it that wait would
@@ -83,7 +90,7 @@ TEST(ReadOrder, ALargeReadWaitsOnlyForWhatTheCacheLacks) {
   const std::optional<bool> cold = f.cached(0, kFileBytes);
   if (cold != false) GTEST_SKIP() << "the page cache is not observable here (cachestat, or an eviction refused)";
 
-  ReadOrder order(4);
+  ReadOrder order(std::vector<bool>(4, true));
   std::vector<std::byte> got(kOrderedReadBytes);
   {
     ReadOrder::Turn small(order, 0);  // below kOrderedReadBytes: never waits
