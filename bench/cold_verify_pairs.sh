@@ -2,7 +2,8 @@
 # verify of two builds from a cold cache, alternating with `cat` of both
 # trees, each run from dropped caches in a memory cgroup (root): per run its
 # wall time and what it asked of the disk (/proc/diskstats), then each row's
-# median. Pairs run back to back, so both builds meet the same disk.
+# median (the lower middle of an even count). Pairs run back to back, so both
+# builds meet the same disk.
 #
 #   bench/cold_verify_pairs.sh SRC DST REPS OLD_BUILD/mx2nv NEW_BUILD/mx2nv
 #   CAP_MIB=1024 bench/cold_verify_pairs.sh ...     # another cap (default 384)
