@@ -14,15 +14,20 @@ set -euo pipefail
 [[ $# -eq 5 ]] || { echo "usage: $0 SRC DST REPS OLD_BUILD/mx2nv NEW_BUILD/mx2nv" >&2; exit 2; }
 SRC=$(realpath "$1"); DST=$(realpath "$2"); REPS=$3; OLD=$(realpath "$4"); NEW=$(realpath "$5")
 [[ $(id -u) -eq 0 ]] || { echo "$0: needs root (drop caches, a memory cgroup)" >&2; exit 2; }
-if [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
-  G=/sys/fs/cgroup/mx2nv-bench; mkdir -p "$G"; echo $((${CAP_MIB:-384} << 20)) > "$G/memory.max"; PROCS=$G/cgroup.procs
-else
-  G=/sys/fs/cgroup/memory/mx2nv-bench; mkdir -p "$G"; echo $((${CAP_MIB:-384} << 20)) > "$G/memory.limit_in_bytes"; PROCS=$G/tasks
+if [[ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]]; then  # cgroup v1's memory hierarchy
+  G=/sys/fs/cgroup/memory/mx2nv-bench; LIMIT=memory.limit_in_bytes; PROCS=$G/tasks
+else  # cgroup v2: memory must be enabled for the root's children
+  G=/sys/fs/cgroup/mx2nv-bench; LIMIT=memory.max; PROCS=$G/cgroup.procs
+  grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || echo +memory > /sys/fs/cgroup/cgroup.subtree_control || true
 fi
-dev=$(lsblk -no PKNAME "$(df --output=source "$SRC" | tail -1)" 2>/dev/null || true)
-[[ -n $dev ]] || dev=$(basename "$(df --output=source "$SRC" | tail -1)")
+mkdir -p "$G" && echo $((${CAP_MIB:-384} << 20)) > "$G/$LIMIT" || { echo "$0: no memory cgroup could be made" >&2; exit 4; }
+# The disk of SRC's file system, by device number (a partition's or a
+# mapper's row counts its own requests); DST is read from the same disk.
+read -r major minor < <(stat -c '%Hd %Ld' "$SRC")
+awk -v a="$major" -v b="$minor" '$1 == a && $2 == b {found = 1} END {exit !found}' /proc/diskstats ||
+  { echo "$0: SRC's file system ($major:$minor) has no row in /proc/diskstats (not on a block device)" >&2; exit 2; }
 W=$(mktemp -d "$(dirname "$SRC")/cold-pairs.XXXXXX")
-trap 'rm -rf "$W"' EXIT
+trap 'rm -rf "$W"; rmdir "$G" 2>/dev/null || true' EXIT
 mapfile -t files < <(find "$SRC" "$DST" -type f | sort)
 run() {  # run LABEL CMD...: one cold run in the cgroup; prints LABEL wall requests MB
   local label=$1; shift
@@ -31,11 +36,11 @@ run() {  # run LABEL CMD...: one cold run in the cgroup; prints LABEL wall reque
   fi
   sync; echo 3 > /proc/sys/vm/drop_caches
   local r1 s1 r2 s2 t0 t1
-  read -r r1 s1 < <(awk -v d="$dev" '$3==d {print $4, $6}' /proc/diskstats)
+  read -r r1 s1 < <(awk -v a="$major" -v b="$minor" '$1 == a && $2 == b {print $4, $6}' /proc/diskstats)
   t0=$(date +%s.%N)
   sh -c 'echo $$ > "$1" && shift && exec "$@"' sh "$PROCS" "$@" >/dev/null
   t1=$(date +%s.%N)
-  read -r r2 s2 < <(awk -v d="$dev" '$3==d {print $4, $6}' /proc/diskstats)
+  read -r r2 s2 < <(awk -v a="$major" -v b="$minor" '$1 == a && $2 == b {print $4, $6}' /proc/diskstats)
   awk -v l="$label" -v a="$t0" -v b="$t1" -v r=$((r2 - r1)) -v s=$((s2 - s1)) \
     'BEGIN { printf "%s %.2f %d %.0f\n", l, b - a, r, s * 512 / 1e6 }'
 }

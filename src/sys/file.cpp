@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -21,16 +22,29 @@ constexpr int kReadDontCache = 0x00000080;
 // Cleared at the first refusal (an older kernel, or a file system without it):
 // a hint is not worth a refused call before every read.
 std::atomic<bool> dontcache_reads{true};
-// cachestat(2) (Linux 6.5, one number on every architecture), spelled out
-// for older headers; cleared, as above, at the first refusal.
+// cachestat(2) (Linux 6.5): 451 in the table most architectures share,
+// spelled out for older headers; none elsewhere. Cleared when the kernel
+// lacks it; a refusal for one file (EPERM: a file the caller may not
+// write, on kernels that ask) says nothing of the next.
+#if defined(SYS_cachestat)
+constexpr long kCachestatSyscall = SYS_cachestat;
+#elif defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__) || defined(__riscv) || \
+    defined(__powerpc64__) || defined(__s390x__) || defined(__loongarch64)
 constexpr long kCachestatSyscall = 451;
+#else
+constexpr long kCachestatSyscall = -1;
+#endif
 struct CachestatRange {
   std::uint64_t offset, length;
 };
 struct Cachestat {
   std::uint64_t cache, dirty, writeback, evicted, recently_evicted;
 };
-std::atomic<bool> cachestat_works{true};
+std::atomic<bool> cachestat_works{kCachestatSyscall >= 0};
+// overlayfs (OVERLAYFS_SUPER_MAGIC): cachestat sees the overlay's own
+// mapping, never the lower file's pages, so it would call a cached file
+// uncached.
+constexpr unsigned long kOverlayMagic = 0x794c7630;
 
 }  // namespace
 
@@ -151,11 +165,13 @@ void File::read_at(std::uint64_t offset, std::span<std::byte> out) const {
 std::optional<bool> File::cached(std::uint64_t offset, std::uint64_t length) const {
   if (length == 0) return true;
   if (!cachestat_works.load(std::memory_order_relaxed)) return std::nullopt;
+  struct statfs fs {};
+  if (::fstatfs(fd_, &fs) != 0 || static_cast<unsigned long>(fs.f_type) == kOverlayMagic) return std::nullopt;
   const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   const CachestatRange range{offset, length};
   Cachestat stat{};
   if (::syscall(kCachestatSyscall, fd_, &range, &stat, 0U) != 0) {
-    if (errno == ENOSYS || errno == EPERM || errno == EOPNOTSUPP) cachestat_works.store(false, std::memory_order_relaxed);
+    if (errno == ENOSYS) cachestat_works.store(false, std::memory_order_relaxed);
     return std::nullopt;
   }
   const std::uint64_t pages = (offset + length + page - 1) / page - offset / page;

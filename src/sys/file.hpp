@@ -80,7 +80,8 @@ class File {
   void read_at(std::uint64_t offset, std::span<std::byte> out) const;
   // Whether the page cache holds all of [offset, offset + length), asking
   // without reading (cachestat, Linux 6.5); nullopt where the kernel cannot
-  // tell.
+  // tell (an older kernel, a file the caller may not write on kernels that
+  // refuse those, overlayfs, which reports its lower files uncached).
   std::optional<bool> cached(std::uint64_t offset, std::uint64_t length) const;
   void write_at(std::uint64_t offset, std::span<const std::byte> data) const;
   void sync() const;

@@ -18,10 +18,12 @@ ReadOrder::Turn::Turn(ReadOrder& order, std::size_t item)
       exceptions_(std::uncaught_exceptions()) {}
 
 ReadOrder::Turn::~Turn() {
-  if (passed_) return;
+  // A failing item gives the order up whether or not it had passed (or could
+  // ever wait): once a pass fails, its workers stop taking items between
+  // fetching one and running it, and an item so fetched never passes.
   if (std::uncaught_exceptions() > exceptions_) {
     order_->abandon();
-  } else {
+  } else if (!passed_) {
     order_->pass(item_);
   }
 }

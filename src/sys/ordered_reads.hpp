@@ -8,8 +8,9 @@
 // open file, restarts at the jumps, its requests come out shorter, and under
 // a memory limit pages read ahead are evicted before their use and read
 // again. Here an item's reads of kOrderedReadBytes or more that the page
-// cache does not hold whole (File::cached) wait until every earlier item has
-// made its reads: one stream per file, as a sequential copy reads it. A read
+// cache does not hold whole (File::cached) wait until every earlier item that
+// may wait has passed (verify and compare pass after a module's first
+// chunk): the files read front to back, as a sequential copy reads them. A read
 // the cache holds does not wait, so a pass over cached files runs as before
 // (and where the kernel cannot tell, as before too); smaller reads never
 // wait (a K3-structure checkpoint's tiny tensors, by the hundred thousand,
@@ -36,8 +37,8 @@ class ReadOrder {
   // may_wait[item] false.
   explicit ReadOrder(std::vector<bool> may_wait);
 
-  // One item's reads. Passes the item on when it ends, a throw included: a
-  // failing pass gives up the order altogether, so no worker waits for an
+  // One item's reads. Passes the item on when it ends; a throw, before or
+  // after its pass, gives up the order altogether, so no worker waits for an
   // item that no worker will run.
   class Turn {
    public:

@@ -72,6 +72,27 @@ TEST(ReadOrder, AThrowingItemReleasesEveryWaiter) {
   for (const std::size_t k : done) EXPECT_NE(k, 9u);
 }
 
+// A pass stops its workers between fetching an item and running it, so an
+// item fetched then never runs nor passes: whatever item fails, before or
+// after its own pass, and whether or not it could wait, later items must not
+// wait for it (a regression hangs here).
+TEST(ReadOrder, AFailureAfterItsPassStillReleasesLaterItems) {
+  for (const bool first_may_wait : {true, false}) {
+    ReadOrder order(std::vector<bool>{first_may_wait, true, true});
+    try {
+      ReadOrder::Turn first(order, 0);
+      first.wait();
+      first.pass();
+      throw std::runtime_error("after its pass");
+    } catch (const std::runtime_error&) {
+    }
+    // Item 1 was fetched by a worker that saw the failure: it never runs.
+    ReadOrder::Turn third(order, 2);
+    third.wait();
+    EXPECT_TRUE(third.waited()) << first_may_wait;
+  }
+}
+
 constexpr std::size_t kFileBytes = 4 << 20;
 
 TEST(ReadOrder, ALargeReadWaitsOnlyForWhatTheCacheLacks) {
