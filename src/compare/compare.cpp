@@ -201,8 +201,8 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   std::vector<bool> may_wait(order.size());
   for (std::size_t k = 0; k < order.size(); ++k) {
     const OtherModule& om = others[pairs[order[k]].second];
-    may_wait[k] = std::max(source.modules.modules[pairs[order[k]].first].packed.nbytes(), om.weight->nbytes) >=
-                  kOrderedReadBytes;
+    const QuantModule& m = source.modules.modules[pairs[order[k]].first];
+    may_wait[k] = ReadOrder::may_wait(std::max(m.packed.nbytes(), om.weight->nbytes));
   }
   ReadOrder read_order(std::move(may_wait));
   parallel_for_with<CompareBuffers>(order.size(), workers, [&](CompareBuffers& buffers, std::size_t k) {

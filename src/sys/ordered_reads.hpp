@@ -36,6 +36,9 @@ class ReadOrder {
   // kOrderedReadBytes never waits and is nobody's wait (no lock taken for it):
   // may_wait[item] false.
   explicit ReadOrder(std::vector<bool> may_wait);
+  // Whether an item whose largest read is `bytes` may wait (the one place the
+  // threshold is applied).
+  static bool may_wait(std::uint64_t bytes) { return bytes >= kOrderedReadBytes; }
 
   // One item's reads. Passes the item on when it ends; a throw, before or
   // after its pass, gives up the order altogether, so no worker waits for an

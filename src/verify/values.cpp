@@ -135,7 +135,7 @@ void check_values(const VerifyContext& ctx, Report& report) {
   const std::vector<std::size_t> order = modules_in_file_order(ctx.source.modules);
   const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, ctx.options.threads), order.size()));
   std::vector<bool> may_wait(order.size());
-  for (std::size_t k = 0; k < order.size(); ++k) may_wait[k] = modules[order[k]].packed.nbytes() >= kOrderedReadBytes;
+  for (std::size_t k = 0; k < order.size(); ++k) may_wait[k] = ReadOrder::may_wait(modules[order[k]].packed.nbytes());
   ReadOrder read_order(std::move(may_wait));
   parallel_for_with<ChunkBuffers>(order.size(), workers, [&](ChunkBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k);
