@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# verify of two builds from a cold cache, alternating with `cat` of both
+# verify (or compare) of two builds from a cold cache, alternating with `cat` of both
 # trees, each run from dropped caches in a memory cgroup (root): per run its
 # wall time and what it asked of the disk (/proc/diskstats), then each row's
 # median (the lower middle of an even count). Pairs run back to back, so both
@@ -7,12 +7,15 @@
 #
 #   bench/cold_verify_pairs.sh SRC DST REPS OLD_BUILD/mx2nv NEW_BUILD/mx2nv
 #   CAP_MIB=1024 bench/cold_verify_pairs.sh ...     # another cap (default 384)
+#   COMMAND=compare bench/cold_verify_pairs.sh ...  # compare SRC DST instead of verify SRC DST
 #   AFTER_WRITE=1 bench/cold_verify_pairs.sh ...    # each run right after a durable copy of SRC
 #                                                   # (cp -r + sync, then removed), as in benchmark.py --cold
 # (bench/benchmark.py --cold makes SRC and DST: work/src-4-shard-*-off and work/cold-ref-*.)
 set -euo pipefail
 [[ $# -eq 5 ]] || { echo "usage: $0 SRC DST REPS OLD_BUILD/mx2nv NEW_BUILD/mx2nv" >&2; exit 2; }
 SRC=$(realpath "$1"); DST=$(realpath "$2"); REPS=$3; OLD=$(realpath "$4"); NEW=$(realpath "$5")
+CMD=${COMMAND:-verify}
+[[ $CMD == verify || $CMD == compare ]] || { echo "$0: COMMAND is verify or compare" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "$0: needs root (drop caches, a memory cgroup)" >&2; exit 2; }
 if [[ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]]; then  # cgroup v1's memory hierarchy
   G=/sys/fs/cgroup/memory/mx2nv-bench; LIMIT=memory.limit_in_bytes; PROCS=$G/tasks
@@ -44,14 +47,14 @@ run() {  # run LABEL CMD...: one cold run in the cgroup; prints LABEL wall reque
   awk -v l="$label" -v a="$t0" -v b="$t1" -v r=$((r2 - r1)) -v s=$((s2 - s1)) \
     'BEGIN { printf "%s %.2f %d %.0f\n", l, b - a, r, s * 512 / 1e6 }'
 }
-echo "old: $OLD; new: $NEW; cap ${CAP_MIB:-384} MiB${AFTER_WRITE:+; each run after a durable copy of SRC}"
+echo "$CMD; old: $OLD; new: $NEW; cap ${CAP_MIB:-384} MiB${AFTER_WRITE:+; each run after a durable copy of SRC}"
 echo
 echo "| run | command | wall s | read requests | MB read | MB a request |"
 echo "|---:|---|---:|---:|---:|---:|"
 for ((i = 1; i <= REPS; i++)); do
   run cat cat "${files[@]}"
-  run old "$OLD" verify "$SRC" "$DST"
-  run new "$NEW" verify "$SRC" "$DST"
+  run old "$OLD" "$CMD" "$SRC" "$DST"
+  run new "$NEW" "$CMD" "$SRC" "$DST"
 done | tee "$W/runs" | awk -v n=0 '{ n++; printf "| %d | %s | %.2f | %d | %.0f | %.2f |\n", int((n + 2) / 3), $1, $2, $3, $4, $4 / ($3 ? $3 : 1) }'
 echo
 echo "| command | median wall s | x cat (medians) | median MB read |"

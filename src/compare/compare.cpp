@@ -204,8 +204,8 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
     const QuantModule& m = source.modules.modules[pairs[order[k]].first];
     may_wait[k] = ReadOrder::may_wait(std::max(m.packed.nbytes(), om.weight->nbytes));
   }
-  ReadOrder read_order(std::move(may_wait));
-  parallel_for_with<CompareBuffers>(order.size(), workers, [&](CompareBuffers& buffers, std::size_t k) {
+  ReadOrder read_order(std::move(may_wait), workers);
+  parallel_for_with<CompareBuffers>(order.size(), read_order.readers(), [&](CompareBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k);
     const std::size_t i = order[k];
     const QuantModule& m = source.modules.modules[pairs[i].first];

@@ -366,14 +366,13 @@ void compare_module_values(const Checkpoint& src, const QuantModule& m, const Ot
   ExactGroups exact_squares;
   for (std::uint64_t start = 0; start < total; start += chunk) {
     const std::uint64_t n = std::min(chunk, total - start);
-    const auto a_packed = buffer_first(buffers.a_packed, n * kGroupBytes);
-    const auto a_scale = buffer_first(buffers.a_scale, n);
-    const auto b_weight = buffer_first(buffers.b_weight, n * other_group_bytes);
-    const auto b_scale = buffer_first(buffers.b_scale, om.quantized ? n * kNvScalesPerMxScale : 0);
-    turn.read(*sp, src_packed + start * kGroupBytes, a_packed);
-    turn.read(*ss, src_scale + start, a_scale);
-    turn.read(*op, om.weight->offset + start * other_group_bytes, b_weight);
-    if (om.quantized) turn.read(*os, om.scale->offset + start * kNvScalesPerMxScale, b_scale);
+    const auto a_packed = turn.read(*sp, src_packed + start * kGroupBytes, n * kGroupBytes, buffers.a_packed);
+    const auto a_scale = turn.read(*ss, src_scale + start, n, buffers.a_scale);
+    const auto b_weight = turn.read(*op, om.weight->offset + start * other_group_bytes, n * other_group_bytes,
+                                    buffers.b_weight);
+    const auto b_scale = om.quantized ? turn.read(*os, om.scale->offset + start * kNvScalesPerMxScale,
+                                                  n * kNvScalesPerMxScale, buffers.b_scale)
+                                      : std::span<const std::byte>();
     turn.pass();  // a module of several chunks reads the rest out of turn
     if (om.quantized) tally_packed(a_packed, b_weight, sums);
     for (std::uint64_t g = 0; g < n; ++g) {

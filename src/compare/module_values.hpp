@@ -18,9 +18,9 @@ namespace mx2nv {
 // Throws Error(InvalidInput) naming the tensor.
 void check_other_module(const QuantModule& src, const OtherModule& other, OtherFormat format);
 
-// A worker's read buffers, kept from one module to the next (buffer_first).
+// A worker's read buffers, kept from one module to the next.
 struct CompareBuffers {
-  std::vector<std::byte> a_packed, a_scale, b_weight, b_scale;
+  ReadBuffer a_packed, a_scale, b_weight, b_scale;
 };
 
 // Streams both modules (checked first) and fills `out`'s sums, global and

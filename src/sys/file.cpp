@@ -108,14 +108,21 @@ UniqueFd::~UniqueFd() {
 }
 
 File::File(File&& other) noexcept
-    : fd_(other.fd_), drop_behind_(other.drop_behind_), path_(std::move(other.path_)) {
+    : fd_(other.fd_),
+      direct_fd_(other.direct_fd_.exchange(kDirectUntried)),
+      direct_refused_(other.direct_refused_.load()),
+      drop_behind_(other.drop_behind_),
+      path_(std::move(other.path_)) {
   other.fd_ = -1;
 }
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
+    close_direct();
     fd_ = other.fd_;
+    direct_fd_.store(other.direct_fd_.exchange(kDirectUntried));
+    direct_refused_.store(other.direct_refused_.load());
     drop_behind_ = other.drop_behind_;
     path_ = std::move(other.path_);
     other.fd_ = -1;
@@ -125,6 +132,12 @@ File& File::operator=(File&& other) noexcept {
 
 File::~File() {
   if (fd_ >= 0) ::close(fd_);
+  close_direct();
+}
+
+void File::close_direct() {
+  const int fd = direct_fd_.exchange(kDirectUntried);
+  if (fd >= 0) ::close(fd);
 }
 
 std::uint64_t File::size() const {
@@ -178,6 +191,52 @@ std::optional<bool> File::cached(std::uint64_t offset, std::uint64_t length) con
   return stat.cache >= pages;
 }
 
+int File::direct_descriptor() const {
+  const int known = direct_fd_.load(std::memory_order_acquire);
+  if (known != kDirectUntried) return known;
+  // A new open file description of the same file (the descriptor's own flags
+  // stay as they are, for the buffered reads that share it), checked to be
+  // the same file: /proc's link names the open file, not a path in SRC or DST.
+  const std::string link = "/proc/self/fd/" + std::to_string(fd_);
+  int fd = ::open(link.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC | O_NONBLOCK);
+  struct stat mine {}, theirs {};
+  if (fd >= 0 && (::fstat(fd, &theirs) != 0 || ::fstat(fd_, &mine) != 0 || mine.st_dev != theirs.st_dev ||
+                  mine.st_ino != theirs.st_ino || !S_ISREG(theirs.st_mode))) {
+    ::close(fd);
+    fd = -1;
+  }
+  int expected = kDirectUntried;
+  if (direct_fd_.compare_exchange_strong(expected, fd < 0 ? kDirectNone : fd, std::memory_order_acq_rel)) {
+    return fd < 0 ? kDirectNone : fd;
+  }
+  if (fd >= 0) ::close(fd);  // another thread's call opened it first
+  return expected;
+}
+
+std::optional<std::size_t> File::read_direct(std::uint64_t offset, std::span<std::byte> out) const {
+  if (direct_refused_.load(std::memory_order_relaxed)) return std::nullopt;
+  const int fd = direct_descriptor();
+  if (fd < 0) return std::nullopt;
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // The file system or the device refuses this alignment: buffered reads
+      // from now on (the descriptor stays open until the file closes, as
+      // another thread may be reading through it).
+      if (errno == EINVAL) {
+        direct_refused_.store(true, std::memory_order_relaxed);
+        return std::nullopt;
+      }
+      fail_io(path_, "read", errno);
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
 void File::write_at(std::uint64_t offset, std::span<const std::byte> data) const {
   std::size_t done = 0;
   while (done < data.size()) {
@@ -205,6 +264,7 @@ void File::sync() const {
 }
 
 void File::close() {
+  close_direct();
   if (fd_ < 0) return;
   const int fd = fd_;
   fd_ = -1;

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -40,6 +41,10 @@ inline std::span<std::byte> buffer_first(std::vector<std::byte>& buffer, std::ui
 }
 
 namespace fs = std::filesystem;
+
+// What File::read_direct asks of offsets, lengths and memory: the page
+// size, a multiple of the logical block size of the disks this runs on.
+inline constexpr std::uint64_t kDirectAlignment = 4096;
 
 // How a file's reads use the page cache. Random and Passing are for a pass
 // that reads a little of each region of a file (a module's scales, a few of
@@ -83,6 +88,15 @@ class File {
   // tell (an older kernel, a file the caller may not write on kernels that
   // refuse those, overlayfs, which reports its lower files uncached).
   std::optional<bool> cached(std::uint64_t offset, std::uint64_t length) const;
+  // Reads [offset, offset + out.size()) past the page cache (O_DIRECT, on a
+  // second descriptor of the same file, opened at the first call): offset,
+  // out.data() and out.size() multiples of kDirectAlignment. The bytes read,
+  // fewer only at the end of the file; nullopt where the file cannot be read
+  // so (no /proc, a file system or alignment that refuses O_DIRECT), and
+  // from then on for this file. Pages of the range that are cached but not
+  // yet written are written first (the kernel's rule), so the bytes are the
+  // file's either way.
+  std::optional<std::size_t> read_direct(std::uint64_t offset, std::span<std::byte> out) const;
   void write_at(std::uint64_t offset, std::span<const std::byte> data) const;
   void sync() const;
   // Starts asynchronous writeback of a written range (sync_file_range), so
@@ -104,7 +118,14 @@ class File {
  private:
   File(int fd, fs::path path) : fd_(fd), path_(std::move(path)) {}
   ssize_t read_some(std::uint64_t offset, std::span<std::byte> out) const;
+  int direct_descriptor() const;
+  void close_direct();
   int fd_ = -1;
+  // read_direct's descriptor: kDirectUntried until its first call, then the
+  // descriptor or kDirectNone.
+  static constexpr int kDirectUntried = -2, kDirectNone = -1;
+  mutable std::atomic<int> direct_fd_{kDirectUntried};
+  mutable std::atomic<bool> direct_refused_{false};  // an EINVAL: buffered reads from then on
   bool drop_behind_ = false;  // CacheUse::Passing
   fs::path path_;
 };

@@ -1,21 +1,43 @@
 #include "sys/ordered_reads.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <utility>
 
 namespace mx2nv {
 
-ReadOrder::ReadOrder(std::vector<bool> may_wait) : may_wait_(std::move(may_wait)), passed_(may_wait_) {
+ReadOrder::ReadOrder(std::vector<bool> may_wait, unsigned computing)
+    : may_wait_(std::move(may_wait)),
+      passed_(may_wait_),
+      computing_threads_(std::max(1u, computing)),
+      computing_(computing_threads_) {
   passed_.flip();
   while (lowest_open_ < passed_.size() && passed_[lowest_open_]) ++lowest_open_;
+}
+
+unsigned ReadOrder::readers() const {
+  const bool any = std::find(may_wait_.begin(), may_wait_.end(), true) != may_wait_.end();
+  const std::uint64_t wanted = std::uint64_t{any ? kReadersPerThread : 1} * computing_threads_;
+  return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, may_wait_.size())));
 }
 
 ReadOrder::Turn::Turn(ReadOrder& order, std::size_t item)
     : order_(&order),
       item_(item),
-      passed_(item >= order.may_wait_.size() || !order.may_wait_[item]),
+      large_(item < order.may_wait_.size() && order.may_wait_[item]),
+      passed_(!large_),
       exceptions_(std::uncaught_exceptions()) {}
+
+void ReadOrder::Turn::take_place() {
+  order_->computing_.acquire();
+  placed_ = true;
+}
+
+void ReadOrder::Turn::leave_place() {
+  placed_ = false;
+  order_->computing_.release();
+}
 
 ReadOrder::Turn::~Turn() {
   // A failing item gives the order up whether or not it had passed (or could
@@ -26,23 +48,36 @@ ReadOrder::Turn::~Turn() {
   } else if (!passed_) {
     order_->pass(item_);
   }
+  if (placed_) leave_place();
 }
 
-void ReadOrder::Turn::read(const File& file, std::uint64_t offset, std::span<std::byte> out) {
-  if (!passed_ && !waited_ && out.size() >= kOrderedReadBytes && file.cached(offset, out.size()) == false) wait();
-  file.read_at(offset, out);
+std::span<const std::byte> ReadOrder::Turn::read(const File& file, std::uint64_t offset, std::uint64_t n,
+                                                 ReadBuffer& buffer) {
+  if (large_ && file.cached(offset, n) == false) {
+    if (placed_) leave_place();  // waiting for the disk
+    if (const auto direct = buffer.read_direct(file, offset, n)) {
+      ++direct_reads_;
+      return *direct;
+    }
+    wait();  // once, and only before the item's pass
+  }
+  if (!placed_) take_place();  // copying from the cache
+  return buffer.read(file, offset, n);
 }
 
 void ReadOrder::Turn::wait() {
   if (passed_ || waited_) return;
+  if (placed_) leave_place();
   order_->wait_for(item_);
   waited_ = true;
 }
 
 void ReadOrder::Turn::pass() {
-  if (passed_) return;
-  passed_ = true;
-  order_->pass(item_);
+  if (!passed_) {
+    passed_ = true;
+    order_->pass(item_);
+  }
+  if (!placed_) take_place();  // the work on what was read
 }
 
 void ReadOrder::wait_for(std::size_t item) {

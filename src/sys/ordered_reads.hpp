@@ -1,28 +1,46 @@
-// Reads that reach the disk in the order of the items they serve, whichever
-// worker makes them.
+// How verify and compare read a module's ranges from a cold cache, whichever
+// worker reads them.
 //
-// verify and compare hand modules to their workers in file order
-// (parallel_for_with) and read each module's ranges front to back. Left to
-// themselves, two workers send each file two interleaved streams, every
-// read skipping the other worker's module: the kernel's readahead, kept per
-// open file, restarts at the jumps, its requests come out shorter, and under
-// a memory limit pages read ahead are evicted before their use and read
-// again. Here an item's reads of kOrderedReadBytes or more that the page
-// cache does not hold whole (File::cached) wait until every earlier item that
-// may wait has passed (verify and compare pass after a module's first
-// chunk): the files read front to back, as a sequential copy reads them. A read
-// the cache holds does not wait, so a pass over cached files runs as before
-// (and where the kernel cannot tell, as before too); smaller reads never
-// wait (a K3-structure checkpoint's tiny tensors, by the hundred thousand,
-// would spend more in the hand-over than the order gives back).
+// Both hand modules to their workers in file order (parallel_for_with) and
+// read each module's ranges front to back. Through the page cache, two
+// workers send each file two interleaved streams, every read skipping the
+// other worker's module: the kernel's readahead, kept per open file,
+// restarts at the jumps, its requests come out shorter, and under a memory
+// limit pages read ahead are evicted before their use and read again.
+//
+// So a module whose packed tensor is kOrderedReadBytes or more reads each
+// range that the page cache does not hold whole (File::cached) past the
+// cache (File::read_direct into a ReadBuffer): each range once, in requests
+// as large as the buffer's pages allow, whatever the other workers read, and
+// nothing left cached to crowd out what the pass still needs. Where a file
+// cannot be read so, such a read waits instead until every earlier module
+// that may wait has passed (verify and compare pass after a module's first
+// chunk), so the files are read front to back, as a sequential copy reads
+// them. Ranges the cache holds are read from it and never wait (a warm pass
+// runs as it would alone; so too where the kernel cannot tell what is
+// cached). Smaller modules always read through the cache and never wait: a
+// K3-structure checkpoint's tiny tensors, by the hundred thousand, are read
+// best by the kernel's readahead, and would spend more in the hand-over than
+// the order gives back.
+//
+// A read past the cache is synchronous, and no readahead reads ahead of the
+// worker while it computes: so a pass with items that may wait runs
+// readers() workers, twice the threads it may compute on, and a worker runs
+// only while it holds one of `computing` places, which it gives up while it
+// waits for the disk or for its turn: some read while others compute, no
+// more than the asked-for threads are busy at once, and a pass whose reads
+// the cache serves runs as with a worker per thread. A pass without items
+// that may wait runs a worker per thread.
 #pragma once
 
 #include "sys/file.hpp"
+#include "sys/read_buffer.hpp"
 
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <semaphore>
 #include <span>
 #include <vector>
 
@@ -35,14 +53,21 @@ class ReadOrder {
   // Items 0 .. may_wait.size() - 1; an item whose reads are all smaller than
   // kOrderedReadBytes never waits and is nobody's wait (no lock taken for it):
   // may_wait[item] false.
-  explicit ReadOrder(std::vector<bool> may_wait);
-  // Whether an item whose largest read is `bytes` may wait (the one place the
-  // threshold is applied).
+  // `computing`: the threads the pass may compute on (at least 1).
+  ReadOrder(std::vector<bool> may_wait, unsigned computing);
+  // The workers to run: kReadersPerThread per computing thread where an item
+  // may wait, else one; no more than there are items, at least one.
+  unsigned readers() const;
+  static constexpr unsigned kReadersPerThread = 2;
+  // Whether an item whose largest read is `bytes` may wait, and reads past
+  // the cache (the one place the threshold is applied).
   static bool may_wait(std::uint64_t bytes) { return bytes >= kOrderedReadBytes; }
 
-  // One item's reads. Passes the item on when it ends; a throw, before or
-  // after its pass, gives up the order altogether, so no worker waits for an
-  // item that no worker will run.
+  // One item's reads and work: a computing place held from its first read
+  // through the cache or its pass, given up while it waits for the disk or
+  // its turn. Passes the item on when it ends; a throw, before or after its
+  // pass, gives up the order altogether, so no worker waits for an item that
+  // no worker will run.
   class Turn {
    public:
     Turn(ReadOrder& order, std::size_t item);
@@ -50,20 +75,31 @@ class ReadOrder {
     Turn(const Turn&) = delete;
     Turn& operator=(const Turn&) = delete;
 
-    // file.read_at(offset, out), in the item's turn where it is large and
-    // the page cache does not hold all of it (file comment).
-    void read(const File& file, std::uint64_t offset, std::span<std::byte> out);
-    // Waits, once, until every earlier item has passed (read's wait).
+    // The n bytes of `file` at `offset`, read into `buffer`: past the cache
+    // or in the item's turn where the item may wait and the page cache does
+    // not hold all of them (file comment).
+    std::span<const std::byte> read(const File& file, std::uint64_t offset, std::uint64_t n, ReadBuffer& buffer);
+    // Waits, once, until every earlier item has passed (read's wait),
+    // without its computing place meanwhile.
     void wait();
-    // The item's reads are made (later ones do not wait): the next item may
-    // read.
+    // A chunk's reads are made, its work begins: the next item may read
+    // (later reads of this one do not wait), and the worker takes a
+    // computing place (waiting for one) until the item ends or reads from
+    // the disk again. Called after each chunk's reads.
     void pass();
     bool waited() const { return waited_; }
+    std::size_t direct_reads() const { return direct_reads_; }  // read past the cache
 
    private:
+    void take_place();
+    void leave_place();
+
     ReadOrder* order_;
     std::size_t item_;
+    bool large_;  // the item may wait (ReadOrder::may_wait)
     bool waited_ = false, passed_ = false;
+    bool placed_ = false;  // holds a computing place
+    std::size_t direct_reads_ = 0;
     int exceptions_;  // std::uncaught_exceptions() when made
   };
 
@@ -78,6 +114,8 @@ class ReadOrder {
   std::vector<bool> passed_;          // items that cannot wait start passed
   std::size_t lowest_open_ = 0;  // every item below it has passed
   std::size_t waiting_ = 0;
+  const unsigned computing_threads_;
+  std::counting_semaphore<> computing_;
 };
 
 }  // namespace mx2nv

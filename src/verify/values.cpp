@@ -15,8 +15,8 @@
 namespace mx2nv {
 namespace {
 
-struct ChunkBuffers {  // a worker's, kept from one module to the next (buffer_first)
-  std::vector<std::byte> a_packed, a_scale, b_packed, b_scale;
+struct ChunkBuffers {  // a worker's, kept from one module to the next
+  ReadBuffer a_packed, a_scale, b_packed, b_scale;
 };
 
 void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, ChunkBuffers& buffers,
@@ -42,14 +42,11 @@ void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, C
   const std::uint64_t chunk = std::min(total, stream_chunk_bytes(workers) / kGroupBytes);
   for (std::uint64_t start = 0; start < total; start += chunk) {
     const std::uint64_t n = std::min(chunk, total - start);
-    const auto a_packed = buffer_first(buffers.a_packed, n * kGroupBytes);
-    const auto a_scale = buffer_first(buffers.a_scale, n);
-    const auto b_packed = buffer_first(buffers.b_packed, n * kGroupBytes);
-    const auto b_scale = buffer_first(buffers.b_scale, n * kNvScalesPerMxScale);
-    turn.read(*sp, src_packed + start * kGroupBytes, a_packed);
-    turn.read(*ss, src_scale + start, a_scale);
-    turn.read(*dp, *t.packed_offset + start * kGroupBytes, b_packed);
-    turn.read(*ds, *t.scale_offset + start * kNvScalesPerMxScale, b_scale);
+    const auto a_packed = turn.read(*sp, src_packed + start * kGroupBytes, n * kGroupBytes, buffers.a_packed);
+    const auto a_scale = turn.read(*ss, src_scale + start, n, buffers.a_scale);
+    const auto b_packed = turn.read(*dp, *t.packed_offset + start * kGroupBytes, n * kGroupBytes, buffers.b_packed);
+    const auto b_scale =
+        turn.read(*ds, *t.scale_offset + start * kNvScalesPerMxScale, n * kNvScalesPerMxScale, buffers.b_scale);
     turn.pass();  // a module of several chunks reads the rest out of turn
     const std::size_t ns = a_scale.size();
     for (std::size_t k = 0; k < ns; ++k) {
@@ -136,8 +133,8 @@ void check_values(const VerifyContext& ctx, Report& report) {
   const auto workers = static_cast<unsigned>(std::min<std::size_t>(std::max(1u, ctx.options.threads), order.size()));
   std::vector<bool> may_wait(order.size());
   for (std::size_t k = 0; k < order.size(); ++k) may_wait[k] = ReadOrder::may_wait(modules[order[k]].packed.nbytes());
-  ReadOrder read_order(std::move(may_wait));
-  parallel_for_with<ChunkBuffers>(order.size(), workers, [&](ChunkBuffers& buffers, std::size_t k) {
+  ReadOrder read_order(std::move(may_wait), workers);
+  parallel_for_with<ChunkBuffers>(order.size(), read_order.readers(), [&](ChunkBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k);
     compare_module(ctx, order[k], workers, buffers, tallies[order[k]], turn);
   });

@@ -1,7 +1,8 @@
 // ReadOrder: the items that wait read in item order whatever the workers'
 // timing; items that cannot wait hold nobody up; a throwing item releases
-// every waiter; a large read waits only where the page cache lacks some of
-// it, a small one never; the bytes are the file's either way.
+// every waiter; a large item reads what the page cache lacks past it (at any
+// offset and length, unwritten pages included) and what it holds from it, a
+// small one through it; the bytes are the file's either way.
 #include "common/parallel.hpp"
 #include "scratch.hpp"
 #include "sys/ordered_reads.hpp"
@@ -9,7 +10,10 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -27,7 +31,7 @@ TEST(ReadOrder, ItemsThatWaitGoInItemOrder) {
   constexpr std::size_t kItems = 96;
   std::vector<bool> may_wait(kItems);
   for (std::size_t k = 0; k < kItems; ++k) may_wait[k] = k % 3 != 0;
-  ReadOrder order(may_wait);
+  ReadOrder order(may_wait, 4);
   std::mutex mutex;
   std::vector<std::size_t> log;
   parallel_for(kItems, 4, [&](std::size_t k) {
@@ -53,7 +57,7 @@ TEST(ReadOrder, ItemsThatWaitGoInItemOrder) {
 
 TEST(ReadOrder, AThrowingItemReleasesEveryWaiter) {
   constexpr std::size_t kItems = 64;
-  ReadOrder order(std::vector<bool>(kItems, true));
+  ReadOrder order(std::vector<bool>(kItems, true), 4);
   std::mutex mutex;
   std::vector<std::size_t> done;
   // Item 9 fails in its turn, before passing: items after it that wait would
@@ -78,7 +82,7 @@ TEST(ReadOrder, AThrowingItemReleasesEveryWaiter) {
 // wait for it (a regression hangs here).
 TEST(ReadOrder, AFailureAfterItsPassStillReleasesLaterItems) {
   for (const bool first_may_wait : {true, false}) {
-    ReadOrder order(std::vector<bool>{first_may_wait, true, true});
+    ReadOrder order(std::vector<bool>{first_may_wait, true, true}, 2);
     try {
       ReadOrder::Turn first(order, 0);
       first.wait();
@@ -93,11 +97,40 @@ TEST(ReadOrder, AFailureAfterItsPassStillReleasesLaterItems) {
   }
 }
 
+TEST(ReadOrder, NoMoreThanTheAskedThreadsComputeAtOnce) {
+  std::vector<bool> one_large(1000);
+  one_large[999] = true;
+  EXPECT_EQ(ReadOrder(one_large, 2).readers(), 4u);
+  EXPECT_EQ(ReadOrder(std::vector<bool>(1000), 2).readers(), 2u);  // none may wait: a worker a thread
+  EXPECT_EQ(ReadOrder(std::vector<bool>(5, true), 3).readers(), 5u);  // no more workers than items
+  EXPECT_EQ(ReadOrder({}, 0).readers(), 1u);
+  EXPECT_EQ(ReadOrder(std::vector<bool>(4096, true), 1024).readers(), 2048u);
+  constexpr std::size_t kItems = 64;
+  for (const unsigned computing : {1u, 3u}) {
+    ReadOrder order(std::vector<bool>(kItems, true), computing);
+    std::atomic<unsigned> now{0}, most{0};
+    parallel_for(kItems, order.readers(), [&](std::size_t k) {
+      ReadOrder::Turn turn(order, k);
+      jitter(k);
+      turn.wait();  // gives its place up meanwhile: more workers than places do not deadlock
+      turn.pass();
+      const unsigned n = ++now;
+      unsigned seen = most.load();
+      while (n > seen && !most.compare_exchange_weak(seen, n)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      --now;
+    });
+    EXPECT_LE(most.load(), computing);
+    EXPECT_GE(most.load(), std::min(2u, computing));  // the places are shared, not one at a time
+  }
+}
+
 constexpr std::size_t kFileBytes = 4 << 20;
 
-TEST(ReadOrder, ALargeReadWaitsOnlyForWhatTheCacheLacks) {
+TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
   Scratch dir;
-  std::vector<std::byte> bytes(kFileBytes);
+  std::vector<std::byte> bytes(kFileBytes + 1234);  // not a whole number of pages
   std::mt19937 rng(5);
   for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
   {
@@ -108,32 +141,57 @@ TEST(ReadOrder, ALargeReadWaitsOnlyForWhatTheCacheLacks) {
   }
   const File f = File::open_read(dir / "data");
   (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
-  const std::optional<bool> cold = f.cached(0, kFileBytes);
+  const std::optional<bool> cold = f.cached(0, bytes.size());
   if (cold != false) GTEST_SKIP() << "the page cache is not observable here (cachestat, or an eviction refused)";
+  const auto same = [&](std::span<const std::byte> got, std::uint64_t offset) {
+    return got.size() > 0 && std::equal(got.begin(), got.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offset));
+  };
 
-  ReadOrder order(std::vector<bool>(4, true));
-  std::vector<std::byte> got(kOrderedReadBytes);
+  // Items 0 and 2 are large (they may wait), item 1 small.
+  ReadOrder order({true, false, true, true}, 1);
+  ReadBuffer buffer;
   {
-    ReadOrder::Turn small(order, 0);  // below kOrderedReadBytes: never waits
-    std::vector<std::byte> few(kOrderedReadBytes - 1);
-    small.read(f, 1000, few);
+    ReadOrder::Turn small(order, 1);  // small: through the cache, never waits (item 0 has not passed)
+    EXPECT_TRUE(same(small.read(f, 1000, kOrderedReadBytes - 1, buffer), 1000));
     EXPECT_FALSE(small.waited());
-    EXPECT_TRUE(std::equal(few.begin(), few.end(), bytes.begin() + 1000));
+    EXPECT_EQ(small.direct_reads(), 0u);
+    EXPECT_EQ(f.cached(1000, kOrderedReadBytes - 1), true);
   }
   (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
   {
-    ReadOrder::Turn large(order, 1);  // not cached: waits (its turn has come: item 0 passed)
-    large.read(f, kOrderedReadBytes, got);
-    EXPECT_TRUE(large.waited());
-    EXPECT_TRUE(std::equal(got.begin(), got.end(), bytes.begin() + kOrderedReadBytes));
+    // Large and uncached: past the cache, at offsets and lengths that are not
+    // whole pages and up to the file's last byte, without waiting for item 0
+    // (which has not passed) and leaving nothing cached.
+    ReadOrder::Turn large(order, 2);
+    for (const auto& [offset, n] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+             {1, kOrderedReadBytes}, {4095, 3}, {kFileBytes - 4097, 4097 + 1234}, {4096, 8192}}) {
+      EXPECT_TRUE(same(large.read(f, offset, n, buffer), offset)) << offset;
+    }
+    if (large.direct_reads() == 0) GTEST_SKIP() << "this file system refuses O_DIRECT";
+    EXPECT_EQ(large.direct_reads(), 4u);
+    EXPECT_FALSE(large.waited());
+    EXPECT_EQ(f.cached(0, bytes.size()), false);
+    EXPECT_EQ(f.cached(4096, 4096), false);
+    // A range the cache holds whole is read from it.
+    std::vector<std::byte> warm(4096);
+    f.read_at(8192, warm);
+    ASSERT_EQ(f.cached(8192, 4096), true);
+    EXPECT_TRUE(same(large.read(f, 8192, 4096, buffer), 8192));
+    EXPECT_EQ(large.direct_reads(), 4u);
+    large.pass();
   }
+  // A page written but not yet on the disk, in a range otherwise uncached:
+  // read past the cache, and still the file's bytes.
+  (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
   {
-    ReadOrder::Turn again(order, 2);  // what item 1 read is cached now: no wait
-    EXPECT_EQ(f.cached(kOrderedReadBytes, got.size()), true);
-    again.read(f, kOrderedReadBytes, got);
-    EXPECT_FALSE(again.waited());
-    EXPECT_TRUE(std::equal(got.begin(), got.end(), bytes.begin() + kOrderedReadBytes));
+    std::fstream out(dir / "data", std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(5000);
+    out.put('\x5a');
   }
+  bytes[5000] = std::byte{0x5a};
+  ReadOrder::Turn dirty(order, 3);
+  EXPECT_TRUE(same(dirty.read(f, 4100, kOrderedReadBytes, buffer), 4100));
+  EXPECT_EQ(dirty.direct_reads(), 1u);
 }
 
 }  // namespace
