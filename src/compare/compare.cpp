@@ -206,7 +206,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
   }
   ReadOrder read_order(std::move(may_wait), workers);
   parallel_for_with<CompareBuffers>(order.size(), read_order.readers(), [&](CompareBuffers& buffers, std::size_t k) {
-    ReadOrder::Turn turn(read_order, k);
+    ReadOrder::Turn turn(read_order, k, buffers.place);
     const std::size_t i = order[k];
     const QuantModule& m = source.modules.modules[pairs[i].first];
     const OtherModule& om = others[pairs[i].second];

@@ -21,6 +21,7 @@ void check_other_module(const QuantModule& src, const OtherModule& other, OtherF
 // A worker's read buffers, kept from one module to the next.
 struct CompareBuffers {
   ReadBuffer a_packed, a_scale, b_weight, b_scale;
+  ReadOrder::Place place;
 };
 
 // Streams both modules (checked first) and fills `out`'s sums, global and

@@ -22,22 +22,25 @@ unsigned ReadOrder::readers() const {
   return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, may_wait_.size())));
 }
 
-ReadOrder::Turn::Turn(ReadOrder& order, std::size_t item)
+void ReadOrder::Place::take(ReadOrder& order) {
+  if (order_) return;
+  order.computing_.acquire();
+  order_ = &order;
+}
+
+void ReadOrder::Place::leave() {
+  if (!order_) return;
+  order_->computing_.release();
+  order_ = nullptr;
+}
+
+ReadOrder::Turn::Turn(ReadOrder& order, std::size_t item, Place& place)
     : order_(&order),
+      place_(&place),
       item_(item),
       large_(item < order.may_wait_.size() && order.may_wait_[item]),
       passed_(!large_),
       exceptions_(std::uncaught_exceptions()) {}
-
-void ReadOrder::Turn::take_place() {
-  order_->computing_.acquire();
-  placed_ = true;
-}
-
-void ReadOrder::Turn::leave_place() {
-  placed_ = false;
-  order_->computing_.release();
-}
 
 ReadOrder::Turn::~Turn() {
   // A failing item gives the order up whether or not it had passed (or could
@@ -48,26 +51,25 @@ ReadOrder::Turn::~Turn() {
   } else if (!passed_) {
     order_->pass(item_);
   }
-  if (placed_) leave_place();
 }
 
 std::span<const std::byte> ReadOrder::Turn::read(const File& file, std::uint64_t offset, std::uint64_t n,
                                                  ReadBuffer& buffer) {
   if (large_ && file.cached(offset, n) == false) {
-    if (placed_) leave_place();  // waiting for the disk
+    place_->leave();  // waiting for the disk
     if (const auto direct = buffer.read_direct(file, offset, n)) {
       ++direct_reads_;
       return *direct;
     }
     wait();  // once, and only before the item's pass
   }
-  if (!placed_) take_place();  // copying from the cache
+  place_->take(*order_);  // copying from the cache
   return buffer.read(file, offset, n);
 }
 
 void ReadOrder::Turn::wait() {
   if (passed_ || waited_) return;
-  if (placed_) leave_place();
+  place_->leave();
   order_->wait_for(item_);
   waited_ = true;
 }
@@ -77,7 +79,7 @@ void ReadOrder::Turn::pass() {
     passed_ = true;
     order_->pass(item_);
   }
-  if (!placed_) take_place();  // the work on what was read
+  place_->take(*order_);  // the work on what was read
 }
 
 void ReadOrder::wait_for(std::size_t item) {

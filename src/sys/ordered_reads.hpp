@@ -26,11 +26,13 @@
 // A read past the cache is synchronous, and no readahead reads ahead of the
 // worker while it computes: so a pass with items that may wait runs
 // readers() workers, twice the threads it may compute on, and a worker runs
-// only while it holds one of `computing` places, which it gives up while it
-// waits for the disk or for its turn: some read while others compute, no
-// more than the asked-for threads are busy at once, and a pass whose reads
-// the cache serves runs as with a worker per thread. A pass without items
-// that may wait runs a worker per thread.
+// only while it holds one of `computing` places (its Place), which it gives
+// up while it waits for the disk or for its turn and otherwise keeps from
+// one item to the next: some read while others compute, no more than the
+// asked-for threads are busy at once, and in a pass whose reads the cache
+// serves the first workers to take places keep them (the others wait until
+// they finish), as with a worker per thread. A pass without items that may
+// wait runs a worker per thread.
 #pragma once
 
 #include "sys/file.hpp"
@@ -63,14 +65,33 @@ class ReadOrder {
   // the cache (the one place the threshold is applied).
   static bool may_wait(std::uint64_t bytes) { return bytes >= kOrderedReadBytes; }
 
-  // One item's reads and work: a computing place held from its first read
-  // through the cache or its pass, given up while it waits for the disk or
-  // its turn. Passes the item on when it ends; a throw, before or after its
+  class Turn;
+  // A worker's computing place, kept from one of its items to the next
+  // (a member of the worker's state, default-made), given back when
+  // destroyed: when the worker stops. Only for Turns of one ReadOrder, which
+  // outlives it.
+  class Place {
+   public:
+    Place() = default;
+    ~Place() { leave(); }
+    Place(const Place&) = delete;
+    Place& operator=(const Place&) = delete;
+
+   private:
+    friend class Turn;
+    void take(ReadOrder& order);
+    void leave();
+    ReadOrder* order_ = nullptr;  // while held
+  };
+
+  // One item's reads and work, in its worker's Place: taken (waiting for
+  // one) before a read through the cache or at its pass, given up while the
+  // item waits for the disk or its turn. Passes the item on when it ends; a throw, before or after its
   // pass, gives up the order altogether, so no worker waits for an item that
   // no worker will run.
   class Turn {
    public:
-    Turn(ReadOrder& order, std::size_t item);
+    Turn(ReadOrder& order, std::size_t item, Place& place);
     ~Turn();
     Turn(const Turn&) = delete;
     Turn& operator=(const Turn&) = delete;
@@ -84,21 +105,18 @@ class ReadOrder {
     void wait();
     // A chunk's reads are made, its work begins: the next item may read
     // (later reads of this one do not wait), and the worker takes a
-    // computing place (waiting for one) until the item ends or reads from
-    // the disk again. Called after each chunk's reads.
+    // computing place (waiting for one) until it reads from the disk again.
+    // Called after each chunk's reads.
     void pass();
     bool waited() const { return waited_; }
     std::size_t direct_reads() const { return direct_reads_; }  // read past the cache
 
    private:
-    void take_place();
-    void leave_place();
-
     ReadOrder* order_;
+    Place* place_;
     std::size_t item_;
     bool large_;  // the item may wait (ReadOrder::may_wait)
     bool waited_ = false, passed_ = false;
-    bool placed_ = false;  // holds a computing place
     std::size_t direct_reads_ = 0;
     int exceptions_;  // std::uncaught_exceptions() when made
   };

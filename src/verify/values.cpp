@@ -17,6 +17,7 @@ namespace {
 
 struct ChunkBuffers {  // a worker's, kept from one module to the next
   ReadBuffer a_packed, a_scale, b_packed, b_scale;
+  ReadOrder::Place place;
 };
 
 void compare_module(const VerifyContext& ctx, std::size_t i, unsigned workers, ChunkBuffers& buffers,
@@ -135,7 +136,7 @@ void check_values(const VerifyContext& ctx, Report& report) {
   for (std::size_t k = 0; k < order.size(); ++k) may_wait[k] = ReadOrder::may_wait(modules[order[k]].packed.nbytes());
   ReadOrder read_order(std::move(may_wait), workers);
   parallel_for_with<ChunkBuffers>(order.size(), read_order.readers(), [&](ChunkBuffers& buffers, std::size_t k) {
-    ReadOrder::Turn turn(read_order, k);
+    ReadOrder::Turn turn(read_order, k, buffers.place);
     compare_module(ctx, order[k], workers, buffers, tallies[order[k]], turn);
   });
   report.values_compared = 0;

@@ -35,7 +35,8 @@ TEST(ReadOrder, ItemsThatWaitGoInItemOrder) {
   std::mutex mutex;
   std::vector<std::size_t> log;
   parallel_for(kItems, 4, [&](std::size_t k) {
-    ReadOrder::Turn turn(order, k);
+    ReadOrder::Place turn_place;
+    ReadOrder::Turn turn(order, k, turn_place);
     if (k % 3 == 0) {  // cannot wait: no later item waits for it, even while it runs
       jitter(k + 2);
       turn.wait();
@@ -65,7 +66,8 @@ TEST(ReadOrder, AThrowingItemReleasesEveryWaiter) {
   // pass leaves unstarted never pass either).
   EXPECT_THROW(parallel_for(kItems, 4,
                             [&](std::size_t k) {
-                              ReadOrder::Turn turn(order, k);
+                              ReadOrder::Place turn_place;
+                              ReadOrder::Turn turn(order, k, turn_place);
                               jitter(k);
                               turn.wait();
                               if (k == 9) throw std::runtime_error("item 9");
@@ -84,14 +86,16 @@ TEST(ReadOrder, AFailureAfterItsPassStillReleasesLaterItems) {
   for (const bool first_may_wait : {true, false}) {
     ReadOrder order(std::vector<bool>{first_may_wait, true, true}, 2);
     try {
-      ReadOrder::Turn first(order, 0);
+      ReadOrder::Place first_place;
+      ReadOrder::Turn first(order, 0, first_place);
       first.wait();
       first.pass();
       throw std::runtime_error("after its pass");
     } catch (const std::runtime_error&) {
     }
     // Item 1 was fetched by a worker that saw the failure: it never runs.
-    ReadOrder::Turn third(order, 2);
+    ReadOrder::Place third_place;
+    ReadOrder::Turn third(order, 2, third_place);
     third.wait();
     EXPECT_TRUE(third.waited()) << first_may_wait;
   }
@@ -109,8 +113,9 @@ TEST(ReadOrder, NoMoreThanTheAskedThreadsComputeAtOnce) {
   for (const unsigned computing : {1u, 3u}) {
     ReadOrder order(std::vector<bool>(kItems, true), computing);
     std::atomic<unsigned> now{0}, most{0};
-    parallel_for(kItems, order.readers(), [&](std::size_t k) {
-      ReadOrder::Turn turn(order, k);
+    // Each worker keeps its place from one item to the next, as verify's do.
+    parallel_for_with<ReadOrder::Place>(kItems, order.readers(), [&](ReadOrder::Place& place, std::size_t k) {
+      ReadOrder::Turn turn(order, k, place);
       jitter(k);
       turn.wait();  // gives its place up meanwhile: more workers than places do not deadlock
       turn.pass();
@@ -151,7 +156,8 @@ TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
   ReadOrder order({true, false, true, true}, 1);
   ReadBuffer buffer;
   {
-    ReadOrder::Turn small(order, 1);  // small: through the cache, never waits (item 0 has not passed)
+    ReadOrder::Place small_place;
+    ReadOrder::Turn small(order, 1, small_place);  // small: through the cache, never waits (item 0 has not passed)
     EXPECT_TRUE(same(small.read(f, 1000, kOrderedReadBytes - 1, buffer), 1000));
     EXPECT_FALSE(small.waited());
     EXPECT_EQ(small.direct_reads(), 0u);
@@ -162,7 +168,8 @@ TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
     // Large and uncached: past the cache, at offsets and lengths that are not
     // whole pages and up to the file's last byte, without waiting for item 0
     // (which has not passed) and leaving nothing cached.
-    ReadOrder::Turn large(order, 2);
+    ReadOrder::Place large_place;
+    ReadOrder::Turn large(order, 2, large_place);
     for (const auto& [offset, n] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
              {1, kOrderedReadBytes}, {4095, 3}, {kFileBytes - 4097, 4097 + 1234}, {4096, 8192}}) {
       EXPECT_TRUE(same(large.read(f, offset, n, buffer), offset)) << offset;
@@ -189,7 +196,8 @@ TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
     out.put('\x5a');
   }
   bytes[5000] = std::byte{0x5a};
-  ReadOrder::Turn dirty(order, 3);
+  ReadOrder::Place dirty_place;
+  ReadOrder::Turn dirty(order, 3, dirty_place);
   EXPECT_TRUE(same(dirty.read(f, 4100, kOrderedReadBytes, buffer), 4100));
   EXPECT_EQ(dirty.direct_reads(), 1u);
 }
