@@ -205,7 +205,8 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
     may_wait[k] = ReadOrder::may_wait(std::max(m.packed.nbytes(), om.weight->nbytes));
   }
   ReadOrder read_order(std::move(may_wait), workers);
-  parallel_for_with<CompareBuffers>(order.size(), read_order.readers(), [&](CompareBuffers& buffers, std::size_t k) {
+  const unsigned readers = read_order.readers();  // chunks sized for them all
+  parallel_for_with<CompareBuffers>(order.size(), readers, [&](CompareBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k, buffers.place);
     const std::size_t i = order[k];
     const QuantModule& m = source.modules.modules[pairs[i].first];
@@ -219,7 +220,7 @@ CompareResult compare_checkpoints(const CompareOptions& options) {
       r.expert = e->expert;
       r.projection = e->projection;
     }
-    compare_module_values(source.checkpoint, m, other, om, workers, buffers, turn, r);
+    compare_module_values(source.checkpoint, m, other, om, readers, buffers, turn, r);
     progress.unit_done(0);
   });
   pair_gate_up_globals(result.modules);

@@ -45,6 +45,8 @@ std::atomic<bool> cachestat_works{kCachestatSyscall >= 0};
 // mapping, never the lower file's pages, so it would call a cached file
 // uncached.
 constexpr unsigned long kOverlayMagic = 0x794c7630;
+// procfs (PROC_SUPER_MAGIC): File::read_direct reopens through its links.
+constexpr unsigned long kProcMagic = 0x9fa0;
 
 }  // namespace
 
@@ -196,9 +198,16 @@ int File::direct_descriptor() const {
   if (known != kDirectUntried) return known;
   // A new open file description of the same file (the descriptor's own flags
   // stay as they are, for the buffered reads that share it), checked to be
-  // the same file: /proc's link names the open file, not a path in SRC or DST.
+  // the same file: /proc's link names the open file, not a path in SRC or
+  // DST, where /proc is the kernel's own.
   const std::string link = "/proc/self/fd/" + std::to_string(fd_);
-  int fd = ::open(link.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC | O_NONBLOCK);
+  struct statfs proc {};
+  int fd = -1;
+  if (::statfs("/proc/self", &proc) == 0 && static_cast<unsigned long>(proc.f_type) == kProcMagic) {
+    fd = ::open(link.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC | O_NONBLOCK);
+    // Out of descriptors or memory for now: buffered this time, asked again next.
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EINTR)) return kDirectNone;
+  }
   struct stat mine {}, theirs {};
   if (fd >= 0 && (::fstat(fd, &theirs) != 0 || ::fstat(fd_, &mine) != 0 || mine.st_dev != theirs.st_dev ||
                   mine.st_ino != theirs.st_ino || !S_ISREG(theirs.st_mode))) {
@@ -222,17 +231,19 @@ std::optional<std::size_t> File::read_direct(std::uint64_t offset, std::span<std
     const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      // The file system or the device refuses this alignment: buffered reads
-      // from now on (the descriptor stays open until the file closes, as
-      // another thread may be reading through it).
-      if (errno == EINVAL) {
+      // The file system or the device refuses direct reads, or this
+      // alignment: buffered reads from now on (the descriptor stays open
+      // until the file closes, as another thread may be reading through it).
+      if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOTSUP) {
         direct_refused_.store(true, std::memory_order_relaxed);
         return std::nullopt;
       }
       fail_io(path_, "read", errno);
     }
-    if (n == 0) break;
     done += static_cast<std::size_t>(n);
+    // The end of the file (a short read leaves the next offset unaligned,
+    // which some file systems refuse rather than report the end).
+    if (n == 0 || done % kDirectAlignment != 0) break;
   }
   return done;
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -23,27 +24,21 @@ namespace mx2nv {
 inline constexpr std::size_t kCopyBufferBytes = 1 << 20;
 
 // Passes that compare two trees range by range (verify, compare) read each
-// range in chunks of this size, one buffer per tree and worker: 8 MiB with
-// one or two workers, so a tensor of a K3 expert (5.5 MiB) is read in one
-// call and each file front to back, the kernel's readahead sending requests
-// of megabytes; with more workers (which keep the disk busy by their number)
-// 16 MiB shared among them, but never under 1 MiB.
-inline constexpr std::uint64_t kStreamBuffersBytes = 16 << 20;
-inline constexpr std::uint64_t stream_chunk_bytes(unsigned threads) {
-  return std::clamp<std::uint64_t>(kStreamBuffersBytes / std::max(1u, threads), 1 << 20, 8 << 20);
+// range in chunks of at most this size, one buffer per tree and worker: 8
+// MiB with up to four workers (a K3 expert's tensor, 5.5 MiB, in one read),
+// 32 MiB shared among more, never under 1 MiB; each a power of two less the
+// two pages a direct read may add around it, so that such a read fills a
+// ReadBuffer of that power of two (sys/read_buffer.hpp), not the next.
+inline constexpr std::uint64_t kStreamBuffersBytes = 32 << 20;
+inline constexpr std::uint64_t stream_chunk_bytes(unsigned workers) {
+  return std::bit_floor(std::clamp<std::uint64_t>(kStreamBuffersBytes / std::max(1u, workers), 1 << 20, 8 << 20)) -
+         2 * 4096;
 }
-// The first n bytes of a worker's buffer, grown to n if smaller: buffers kept
-// from one range to the next (allocating megabytes per range would cost page
-// faults on each).
-inline std::span<std::byte> buffer_first(std::vector<std::byte>& buffer, std::uint64_t n) {
-  if (buffer.size() < n) buffer.resize(static_cast<std::size_t>(n));
-  return {buffer.data(), static_cast<std::size_t>(n)};
-}
-
 namespace fs = std::filesystem;
 
-// What File::read_direct asks of offsets, lengths and memory: the page
-// size, a multiple of the logical block size of the disks this runs on.
+// What File::read_direct asks of offsets, lengths and memory: 4 KiB, a
+// multiple of the logical block size of the disks this runs on (a file
+// system that asks more refuses the read, and reads go through the cache).
 inline constexpr std::uint64_t kDirectAlignment = 4096;
 
 // How a file's reads use the page cache. Random and Passing are for a pass

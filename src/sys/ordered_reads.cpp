@@ -18,7 +18,8 @@ ReadOrder::ReadOrder(std::vector<bool> may_wait, unsigned computing)
 
 unsigned ReadOrder::readers() const {
   const bool any = std::find(may_wait_.begin(), may_wait_.end(), true) != may_wait_.end();
-  const std::uint64_t wanted = std::uint64_t{any ? kReadersPerThread : 1} * computing_threads_;
+  const std::uint64_t wanted =
+      std::uint64_t{computing_threads_} + (any ? std::min(computing_threads_, kMostExtraReaders) : 0);
   return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, may_wait_.size())));
 }
 
@@ -62,6 +63,7 @@ std::span<const std::byte> ReadOrder::Turn::read(const File& file, std::uint64_t
       return *direct;
     }
     wait();  // once, and only before the item's pass
+    return buffer.read(file, offset, n);  // from the disk: no place held, taken at the pass
   }
   place_->take(*order_);  // copying from the cache
   return buffer.read(file, offset, n);

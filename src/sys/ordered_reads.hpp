@@ -8,7 +8,7 @@
 // restarts at the jumps, its requests come out shorter, and under a memory
 // limit pages read ahead are evicted before their use and read again.
 //
-// So a module whose packed tensor is kOrderedReadBytes or more reads each
+// So a module whose largest read is kOrderedReadBytes or more reads each
 // range that the page cache does not hold whole (File::cached) past the
 // cache (File::read_direct into a ReadBuffer): each range once, in requests
 // as large as the buffer's pages allow, whatever the other workers read, and
@@ -25,7 +25,9 @@
 //
 // A read past the cache is synchronous, and no readahead reads ahead of the
 // worker while it computes: so a pass with items that may wait runs
-// readers() workers, twice the threads it may compute on, and a worker runs
+// readers() workers, up to twice the threads it may compute on (also where
+// the files turn out to refuse direct reads, or the kernel cannot tell what
+// is cached: the extra workers then mostly wait), and a worker runs
 // only while it holds one of `computing` places (its Place), which it gives
 // up while it waits for the disk or for its turn and otherwise keeps from
 // one item to the next: some read while others compute, no more than the
@@ -57,10 +59,11 @@ class ReadOrder {
   // may_wait[item] false.
   // `computing`: the threads the pass may compute on (at least 1).
   ReadOrder(std::vector<bool> may_wait, unsigned computing);
-  // The workers to run: kReadersPerThread per computing thread where an item
-  // may wait, else one; no more than there are items, at least one.
+  // The workers to run: the computing threads, and as many more (at most
+  // kMostExtraReaders: with more threads the disk has readers enough) where
+  // an item may wait; no more than there are items, at least one.
   unsigned readers() const;
-  static constexpr unsigned kReadersPerThread = 2;
+  static constexpr unsigned kMostExtraReaders = 8;
   // Whether an item whose largest read is `bytes` may wait, and reads past
   // the cache (the one place the threshold is applied).
   static bool may_wait(std::uint64_t bytes) { return bytes >= kOrderedReadBytes; }

@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <new>
 
 namespace mx2nv {
@@ -11,24 +12,55 @@ namespace {
 
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// `bytes` (a multiple of kHugePage) at a kHugePage boundary: a mapping of
+// one huge page more, its ends cut off.
+std::byte* map_aligned(std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t aligned = round_up(start, kHugePage);
+  if (aligned > start) ::munmap(p, aligned - start);
+  const std::uintptr_t tail = aligned + bytes;
+  if (start + bytes + kHugePage > tail) ::munmap(reinterpret_cast<void*>(tail), start + bytes + kHugePage - tail);
+  auto* data = reinterpret_cast<std::byte*>(aligned);
+  (void)::madvise(data, bytes, MADV_HUGEPAGE);  // advice: a kernel without THP ignores it
+  return data;
+}
+
 }  // namespace
+
+ReadBuffer::~ReadBuffer() { release(); }
+
+void ReadBuffer::release() {
+  if (!data_) return;
+  if (mapped_) {
+    ::munmap(data_, capacity_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  capacity_ = 0;
+}
 
 std::span<std::byte> ReadBuffer::reserve(std::uint64_t n) {
   if (n > capacity_) {
-    // Under a megabyte a direct read's pages are few enough for one request
-    // (a device takes a few hundred segments): plain pages, no huge page
-    // made resident for a module's scales. Callers read chunks of megabytes
-    // (stream_chunk_bytes): the round-ups cannot overflow.
-    const std::size_t align = n >= kHugePage / 2 ? kHugePage : kDirectAlignment;
-    const std::size_t bytes = static_cast<std::size_t>((n + align - 1) / align * align);
-    memory_.reset();
-    capacity_ = 0;
-    memory_.reset(static_cast<std::byte*>(std::aligned_alloc(align, bytes)));
-    if (!memory_) throw std::bad_alloc();
-    if (align == kHugePage) (void)::madvise(memory_.get(), bytes, MADV_HUGEPAGE);  // advice: ignored without THP
+    // Callers read chunks of at most megabytes (stream_chunk_bytes): the
+    // round-ups cannot overflow.
+    release();
+    const auto wanted = static_cast<std::size_t>(n);
+    mapped_ = wanted >= kHugePage;
+    const std::size_t bytes = round_up(wanted, mapped_ ? kHugePage : kDirectAlignment);
+    if (mapped_) {
+      data_ = map_aligned(bytes);
+    } else {
+      data_ = static_cast<std::byte*>(std::aligned_alloc(kDirectAlignment, bytes));
+      if (!data_) throw std::bad_alloc();
+    }
     capacity_ = bytes;
   }
-  return {memory_.get(), static_cast<std::size_t>(n)};
+  return {data_, static_cast<std::size_t>(n)};
 }
 
 std::span<const std::byte> ReadBuffer::read(const File& file, std::uint64_t offset, std::uint64_t n) {

