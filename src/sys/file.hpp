@@ -26,7 +26,8 @@ inline constexpr std::size_t kCopyBufferBytes = 1 << 20;
 // Passes that compare two trees range by range (verify, compare) read each
 // range in chunks of at most this size, one buffer per tree and worker: 8
 // MiB with up to four workers (a K3 expert's tensor, 5.5 MiB, in one read),
-// 32 MiB shared among more, never under 1 MiB; each a power of two less the
+// 32 MiB shared among more, never under 1 MiB (all less the two pages
+// below); each a power of two less the
 // two pages a direct read may add around it, so that such a read fills a
 // ReadBuffer of that power of two (sys/read_buffer.hpp), not the next.
 inline constexpr std::uint64_t kStreamBuffersBytes = 32 << 20;
@@ -87,8 +88,9 @@ class File {
   // second descriptor of the same file, opened at the first call): offset,
   // out.data() and out.size() multiples of kDirectAlignment. The bytes read,
   // fewer only at the end of the file; nullopt where the file cannot be read
-  // so (no /proc, a file system or alignment that refuses O_DIRECT), and
-  // from then on for this file. Pages of the range that are cached but not
+  // so (no procfs, a file system or alignment that refuses O_DIRECT), and
+  // from then on for this file (but for a reopen refused for want of
+  // descriptors or memory, asked again at the next call). Pages of the range that are cached but not
   // yet written are written first (the kernel's rule), so the bytes are the
   // file's either way.
   std::optional<std::size_t> read_direct(std::uint64_t offset, std::span<std::byte> out) const;

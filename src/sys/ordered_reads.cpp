@@ -24,7 +24,8 @@ unsigned ReadOrder::readers() const {
 }
 
 void ReadOrder::Place::take(ReadOrder& order) {
-  if (order_) return;
+  if (order_ == &order) return;
+  leave();  // another order's (a state reused across passes)
   order.computing_.acquire();
   order_ = &order;
 }

@@ -14,8 +14,8 @@
 // as large as the buffer's pages allow, whatever the other workers read, and
 // nothing left cached to crowd out what the pass still needs. Where a file
 // cannot be read so, such a read waits instead until every earlier module
-// that may wait has passed (verify and compare pass after a module's first
-// chunk), so the files are read front to back, as a sequential copy reads
+// that may wait has passed (verify and compare pass after each chunk's
+// reads; only the first can wait), so the files are read front to back, as a sequential copy reads
 // them. Ranges the cache holds are read from it and never wait (a warm pass
 // runs as it would alone; so too where the kernel cannot tell what is
 // cached). Smaller modules always read through the cache and never wait: a
@@ -25,7 +25,8 @@
 //
 // A read past the cache is synchronous, and no readahead reads ahead of the
 // worker while it computes: so a pass with items that may wait runs
-// readers() workers, up to twice the threads it may compute on (also where
+// readers() workers, the threads it may compute on and up to
+// kMostExtraReaders more (also where
 // the files turn out to refuse direct reads, or the kernel cannot tell what
 // is cached: the extra workers then mostly wait), and a worker runs
 // only while it holds one of `computing` places (its Place), which it gives

@@ -50,7 +50,9 @@ std::span<std::byte> ReadBuffer::reserve(std::uint64_t n) {
     // round-ups cannot overflow.
     release();
     const auto wanted = static_cast<std::size_t>(n);
-    mapped_ = wanted >= kHugePage;
+    // A chunk of 2 MiB less two pages (stream_chunk_bytes) with its pages
+    // around it is mapped too; one of 1 MiB is not (2 MiB for it would be waste).
+    mapped_ = wanted + 2 * kDirectAlignment >= kHugePage;
     const std::size_t bytes = round_up(wanted, mapped_ ? kHugePage : kDirectAlignment);
     if (mapped_) {
       data_ = map_aligned(bytes);

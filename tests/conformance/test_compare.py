@@ -123,13 +123,14 @@ def test_requantize_output_matches_the_oracle_and_its_own_report(trees):
 # ---------------------------------------------------------------- chunks
 
 def test_modules_spanning_several_read_chunks(tmp_path):
-    """Modules of 1536 x 112 groups: with 16 workers each is read in three
-    chunks of 1 MiB (stream_chunk_bytes), a boundary inside a row; with one
-    worker in one. The figures are the oracle's either way (exact groups,
+    """Nine modules of 1536 x 112 groups (2.75 MB of codes): with 16 threads,
+    nine workers (no more than modules) each read a module in two chunks of
+    2 MiB less two pages (stream_chunk_bytes), a boundary inside a row; with
+    one thread, in one. The figures are the oracle's either way (exact groups,
     zero-sign rewrites and requantized values alike), and verify finds a value
     changed past the first chunk at its row, group and element."""
     src = tmp_path / "src"
-    mx2nv("generate", src, "--layout", "k3", "--layers", "1", "--experts", "1", "--shards", "1",
+    mx2nv("generate", src, "--layout", "k3", "--layers", "1", "--experts", "3", "--shards", "1",
           "--hidden", "3584", "--intermediate", "1536", "--zero-percent", "10", "--extreme-zero-scales", "off")
     own, cast, rq = tmp_path / "own", tmp_path / "cast", tmp_path / "rq"
     mx2nv("convert", src, own)
@@ -150,7 +151,7 @@ def test_modules_spanning_several_read_chunks(tmp_path):
 
     w1 = K3.format(0, 0, "w1") + ".weight_packed"
     ref = next(r for f in sorted(own.glob("*.safetensors")) for n, r in co.read_header(f).items() if n == w1)
-    group, byte = 70001, 3  # row 625 (112 groups a row), group 1; elements 6 and 7
+    group, byte = 140001, 3  # row 1250 (112 groups a row), group 1, past the first chunk; elements 6 and 7
     with open(ref.path, "r+b") as f:
         f.seek(ref.begin + group * 16 + byte)
         b = f.read(1)[0]

@@ -5,6 +5,7 @@
 // evict first (another process pinning it) skips rather than fails.
 #include "scratch.hpp"
 #include "sys/file.hpp"
+#include "sys/read_buffer.hpp"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <random>
@@ -176,6 +178,63 @@ TEST(File, APlainReadReadsAhead) {
   ASSERT_FALSE(after.empty());
   EXPECT_TRUE(after[0]);
   if (count(after, 1, kPages) == 0) GTEST_SKIP() << "no readahead on this device (read_ahead_kb 0?)";
+}
+
+// ReadBuffer: reads of megabytes at offsets and lengths that are not whole
+// pages are the file's bytes, in memory aligned to 2 MiB from 2 MiB on,
+// through the cache and past it, the buffer growing and then reused.
+TEST(ReadBuffer, LargeReadsAtAnyOffsetAreTheFilesBytes) {
+  Scratch dir;
+  std::vector<std::byte> bytes((12u << 20) + 123);
+  std::mt19937 rng(17);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+  {
+    File w = File::create_new(dir / "big");
+    w.write_at(0, bytes);
+    w.sync();
+    w.close();
+  }
+  const File f = File::open_read(dir / "big");
+  ReadBuffer buffer;
+  // `skipped`: the bytes before the range in the buffer (a direct read's, to
+  // the page boundary below it).
+  const auto check = [&](std::span<const std::byte> got, std::uint64_t offset, std::uint64_t n,
+                         std::uint64_t skipped) {
+    ASSERT_EQ(got.size(), n);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offset))) << offset;
+    if (buffer.capacity() >= (2u << 20)) {
+      const auto base = reinterpret_cast<std::uintptr_t>(got.data()) - skipped;
+      EXPECT_EQ(base % (2u << 20), 0u) << offset;
+    }
+  };
+  bool direct = true;
+  for (const auto& [offset, n] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+           {4097, 3u << 20}, {1, (9u << 20) + 5}, {bytes.size() - (2u << 20) + 8192, (2u << 20) - 8192},
+           {4096, 1000}, {bytes.size() - 1, 1}}) {
+    const auto got = buffer.read_direct(f, offset, n);
+    if (!got) {
+      direct = false;
+      break;
+    }
+    check(*got, offset, n, offset % 4096);
+  }
+  EXPECT_GE(buffer.capacity(), (9u << 20) + 8192);
+  check(buffer.read(f, 5, 7u << 20), 5, 7u << 20, 0);
+  // A chunk of 2 MiB less two pages, with the pages around it, fills one
+  // huge page of a fresh buffer; a chunk of 1 MiB takes plain pages.
+  if (direct) {
+    ReadBuffer fresh;
+    const std::uint64_t n = stream_chunk_bytes(16);
+    ASSERT_EQ(n, (2u << 20) - 8192);
+    const auto got = fresh.read_direct(f, 4095, n);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(fresh.capacity(), 2u << 20);
+    EXPECT_EQ((reinterpret_cast<std::uintptr_t>(got->data()) - 4095) % (2u << 20), 0u);
+    ReadBuffer small;
+    ASSERT_TRUE(small.read_direct(f, 4095, stream_chunk_bytes(32)));
+    EXPECT_LE(small.capacity(), 1u << 20);  // whole pages, not a huge one
+  }
+  if (!direct) GTEST_SKIP() << "this file system refuses O_DIRECT (the buffered reads were checked)";
 }
 
 // Descriptors open now (procfs), or -1 where they cannot be counted.

@@ -78,6 +78,27 @@ TEST(ReadOrder, AThrowingItemReleasesEveryWaiter) {
   for (const std::size_t k : done) EXPECT_NE(k, 9u);
 }
 
+// The same with places kept across items and fewer places than workers: a
+// failing worker's place goes back when it stops, so the others finish.
+TEST(ReadOrder, AThrowingItemGivesItsKeptPlaceBack) {
+  constexpr std::size_t kItems = 64;
+  ReadOrder order(std::vector<bool>(kItems, true), 1);
+  ASSERT_EQ(order.readers(), 2u);
+  EXPECT_THROW(parallel_for_with<ReadOrder::Place>(kItems, order.readers(),
+                                                   [&](ReadOrder::Place& place, std::size_t k) {
+                                                     ReadOrder::Turn turn(order, k, place);
+                                                     jitter(k);
+                                                     turn.wait();
+                                                     turn.pass();  // takes the one place
+                                                     if (k == 9) throw std::runtime_error("item 9");
+                                                   }),
+               std::runtime_error);
+  // Every place is back: a later turn takes one without waiting forever.
+  ReadOrder::Place place;
+  ReadOrder::Turn later(order, kItems - 1, place);
+  later.pass();
+}
+
 // A pass stops its workers between fetching an item and running it, so an
 // item fetched then never runs nor passes: whatever item fails, before or
 // after its own pass, and whether or not it could wait, later items must not
