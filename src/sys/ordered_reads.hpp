@@ -15,27 +15,26 @@
 // nothing left cached to crowd out what the pass still needs. Where a file
 // cannot be read so, such a read waits instead until every earlier module
 // that may wait has passed (verify and compare pass after each chunk's
-// reads; only the first can wait), so the files are read front to back, as a sequential copy reads
-// them. Ranges the cache holds are read from it and never wait (a warm pass
-// runs as it would alone; so too where the kernel cannot tell what is
-// cached). Smaller modules always read through the cache and never wait: a
-// K3-structure checkpoint's tiny tensors, by the hundred thousand, are read
-// best by the kernel's readahead, and would spend more in the hand-over than
-// the order gives back.
+// reads; only the first chunk's can wait), so the files are read front to
+// back, as a sequential copy reads them. Ranges the cache holds are read
+// from it and never wait (a warm pass runs as it would alone; so too where
+// the kernel cannot tell what is cached). Smaller modules always read
+// through the cache and never wait: a K3-structure checkpoint's tiny
+// tensors, by the hundred thousand, are read best by the kernel's readahead,
+// and would spend more in the hand-over than the order gives back.
 //
 // A read past the cache is synchronous, and no readahead reads ahead of the
 // worker while it computes: so a pass with items that may wait runs
 // readers() workers, the threads it may compute on and up to
-// kMostExtraReaders more (also where
-// the files turn out to refuse direct reads, or the kernel cannot tell what
-// is cached: the extra workers then mostly wait), and a worker runs
-// only while it holds one of `computing` places (its Place), which it gives
-// up while it waits for the disk or for its turn and otherwise keeps from
-// one item to the next: some read while others compute, no more than the
-// asked-for threads are busy at once, and in a pass whose reads the cache
-// serves the first workers to take places keep them (the others wait until
-// they finish), as with a worker per thread. A pass without items that may
-// wait runs a worker per thread.
+// kMostExtraReaders more (also where the files turn out to refuse direct
+// reads, or the kernel cannot tell what is cached: the extra workers then
+// mostly wait). A worker runs only while it holds one of `computing` places
+// (its Place), which it gives up while it waits for the disk or for its turn
+// and otherwise keeps from one item to the next: some read while others
+// compute, no more than the asked-for threads are busy at once, and in a
+// pass whose reads the cache serves the first workers to take places keep
+// them (the others wait until they finish), as with a worker per thread. A
+// pass without items that may wait runs a worker per thread.
 #pragma once
 
 #include "sys/file.hpp"
