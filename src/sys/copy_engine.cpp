@@ -138,10 +138,7 @@ bool CopyEngine::kernel_copy(const File& from, std::uint64_t src_offset, const F
       fall_back(CopyMethod::KernelCopy, to);
       return false;
     }
-    if (n == 0) {
-      fail(ErrorKind::Io, "{}: unexpected end of file at byte {} (file changed while reading?)", from.path().string(),
-           src_offset + done);
-    }
+    if (n == 0) fail_shrunk(from.path(), src_offset + done);
     done += static_cast<std::uint64_t>(n);
     tally.copied += static_cast<std::uint64_t>(n);
     throw_if_stopped();

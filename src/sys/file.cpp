@@ -54,6 +54,10 @@ void fail_io(const fs::path& path, const char* operation, int error_number) {
   fail(ErrorKind::Io, "{}: {}: {}", path.string(), operation, std::strerror(error_number));
 }
 
+void fail_shrunk(const fs::path& path, std::uint64_t at) {
+  fail(ErrorKind::Io, "{}: unexpected end of file at byte {} (file changed while reading?)", path.string(), at);
+}
+
 File File::open_read(const fs::path& path) {
   // O_NONBLOCK: a FIFO planted in a hostile checkpoint must not block the
   // open; it is refused below. Regular files ignore the flag.
@@ -168,11 +172,7 @@ void File::read_at(std::uint64_t offset, std::span<std::byte> out) const {
       if (errno == EINTR) continue;
       fail_io(path_, "read", errno);
     }
-    if (n == 0) {
-      // Sizes were validated against the file when it was opened: it shrank.
-      fail(ErrorKind::Io, "{}: unexpected end of file at byte {} (file changed while reading?)", path_.string(),
-           offset + done);
-    }
+    if (n == 0) fail_shrunk(path_, offset + done);
     done += static_cast<std::size_t>(n);
   }
 }

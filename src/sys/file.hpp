@@ -23,24 +23,24 @@ namespace mx2nv {
 // between the read and the write (bench/benchmark.py compares it with 8 MiB).
 inline constexpr std::size_t kCopyBufferBytes = 1 << 20;
 
-// Passes that compare two trees range by range (verify, compare) read each
-// range in chunks of at most this size, one buffer per tree and worker: 8
-// MiB with up to four workers (a K3 expert's tensor, 5.5 MiB, in one read),
-// 32 MiB shared among more, never under 1 MiB (all less the two pages
-// below); each a power of two less the
-// two pages a direct read may add around it, so that such a read fills a
-// ReadBuffer of that power of two (sys/read_buffer.hpp), not the next.
-inline constexpr std::uint64_t kStreamBuffersBytes = 32 << 20;
-inline constexpr std::uint64_t stream_chunk_bytes(unsigned workers) {
-  return std::bit_floor(std::clamp<std::uint64_t>(kStreamBuffersBytes / std::max(1u, workers), 1 << 20, 8 << 20)) -
-         2 * 4096;
-}
-namespace fs = std::filesystem;
-
 // What File::read_direct asks of offsets, lengths and memory: 4 KiB, a
 // multiple of the logical block size of the disks this runs on (a file
 // system that asks more refuses the read, and reads go through the cache).
 inline constexpr std::uint64_t kDirectAlignment = 4096;
+
+// Passes that compare two trees range by range (verify, compare) read each
+// range in chunks of at most this size, one buffer per tree and worker: 8
+// MiB with up to four workers (a K3 expert's tensor, 5.5 MiB, in one read),
+// 32 MiB shared among more, never under 1 MiB; each a power of two less the
+// two pages a direct read may add around it, so that such a read fills a
+// ReadBuffer of that power of two (sys/read_buffer.hpp), not the next.
+inline constexpr std::uint64_t kStreamBuffersBytes = 32 << 20;
+inline constexpr std::uint64_t stream_chunk_bytes(unsigned workers) {
+  const std::uint64_t share = kStreamBuffersBytes / std::max(1u, workers);
+  return std::bit_floor(std::clamp<std::uint64_t>(share, 1 << 20, 8 << 20)) - 2 * kDirectAlignment;
+}
+
+namespace fs = std::filesystem;
 
 // How a file's reads use the page cache. Random and Passing are for a pass
 // that reads a little of each region of a file (a module's scales, a few of
@@ -59,6 +59,9 @@ enum class CacheUse {
 };
 
 [[noreturn]] void fail_io(const fs::path& path, const char* operation, int error_number);
+// Error(Io) for a file that ended at `at`, before a range its size, checked
+// when it was opened, promised: it shrank while being read.
+[[noreturn]] void fail_shrunk(const fs::path& path, std::uint64_t at);
 
 class File {
  public:
@@ -90,9 +93,9 @@ class File {
   // fewer only at the end of the file; nullopt where the file cannot be read
   // so (no procfs, a file system or alignment that refuses O_DIRECT), and
   // from then on for this file (but for a reopen refused for want of
-  // descriptors or memory, asked again at the next call). Pages of the range that are cached but not
-  // yet written are written first (the kernel's rule), so the bytes are the
-  // file's either way.
+  // descriptors or memory, asked again at the next call). Pages of the range
+  // that are cached but not yet written are written first (the kernel's
+  // rule), so the bytes are the file's either way.
   std::optional<std::size_t> read_direct(std::uint64_t offset, std::span<std::byte> out) const;
   void write_at(std::uint64_t offset, std::span<const std::byte> data) const;
   void sync() const;

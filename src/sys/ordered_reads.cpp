@@ -7,20 +7,23 @@
 
 namespace mx2nv {
 
+namespace {
+
+unsigned readers_for(const std::vector<bool>& may_wait, unsigned computing) {
+  const bool any = std::find(may_wait.begin(), may_wait.end(), true) != may_wait.end();
+  const std::uint64_t wanted = std::uint64_t{computing} + (any ? std::min(computing, ReadOrder::kMostExtraReaders) : 0);
+  return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, may_wait.size())));
+}
+
+}  // namespace
+
 ReadOrder::ReadOrder(std::vector<bool> may_wait, unsigned computing)
     : may_wait_(std::move(may_wait)),
       passed_(may_wait_),
-      computing_threads_(std::max(1u, computing)),
-      computing_(computing_threads_) {
+      readers_(readers_for(may_wait_, std::max(1u, computing))),
+      computing_(std::max(1u, computing)) {
   passed_.flip();
   while (lowest_open_ < passed_.size() && passed_[lowest_open_]) ++lowest_open_;
-}
-
-unsigned ReadOrder::readers() const {
-  const bool any = std::find(may_wait_.begin(), may_wait_.end(), true) != may_wait_.end();
-  const std::uint64_t wanted =
-      std::uint64_t{computing_threads_} + (any ? std::min(computing_threads_, kMostExtraReaders) : 0);
-  return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, may_wait_.size())));
 }
 
 void ReadOrder::Place::take(ReadOrder& order) {

@@ -62,7 +62,7 @@ class ReadOrder {
   // The workers to run: the computing threads, and as many more (at most
   // kMostExtraReaders: with more threads the disk has readers enough) where
   // an item may wait; no more than there are items, at least one.
-  unsigned readers() const;
+  unsigned readers() const { return readers_; }
   static constexpr unsigned kMostExtraReaders = 8;
   // Whether an item whose largest read is `bytes` may wait, and reads past
   // the cache (the one place the threshold is applied).
@@ -89,9 +89,9 @@ class ReadOrder {
 
   // One item's reads and work, in its worker's Place: taken (waiting for
   // one) before a read through the cache or at its pass, given up while the
-  // item waits for the disk or its turn. Passes the item on when it ends; a throw, before or after its
-  // pass, gives up the order altogether, so no worker waits for an item that
-  // no worker will run.
+  // item waits for the disk or its turn. Passes the item on when it ends; a
+  // throw, before or after its pass, gives up the order altogether, so no
+  // worker waits for an item that no worker will run.
   class Turn {
    public:
     Turn(ReadOrder& order, std::size_t item, Place& place);
@@ -135,7 +135,7 @@ class ReadOrder {
   std::vector<bool> passed_;          // items that cannot wait start passed
   std::size_t lowest_open_ = 0;  // every item below it has passed
   std::size_t waiting_ = 0;
-  const unsigned computing_threads_;
+  const unsigned readers_;
   std::counting_semaphore<> computing_;
 };
 

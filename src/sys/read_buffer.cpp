@@ -1,7 +1,5 @@
 #include "sys/read_buffer.hpp"
 
-#include "common/error.hpp"
-
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -12,7 +10,7 @@ namespace {
 
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::uint64_t round_up(std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; }
 
 // `bytes` (a multiple of kHugePage) at a kHugePage boundary: a mapping of
 // one huge page more, its ends cut off.
@@ -20,7 +18,7 @@ std::byte* map_aligned(std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   const auto start = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t aligned = round_up(start, kHugePage);
+  const auto aligned = static_cast<std::uintptr_t>(round_up(start, kHugePage));
   if (aligned > start) ::munmap(p, aligned - start);
   const std::uintptr_t tail = aligned + bytes;
   if (start + bytes + kHugePage > tail) ::munmap(reinterpret_cast<void*>(tail), start + bytes + kHugePage - tail);
@@ -53,7 +51,7 @@ std::span<std::byte> ReadBuffer::reserve(std::uint64_t n) {
     // A chunk of 2 MiB less two pages (stream_chunk_bytes) with its pages
     // around it is mapped too; one of 1 MiB is not (2 MiB for it would be waste).
     mapped_ = wanted + 2 * kDirectAlignment >= kHugePage;
-    const std::size_t bytes = round_up(wanted, mapped_ ? kHugePage : kDirectAlignment);
+    const auto bytes = static_cast<std::size_t>(round_up(wanted, mapped_ ? kHugePage : kDirectAlignment));
     if (mapped_) {
       data_ = map_aligned(bytes);
     } else {
@@ -76,15 +74,11 @@ std::optional<std::span<const std::byte>> ReadBuffer::read_direct(const File& fi
   // A range inside a file whose size was checked (below 2^63): no overflow.
   const std::uint64_t end = offset + n;
   const std::uint64_t first = offset / kDirectAlignment * kDirectAlignment;
-  const std::uint64_t last = (end + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+  const std::uint64_t last = round_up(end, kDirectAlignment);
   const auto span = reserve(last - first);
   const std::optional<std::size_t> got = file.read_direct(first, span);
   if (!got) return std::nullopt;
-  if (first + *got < end) {
-    // Sizes were validated against the file when it was opened: it shrank.
-    fail(ErrorKind::Io, "{}: unexpected end of file at byte {} (file changed while reading?)", file.path().string(),
-         first + *got);
-  }
+  if (first + *got < end) fail_shrunk(file.path(), first + *got);
   return std::span<const std::byte>(
       span.subspan(static_cast<std::size_t>(offset - first), static_cast<std::size_t>(n)));
 }

@@ -4,9 +4,12 @@
 
 #include "sys/file.hpp"
 
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -27,5 +30,18 @@ class Scratch {
  private:
   fs::path root_;
 };
+
+// Writes `size` random bytes (from `seed`) to a new file at `path`, synced
+// (clean: an eviction can drop its pages), and returns them.
+inline std::vector<std::byte> write_random_file(const fs::path& path, std::size_t size, unsigned seed) {
+  std::vector<std::byte> bytes(size);
+  std::mt19937 rng(seed);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+  File f = File::create_new(path);
+  f.write_at(0, bytes);
+  f.sync();
+  f.close();
+  return bytes;
+}
 
 }  // namespace mx2nv

@@ -30,15 +30,7 @@ constexpr std::size_t kPages = 1024;  // 4 MiB: several readahead windows
 // A file of kPages random pages, synced (clean: an eviction can drop them).
 class DataFile {
  public:
-  DataFile() {
-    std::mt19937 rng(11);
-    bytes_.resize(kPage * kPages);
-    for (auto& b : bytes_) b = static_cast<std::byte>(rng() & 0xFF);
-    File f = File::create_new(path());
-    f.write_at(0, bytes_);
-    f.sync();
-    f.close();
-  }
+  DataFile() : bytes_(write_random_file(path(), kPage * kPages, 11)) {}
   fs::path path() const { return dir_ / "data"; }
   const std::vector<std::byte>& bytes() const { return bytes_; }
 
@@ -185,15 +177,7 @@ TEST(File, APlainReadReadsAhead) {
 // through the cache and past it, the buffer growing and then reused.
 TEST(ReadBuffer, LargeReadsAtAnyOffsetAreTheFilesBytes) {
   Scratch dir;
-  std::vector<std::byte> bytes((12u << 20) + 123);
-  std::mt19937 rng(17);
-  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
-  {
-    File w = File::create_new(dir / "big");
-    w.write_at(0, bytes);
-    w.sync();
-    w.close();
-  }
+  const std::vector<std::byte> bytes = write_random_file(dir / "big", (12u << 20) + 123, 17);
   const File f = File::open_read(dir / "big");
   ReadBuffer buffer;
   // `skipped`: the bytes before the range in the buffer (a direct read's, to

@@ -155,15 +155,7 @@ constexpr std::size_t kFileBytes = 4 << 20;
 
 TEST(ReadOrder, AnUncachedRangeOfALargeItemIsReadPastTheCache) {
   Scratch dir;
-  std::vector<std::byte> bytes(kFileBytes + 1234);  // not a whole number of pages
-  std::mt19937 rng(5);
-  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
-  {
-    File f = File::create_new(dir / "data");
-    f.write_at(0, bytes);
-    f.sync();
-    f.close();
-  }
+  std::vector<std::byte> bytes = write_random_file(dir / "data", kFileBytes + 1234, 5);  // not whole pages
   const File f = File::open_read(dir / "data");
   (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
   const std::optional<bool> cold = f.cached(0, bytes.size());
